@@ -5,7 +5,6 @@ TR_COPTS = [
     "-Wall",
     "-Wextra",
     "-Wno-unused-parameter",
-    "-Werror=implicit-function-declaration",
     "-Werror=return-type",
 ]
 
