@@ -3,8 +3,8 @@
 Where the toolkit is found:
   1. TILERUN_CUDA_PATH, when set (`none` or an empty value turns CUDA off: the build then runs as
      on a machine without CUDA);
-  2. the directory above the `nvcc` found on PATH;
-  3. /usr/local/cuda.
+  2. /usr/local/cuda;
+  3. the directory above the `nvcc` found on PATH.
 A toolkit counts as present when bin/nvcc, include/cuda.h and include/nvrtc.h exist.
 
 @local_cuda//:defs.bzl then says CUDA_AVAILABLE, NVCC and CUDA_COMPATIBLE (the value for a
@@ -70,12 +70,12 @@ def _find_cuda(ctx):
         if env in ("", "none", "off", "0"):
             return None, "TILERUN_CUDA_PATH=%s turns CUDA off" % env
         return env, None
+    if ctx.path("/usr/local/cuda").exists:
+        return "/usr/local/cuda", None
     nvcc = ctx.which("nvcc")
     if nvcc != None:
         return str(nvcc.dirname.dirname), None
-    if ctx.path("/usr/local/cuda").exists:
-        return "/usr/local/cuda", None
-    return None, "no nvcc on PATH and no /usr/local/cuda"
+    return None, "no /usr/local/cuda and no nvcc on PATH"
 
 def _cuda_configure_impl(ctx):
     path, reason = _find_cuda(ctx)

@@ -1,0 +1,60 @@
+/* yaml_doc.h: a YAML file loaded with libyaml (order preserved), and errors that point into it
+ * as "file:line:column: ...". Shared by the manifest, backend descriptors and pipeline files. */
+#ifndef TILERUN_MANIFEST_YAML_DOC_H_
+#define TILERUN_MANIFEST_YAML_DOC_H_
+
+#include <stddef.h>
+#include <yaml.h>
+
+#include "tilerun/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A loaded document. Single owner: tr_yaml_doc_destroy. Not thread-safe; read-only use of one
+ * document from several threads is safe. */
+typedef struct tr_yaml_doc tr_yaml_doc;
+
+/* Loads the first document of a file. A file that cannot be read is an IOError naming the path;
+ * a syntax error is a ManifestError "path:line:column: <libyaml's problem> (<context>)"; an empty
+ * file loads as a document whose root is NULL. */
+tr_status *tr_yaml_load_file(const char *path, tr_yaml_doc **out) TR_MUST_USE;
+
+/* The same, from text in memory; `name` stands for the path in messages. */
+tr_status *tr_yaml_load_string(const char *name, const char *text, size_t size,
+                               tr_yaml_doc **out) TR_MUST_USE;
+
+void tr_yaml_doc_destroy(tr_yaml_doc **doc_p);
+
+/* The root node, or NULL for an empty document. */
+yaml_node_t *tr_yaml_root(tr_yaml_doc *doc);
+
+/* The path or name the document was loaded from. */
+const char *tr_yaml_path(const tr_yaml_doc *doc);
+
+/* A node by index (as found in mapping pairs and sequence items); NULL when out of range. */
+yaml_node_t *tr_yaml_node(tr_yaml_doc *doc, int index);
+
+/* A scalar node's text, or NULL when the node is not a scalar. */
+const char *tr_yaml_scalar(const yaml_node_t *node);
+
+/* 1 when the node is a plain (unquoted) scalar spelling null: "null", "Null", "NULL", "~" or
+ * nothing. */
+int tr_yaml_is_null(const yaml_node_t *node);
+
+/* The value for `key` in a mapping node, or NULL when absent or the node is not a mapping. */
+yaml_node_t *tr_yaml_get(tr_yaml_doc *doc, const yaml_node_t *mapping, const char *key);
+
+/* A ManifestError "path:line:column: <message>", pointing at `node` (1-based line and column). */
+tr_status *tr_yaml_error_at(const tr_yaml_doc *doc, const yaml_node_t *node, const char *fmt, ...)
+    TR_PRINTF(3, 4) TR_MUST_USE;
+
+/* The 1-based line of a node, for listings. */
+int tr_yaml_line(const yaml_node_t *node);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TILERUN_MANIFEST_YAML_DOC_H_ */

@@ -1,0 +1,189 @@
+/* platform.h: the OS layer; every operating-system call of tilerun goes through tr_plat_. */
+#ifndef TILERUN_PLATFORM_PLATFORM_H_
+#define TILERUN_PLATFORM_PLATFORM_H_
+
+/* Only standard C headers here: callers never see an OS header. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tilerun/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Environment ------------------------------------------------------------------------- */
+
+/* The value of environment variable `name`, or NULL when it is unset. Cannot fail. The string
+ * belongs to the environment: copy it if you keep it, since a later tr_plat_setenv of the same
+ * name may free or change it. Safe to call from several threads at once, but not while another
+ * thread calls tr_plat_setenv. */
+const char *tr_plat_getenv(const char *name);
+
+/* Sets environment variable `name` to `value` (overwriting), or unsets it when `value` is NULL.
+ * Meant for tests and for start-up, before threads exist. Fails with TR_VALUE when `name` is
+ * empty or contains '=' (the message names it), TR_OUT_OF_MEMORY when the environment cannot
+ * grow. Not thread-safe: no other thread may read or write the environment meanwhile. The
+ * caller frees a returned status. */
+tr_status *tr_plat_setenv(const char *name, const char *value) TR_MUST_USE;
+
+/* ---- Clock ------------------------------------------------------------------------------- */
+
+/* Nanoseconds on a monotonic clock with an arbitrary origin: only differences mean anything.
+ * Never goes backwards. Cannot fail. Thread-safe. */
+uint64_t tr_plat_now_ns(void);
+
+/* Sleeps the calling thread for at least `ns` nanoseconds (resuming after signals). Cannot
+ * fail. Thread-safe. */
+void tr_plat_sleep_ns(uint64_t ns);
+
+/* ---- Shared objects ---------------------------------------------------------------------- */
+
+/* A loaded shared object (a .so here). Opaque; single owner: close it with tr_plat_lib_close. */
+typedef struct tr_plat_lib tr_plat_lib;
+
+/* Loads the shared object at `path` with all its symbols resolved now and kept local to it.
+ * A path without a '/' is searched for the way the system loader does ("libm.so.6"). Sets
+ * *out to NULL first; on success *out is the caller's, to close with tr_plat_lib_close. Fails
+ * with TR_IO naming the path and the loader's own text (missing file, wrong architecture,
+ * unresolved symbol...). Thread-safe. */
+tr_status *tr_plat_lib_open(const char *path, tr_plat_lib **out) TR_MUST_USE;
+
+/* The address of symbol `name` in `lib`, or NULL when the library does not define it. Cannot
+ * fail otherwise. The address stays valid until the library is closed. Thread-safe. */
+void *tr_plat_lib_symbol(tr_plat_lib *lib, const char *name);
+
+/* As tr_plat_lib_symbol, but a missing symbol is an error: sets *out to NULL first, then to the
+ * address; fails with TR_IO naming the symbol, the library's path and the loader's text.
+ * Thread-safe. */
+tr_status *tr_plat_lib_find(tr_plat_lib *lib, const char *name, void **out) TR_MUST_USE;
+
+/* The path the library was opened with. Owned by the library. Cannot fail. Thread-safe. */
+const char *tr_plat_lib_path(const tr_plat_lib *lib);
+
+/* Closes *lib_p (NULL allowed) and sets *lib_p to NULL; symbols found in it must no longer be
+ * used. The system may keep the object mapped while others still use it. Cannot fail. Not
+ * thread-safe on one library (no other thread may use it meanwhile). */
+void tr_plat_lib_close(tr_plat_lib **lib_p);
+
+/* ---- Threads and locks ------------------------------------------------------------------- */
+
+/* A mutual-exclusion lock, not recursive, that callers embed in their own structs. Its storage
+ * is opaque and large enough for every implementation's lock; touch it only through the
+ * functions below. Not copyable once initialised. There is no static initialiser: initialise
+ * lazily with tr_plat_once_run. */
+typedef struct tr_plat_mutex {
+  union {
+    unsigned char bytes[64];
+    long long align_ll;
+    double align_d;
+    void *align_p;
+  } storage_;
+} tr_plat_mutex;
+
+/* Initialises *mutex. Fails with TR_OUT_OF_MEMORY when the system has no room for another lock
+ * (the message says why); on failure *mutex is left unusable and needs no destroy. Not
+ * thread-safe on one mutex. The caller frees a returned status. */
+tr_status *tr_plat_mutex_init(tr_plat_mutex *mutex) TR_MUST_USE;
+
+/* Locks the mutex, waiting as long as needed. Locking a mutex the calling thread already holds
+ * is a broken contract (it may deadlock or abort). Cannot fail otherwise. Thread-safe. */
+void tr_plat_mutex_lock(tr_plat_mutex *mutex);
+
+/* Unlocks a mutex the calling thread holds (unlocking any other is a broken contract, with
+ * undefined results). Cannot fail otherwise. Thread-safe. */
+void tr_plat_mutex_unlock(tr_plat_mutex *mutex);
+
+/* Releases what tr_plat_mutex_init took. The mutex must be unlocked and unused by any thread.
+ * Cannot fail. */
+void tr_plat_mutex_destroy(tr_plat_mutex *mutex);
+
+/* Runs a function exactly once across all threads. Initialise with TR_PLAT_ONCE_INIT (it may
+ * be static); touch only through tr_plat_once_run. */
+typedef struct tr_plat_once {
+  union {
+    int state;
+    void *align_p;
+  } storage_;
+} tr_plat_once;
+
+#define TR_PLAT_ONCE_INIT {{0}}
+
+/* Calls fn() the first time any thread reaches this `once`; every caller returns only after fn
+ * has returned. Cannot fail. Thread-safe. fn may itself run another `once`, but must not wait
+ * on a thread that runs one, and must not reach its own `once` again. */
+void tr_plat_once_run(tr_plat_once *once, void (*fn)(void));
+
+/* A running thread. Opaque; single owner: join it with tr_plat_thread_join. */
+typedef struct tr_plat_thread tr_plat_thread;
+
+/* Starts a thread running fn(arg). Sets *out to NULL first; on success *out is the caller's,
+ * who must join it exactly once. Fails with TR_OUT_OF_MEMORY when the system refuses a new
+ * thread (the message gives the system's reason); then fn never runs. Thread-safe. */
+tr_status *tr_plat_thread_start(void (*fn)(void *arg), void *arg,
+                                tr_plat_thread **out) TR_MUST_USE;
+
+/* Waits for the thread *t_p (NULL allowed) to return from its function, frees it and sets *t_p
+ * to NULL. A thread joining itself is a broken contract (it aborts). Not thread-safe on one
+ * thread handle: one joiner only. */
+void tr_plat_thread_join(tr_plat_thread **t_p);
+
+/* ---- Files and directories --------------------------------------------------------------- */
+
+/* Reads the whole file at `path`. Sets *out_data to NULL and *out_size to 0 first; on success
+ * *out_data holds *out_size bytes followed by a NUL (which *out_size does not count), and the
+ * caller frees it with free(). Fails with TR_IO naming the path and the system's reason
+ * (missing, a directory, no permission...), TR_OUT_OF_MEMORY naming the path and size.
+ * Thread-safe. */
+tr_status *tr_plat_read_file(const char *path, char **out_data, size_t *out_size) TR_MUST_USE;
+
+/* Creates or truncates the file at `path` and writes `size` bytes of `data` to it (for caches
+ * and tests; not atomic: a reader may see a partial file). Fails with TR_IO naming the path and
+ * the system's reason. Thread-safe (but two writers of one path race). */
+tr_status *tr_plat_write_file(const char *path, const void *data, size_t size) TR_MUST_USE;
+
+/* The names of the entries of directory `path` (not "." or ".."), sorted byte-wise (strcmp),
+ * bare names, not paths. Sets *out_names to NULL and *out_count to 0 first; on success the
+ * caller frees the array with tr_plat_free_names (it also ends with a NULL entry). Fails with
+ * TR_IO naming the path and the system's reason (missing, not a directory...),
+ * TR_OUT_OF_MEMORY naming the path. Thread-safe. */
+tr_status *tr_plat_list_dir(const char *path, char ***out_names, size_t *out_count) TR_MUST_USE;
+
+/* Frees an array from tr_plat_list_dir and each name in it, and sets *names_p to NULL. NULL
+ * (or *names_p NULL) is allowed. Cannot fail. */
+void tr_plat_free_names(char ***names_p, size_t count);
+
+/* 1 when `path` names a directory (following symbolic links), 0 otherwise, including when it
+ * cannot be examined. Cannot fail. Thread-safe. */
+int tr_plat_is_dir(const char *path);
+
+/* 1 when something exists at `path` (a file, a directory, anything else; symbolic links
+ * followed), 0 otherwise, including when it cannot be examined. Cannot fail. Thread-safe. */
+int tr_plat_file_exists(const char *path);
+
+/* Creates a new, empty, private directory whose name starts with `prefix`, inside $TMPDIR (or
+ * the system's temporary directory when that is unset or empty). Sets *out_path to NULL first;
+ * on success *out_path is its absolute path, freed by the caller with free(). Fails with
+ * TR_VALUE when `prefix` contains a path separator, TR_IO naming the directory tried and the
+ * system's reason. Thread-safe (each call gets its own directory). For tests. */
+tr_status *tr_plat_make_temp_dir(const char *prefix, char **out_path) TR_MUST_USE;
+
+/* Removes `path` and, when it is a directory, everything under it. Symbolic links are removed,
+ * never followed. Fails with TR_IO naming the entry that could not be removed (or `path` when it
+ * does not exist) and the system's reason; entries removed before the failure stay removed.
+ * Not thread-safe against others changing the same tree. For tests. */
+tr_status *tr_plat_remove_tree(const char *path) TR_MUST_USE;
+
+/* The separator of search-path lists such as PATH: ":" on POSIX (";" on Windows). Static
+ * string. Cannot fail. Thread-safe. */
+const char *tr_plat_path_separator_list(void);
+
+/* The separator between a directory and a name in a path: "/" on POSIX. Static string. Cannot
+ * fail. Thread-safe. */
+const char *tr_plat_path_separator_dir(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TILERUN_PLATFORM_PLATFORM_H_ */

@@ -1,0 +1,376 @@
+// platform_test.cc: tests of the POSIX platform layer through its C API.
+#include "platform/platform.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace {
+
+// Takes ownership of a status: its "<CodeName>: <message>" text, or "Ok" for NULL.
+std::string Consume(tr_status *status) {
+  size_t size = tr_status_format(status, nullptr, 0);
+  std::string text(size, '\0');
+  tr_status_format(status, &text[0], size + 1);
+  tr_status_destroy(&status);
+  return text;
+}
+
+#define REQUIRE_OK(expr) REQUIRE(Consume(expr) == "Ok")
+
+// Checks that `status` failed with `code` and that its message contains every one of `parts`.
+void RequireError(tr_status *status, tr_code code, const std::vector<std::string> &parts) {
+  REQUIRE(status != nullptr);
+  CHECK(tr_status_code(status) == code);
+  std::string message = tr_status_message(status);
+  for (const std::string &part : parts) {
+    INFO("message: " << message);
+    CHECK(message.find(part) != std::string::npos);
+  }
+  tr_status_destroy(&status);
+}
+
+// A fresh temporary directory, removed (with everything in it) at the end of the test.
+class TempDir {
+ public:
+  TempDir() { REQUIRE_OK(tr_plat_make_temp_dir("tilerun-platform-test-", &path_)); }
+  ~TempDir() {
+    if (path_ != nullptr && tr_plat_file_exists(path_)) {
+      tr_status *status = tr_plat_remove_tree(path_);
+      tr_status_destroy(&status);
+    }
+    free(path_);
+  }
+  std::string path() const { return path_; }
+  std::string Join(const std::string &name) const { return std::string(path_) + "/" + name; }
+
+ private:
+  char *path_ = nullptr;
+};
+
+void WriteFile(const std::string &path, const std::string &content) {
+  REQUIRE_OK(tr_plat_write_file(path.c_str(), content.data(), content.size()));
+}
+
+}  // namespace
+
+TEST_CASE("environment variables can be set, read and unset", "[env]") {
+  const char *name = "TILERUN_PLATFORM_TEST_VARIABLE";
+  REQUIRE_OK(tr_plat_setenv(name, nullptr));
+  CHECK(tr_plat_getenv(name) == nullptr);
+
+  REQUIRE_OK(tr_plat_setenv(name, "first value"));
+  REQUIRE(tr_plat_getenv(name) != nullptr);
+  CHECK(std::string(tr_plat_getenv(name)) == "first value");
+
+  REQUIRE_OK(tr_plat_setenv(name, "second"));
+  CHECK(std::string(tr_plat_getenv(name)) == "second");
+
+  // Set to empty is not unset.
+  REQUIRE_OK(tr_plat_setenv(name, ""));
+  REQUIRE(tr_plat_getenv(name) != nullptr);
+  CHECK(std::string(tr_plat_getenv(name)).empty());
+
+  REQUIRE_OK(tr_plat_setenv(name, nullptr));
+  CHECK(tr_plat_getenv(name) == nullptr);
+  // Unsetting what is unset is fine.
+  REQUIRE_OK(tr_plat_setenv(name, nullptr));
+}
+
+TEST_CASE("a bad environment variable name is refused, naming it", "[env]") {
+  RequireError(tr_plat_setenv("BAD=NAME", "x"), TR_VALUE, {"'BAD=NAME'"});
+  RequireError(tr_plat_setenv("", "x"), TR_VALUE, {"''"});
+  CHECK(tr_plat_getenv("BAD") == nullptr);
+}
+
+TEST_CASE("the clock is monotonic and advances across a sleep", "[clock]") {
+  uint64_t previous = tr_plat_now_ns();
+  int backwards = 0;
+  for (int i = 0; i < 100000; ++i) {
+    uint64_t now = tr_plat_now_ns();
+    backwards += now < previous;
+    previous = now;
+  }
+  CHECK(backwards == 0);
+  const uint64_t sleep_ns = 20 * 1000 * 1000;
+  uint64_t before = tr_plat_now_ns();
+  tr_plat_sleep_ns(sleep_ns);
+  uint64_t after = tr_plat_now_ns();
+  CHECK(after - before >= sleep_ns);
+  CHECK(after - before < UINT64_C(5) * 1000 * 1000 * 1000);  // nanoseconds, not microseconds
+}
+
+TEST_CASE("opening a missing shared object fails naming the path", "[lib]") {
+  const char *path = "/nonexistent/tilerun/libnot_here.so";
+  tr_plat_lib *lib = reinterpret_cast<tr_plat_lib *>(0x1);  // must be reset to NULL
+  RequireError(tr_plat_lib_open(path, &lib), TR_IO, {path});
+  CHECK(lib == nullptr);
+  RequireError(tr_plat_lib_open("", &lib), TR_IO, {"''"});
+  CHECK(lib == nullptr);
+}
+
+TEST_CASE("libm loads and its symbols are found; a missing one is named", "[lib]") {
+  tr_plat_lib *lib = nullptr;
+  REQUIRE_OK(tr_plat_lib_open("libm.so.6", &lib));
+  REQUIRE(lib != nullptr);
+  CHECK(std::string(tr_plat_lib_path(lib)) == "libm.so.6");
+
+  void *address = tr_plat_lib_symbol(lib, "cos");
+  REQUIRE(address != nullptr);
+  auto cos_fn = reinterpret_cast<double (*)(double)>(address);
+  CHECK(cos_fn(0.0) == 1.0);
+  CHECK(cos_fn(0.5) == Approx(std::cos(0.5)));
+
+  void *found = nullptr;
+  REQUIRE_OK(tr_plat_lib_find(lib, "sin", &found));
+  REQUIRE(found != nullptr);
+  CHECK(reinterpret_cast<double (*)(double)>(found)(0.0) == 0.0);
+
+  CHECK(tr_plat_lib_symbol(lib, "tilerun_no_such_symbol") == nullptr);
+  found = reinterpret_cast<void *>(0x1);
+  RequireError(tr_plat_lib_find(lib, "tilerun_no_such_symbol", &found), TR_IO,
+               {"'tilerun_no_such_symbol'", "'libm.so.6'"});
+  CHECK(found == nullptr);
+
+  tr_plat_lib_close(&lib);
+  CHECK(lib == nullptr);
+  tr_plat_lib_close(&lib);  // NULL is allowed
+  tr_plat_lib_close(nullptr);
+}
+
+namespace {
+
+struct Counter {
+  tr_plat_mutex mutex;
+  std::atomic<bool> go{false};  // the threads start counting together, so they contend
+  long value = 0;
+};
+
+void Increment100k(void *arg) {
+  Counter *counter = static_cast<Counter *>(arg);
+  while (!counter->go.load()) {
+  }
+  for (int i = 0; i < 100000; ++i) {
+    tr_plat_mutex_lock(&counter->mutex);
+    // A read, a short pause, a write: without the lock, other threads' updates are lost.
+    long value = counter->value;
+    for (volatile int spin = 0; spin < 10; ++spin) {
+    }
+    counter->value = value + 1;
+    tr_plat_mutex_unlock(&counter->mutex);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a mutex keeps a counter shared by 4 threads exact", "[thread]") {
+  Counter counter;
+  REQUIRE_OK(tr_plat_mutex_init(&counter.mutex));
+  tr_plat_thread *threads[4] = {};
+  for (tr_plat_thread *&thread : threads) {
+    REQUIRE_OK(tr_plat_thread_start(Increment100k, &counter, &thread));
+    REQUIRE(thread != nullptr);
+  }
+  counter.go.store(true);
+  for (tr_plat_thread *&thread : threads) {
+    tr_plat_thread_join(&thread);
+    CHECK(thread == nullptr);
+  }
+  CHECK(counter.value == 400000);
+  tr_plat_mutex_destroy(&counter.mutex);
+  tr_plat_thread_join(nullptr);  // NULL is allowed
+}
+
+namespace {
+
+tr_plat_once g_once = TR_PLAT_ONCE_INIT;
+int g_once_calls = 0;  // written only inside the once
+
+void SlowInit() {
+  tr_plat_sleep_ns(20 * 1000 * 1000);  // others arrive while this runs
+  ++g_once_calls;
+}
+
+struct OnceResult {
+  int calls_seen = -1;
+};
+
+void RunOnce(void *arg) {
+  tr_plat_once_run(&g_once, SlowInit);
+  // Returning means SlowInit has finished, whichever thread ran it.
+  static_cast<OnceResult *>(arg)->calls_seen = g_once_calls;
+}
+
+}  // namespace
+
+TEST_CASE("a once runs its function exactly once and makes every caller wait", "[thread]") {
+  OnceResult results[6];
+  tr_plat_thread *threads[6] = {};
+  for (int i = 0; i < 6; ++i) REQUIRE_OK(tr_plat_thread_start(RunOnce, &results[i], &threads[i]));
+  for (tr_plat_thread *&thread : threads) tr_plat_thread_join(&thread);
+  CHECK(g_once_calls == 1);
+  for (const OnceResult &result : results) CHECK(result.calls_seen == 1);
+  tr_plat_once_run(&g_once, SlowInit);
+  CHECK(g_once_calls == 1);
+}
+
+TEST_CASE("list_dir returns the entries sorted byte-wise", "[fs]") {
+  TempDir dir;
+  for (const char *name : {"b", "a.txt", "C", "a", "_x"}) WriteFile(dir.Join(name), name);
+  std::filesystem::create_directory(dir.Join("dir"));
+
+  char **names = nullptr;
+  size_t count = 0;
+  REQUIRE_OK(tr_plat_list_dir(dir.path().c_str(), &names, &count));
+  std::vector<std::string> listed(names, names + count);
+  CHECK(listed == std::vector<std::string>{"C", "_x", "a", "a.txt", "b", "dir"});
+  CHECK(names[count] == nullptr);
+  tr_plat_free_names(&names, count);
+  CHECK(names == nullptr);
+
+  std::filesystem::create_directory(dir.Join("empty"));
+  REQUIRE_OK(tr_plat_list_dir(dir.Join("empty").c_str(), &names, &count));
+  CHECK(count == 0);
+  tr_plat_free_names(&names, count);
+}
+
+TEST_CASE("list_dir fails naming the path for a missing directory or a file", "[fs]") {
+  TempDir dir;
+  std::string missing = dir.Join("no-such-dir");
+  char **names = reinterpret_cast<char **>(0x1);
+  size_t count = 7;
+  RequireError(tr_plat_list_dir(missing.c_str(), &names, &count), TR_IO,
+               {"'" + missing + "'", "No such file or directory"});
+  CHECK(names == nullptr);
+  CHECK(count == 0);
+
+  std::string file = dir.Join("plain");
+  WriteFile(file, "x");
+  RequireError(tr_plat_list_dir(file.c_str(), &names, &count), TR_IO,
+               {"'" + file + "'", "Not a directory"});
+}
+
+TEST_CASE("read_file round-trips content and fails naming the path", "[fs]") {
+  TempDir dir;
+  std::string path = dir.Join("data.bin");
+  std::string content = "line one\nline two\n";
+  content += std::string("\0binary\xff", 8);
+  for (int i = 0; i < 5000; ++i) content += static_cast<char>(i * 7);
+  WriteFile(path, content);
+
+  char *data = nullptr;
+  size_t size = 0;
+  REQUIRE_OK(tr_plat_read_file(path.c_str(), &data, &size));
+  REQUIRE(data != nullptr);
+  CHECK(size == content.size());
+  CHECK(std::string(data, size) == content);
+  CHECK(data[size] == '\0');
+  free(data);
+
+  // Rewriting truncates.
+  WriteFile(path, "");
+  REQUIRE_OK(tr_plat_read_file(path.c_str(), &data, &size));
+  REQUIRE(data != nullptr);
+  CHECK(size == 0);
+  CHECK(data[0] == '\0');
+  free(data);
+
+  std::string missing = dir.Join("missing.txt");
+  data = reinterpret_cast<char *>(0x1);
+  size = 7;
+  RequireError(tr_plat_read_file(missing.c_str(), &data, &size), TR_IO,
+               {"'" + missing + "'", "No such file or directory"});
+  CHECK(data == nullptr);
+  CHECK(size == 0);
+
+  RequireError(tr_plat_read_file(dir.path().c_str(), &data, &size), TR_IO,
+               {"'" + dir.path() + "'", "Is a directory"});
+}
+
+TEST_CASE("read_file reads files whose size the system does not report", "[fs]") {
+  const char *path = "/proc/self/status";
+  if (!tr_plat_file_exists(path)) return;  // not Linux
+  char *data = nullptr;
+  size_t size = 0;
+  REQUIRE_OK(tr_plat_read_file(path, &data, &size));
+  CHECK(size > 0);
+  CHECK(std::strlen(data) == size);
+  CHECK(std::string(data).find("Name:") != std::string::npos);
+  free(data);
+}
+
+TEST_CASE("write_file fails naming the path", "[fs]") {
+  TempDir dir;
+  std::string path = dir.Join("no-such-dir/file");
+  RequireError(tr_plat_write_file(path.c_str(), "x", 1), TR_IO, {"'" + path + "'"});
+}
+
+TEST_CASE("is_dir and file_exists tell files, directories and nothing apart", "[fs]") {
+  TempDir dir;
+  std::string file = dir.Join("file");
+  WriteFile(file, "x");
+  CHECK(tr_plat_is_dir(dir.path().c_str()) == 1);
+  CHECK(tr_plat_file_exists(dir.path().c_str()) == 1);
+  CHECK(tr_plat_is_dir(file.c_str()) == 0);
+  CHECK(tr_plat_file_exists(file.c_str()) == 1);
+  CHECK(tr_plat_is_dir(dir.Join("none").c_str()) == 0);
+  CHECK(tr_plat_file_exists(dir.Join("none").c_str()) == 0);
+}
+
+TEST_CASE("make_temp_dir makes distinct absolute directories named by the prefix", "[fs]") {
+  char *first = nullptr;
+  char *second = nullptr;
+  REQUIRE_OK(tr_plat_make_temp_dir("tilerun-prefix-", &first));
+  REQUIRE_OK(tr_plat_make_temp_dir("tilerun-prefix-", &second));
+  CHECK(std::string(first) != std::string(second));
+  for (const char *path : {first, second}) {
+    CHECK(path[0] == '/');
+    CHECK(tr_plat_is_dir(path) == 1);
+    std::string base = std::filesystem::path(path).filename().string();
+    CHECK(base.rfind("tilerun-prefix-", 0) == 0);
+    REQUIRE_OK(tr_plat_remove_tree(path));
+    CHECK(tr_plat_file_exists(path) == 0);
+  }
+  free(first);
+  free(second);
+
+  char *out = reinterpret_cast<char *>(0x1);
+  RequireError(tr_plat_make_temp_dir("a/b", &out), TR_VALUE, {"'a/b'"});
+  CHECK(out == nullptr);
+}
+
+TEST_CASE("remove_tree removes a tree without following links out of it", "[fs]") {
+  TempDir outside;
+  std::string keep = outside.Join("keep.txt");
+  WriteFile(keep, "still here");
+
+  TempDir tree;
+  std::filesystem::create_directories(tree.Join("a/b/c"));
+  WriteFile(tree.Join("top.txt"), "1");
+  WriteFile(tree.Join("a/b/mid.txt"), "2");
+  WriteFile(tree.Join("a/b/c/deep.txt"), "3");
+  std::filesystem::create_directory_symlink(outside.path(), tree.Join("a/link-out"));
+
+  REQUIRE_OK(tr_plat_remove_tree(tree.path().c_str()));
+  CHECK(tr_plat_file_exists(tree.path().c_str()) == 0);
+  CHECK(tr_plat_file_exists(keep.c_str()) == 1);
+  CHECK(tr_plat_is_dir(outside.path().c_str()) == 1);
+
+  RequireError(tr_plat_remove_tree(tree.path().c_str()), TR_IO,
+               {"'" + tree.path() + "'", "No such file or directory"});
+
+  // A single file is removed too.
+  REQUIRE_OK(tr_plat_remove_tree(keep.c_str()));
+  CHECK(tr_plat_file_exists(keep.c_str()) == 0);
+}
+
+TEST_CASE("the separators are POSIX's", "[fs]") {
+  CHECK(std::string(tr_plat_path_separator_list()) == ":");
+  CHECK(std::string(tr_plat_path_separator_dir()) == "/");
+}

@@ -1,0 +1,111 @@
+// cli_test.cc: the `tilerun` command: help, usage errors, ops and backends listings.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "platform/platform.h"
+#include "tools/cli.h"
+
+struct Run {
+  int rc;
+  std::string out, err;
+};
+
+static std::string slurp(FILE *f) {
+  std::string text;
+  std::rewind(f);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
+static Run run(std::vector<std::string> args) {
+  args.insert(args.begin(), "tilerun");
+  std::vector<char *> argv;
+  for (std::string &a : args) argv.push_back(&a[0]);
+  FILE *out = std::tmpfile(), *err = std::tmpfile();
+  REQUIRE(out != nullptr);
+  REQUIRE(err != nullptr);
+  int rc = tr_cli_main((int)argv.size(), argv.data(), out, err);
+  return Run{rc, slurp(out), slurp(err)};
+}
+
+TEST_CASE("--help explains the commands and exits 0") {
+  for (const char *flag : {"--help", "-h", "help"}) {
+    Run r = run({flag});
+    CHECK(r.rc == 0);
+    CHECK(r.out.find("usage: tilerun") == 0);
+    CHECK(r.out.find("  run ") != std::string::npos);
+    CHECK(r.out.find("TILERUN_BACKEND_PATH") != std::string::npos);
+    CHECK(r.err.empty());
+  }
+}
+
+TEST_CASE("usage errors name what was wrong and exit 2") {
+  Run r = run({});
+  CHECK(r.rc == 2);
+  CHECK(r.err == "tilerun: no command given\nRun 'tilerun --help' for usage.\n");
+  r = run({"frobnicate"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: unknown command 'frobnicate' (commands: run, ops, backends, help)") == 0);
+  r = run({"ops", "--bogus"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: unknown option '--bogus'") == 0);
+  r = run({"ops", "--manifest"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: --manifest needs a directory") == 0);
+}
+
+TEST_CASE("ops lists the manifest's ops with where they are declared") {
+  Run r = run({"ops", "--manifest", "manifest/spec"});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("manifest manifest/spec: ") == 0);
+  CHECK(r.out.find("RMSNormFwdOp") != std::string::npos);
+  CHECK(r.out.find("torch.nn.functional.rms_norm") != std::string::npos);
+  CHECK(r.out.find("manifest/spec/norm.yaml:") != std::string::npos);
+}
+
+TEST_CASE("a broken manifest fails with file, line and column, exit 1") {
+  char *dir = nullptr;
+  REQUIRE(tr_plat_make_temp_dir("tilerun-cli", &dir) == nullptr);
+  std::string file = std::string(dir) + "/bad.yaml";
+  const char text[] = "GoodFwdOp: {}\nbad_name: {}\n";
+  REQUIRE(tr_plat_write_file(file.c_str(), text, sizeof(text) - 1) == nullptr);
+  Run r = run({"run", "--manifest", dir});
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("tilerun: ManifestError: " + file + ":2:1: op name 'bad_name'") == 0);
+  tr_status *s = tr_plat_remove_tree(dir);
+  tr_status_destroy(&s);
+  free(dir);
+}
+
+TEST_CASE("backends lists the search path and what was found there") {
+  char *dir = nullptr;
+  REQUIRE(tr_plat_make_temp_dir("tilerun-cli", &dir) == nullptr);
+  std::string desc = std::string(dir) + "/acme.yaml";
+  const char text[] = "name: acme\nlibrary: libacme.so\n";
+  REQUIRE(tr_plat_write_file(desc.c_str(), text, sizeof(text) - 1) == nullptr);
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", dir) == nullptr);
+  Run r = run({"backends"});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("backend search path:\n  " + std::string(dir) + "\n") == 0);
+  CHECK(r.out.find("backends: 1 found\n  acme") != std::string::npos);
+  CHECK(r.out.find(std::string(dir) + "/libacme.so") != std::string::npos);
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
+  tr_status *s = tr_plat_remove_tree(dir);
+  tr_status_destroy(&s);
+  free(dir);
+}
+
+TEST_CASE("run prints the ops and the backends") {
+  Run r = run({"run", "--manifest", "manifest/spec"});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("the main job") != std::string::npos);
+  CHECK(r.out.find("RMSNormFwdOp") != std::string::npos);
+  CHECK(r.out.find("backend search path:") != std::string::npos);
+}
