@@ -1,6 +1,8 @@
 // device_test.cc: devices: construction, parsing, text, equality, hashing and DLPack mapping.
 #include <catch2/catch.hpp>
 
+#include "core/test_support.h"
+
 #include <string>
 
 #include "tilerun/device.h"
@@ -8,15 +10,6 @@
 static std::string text_of(const tr_device &d) {
   char buf[TR_DEVICE_FORMAT_MAX];
   tr_device_format(&d, buf, sizeof(buf));
-  return buf;
-}
-
-// Runs a call expected to fail; returns "<CodeName>: <message>" and frees the status.
-static std::string error_of(tr_status *s) {
-  REQUIRE(s != nullptr);
-  char buf[512];
-  tr_status_format(s, buf, sizeof(buf));
-  tr_status_destroy(&s);
   return buf;
 }
 
@@ -38,30 +31,30 @@ TEST_CASE("devices parse and print as type or type:index") {
 TEST_CASE("bad devices are refused with the value received, leaving the output untouched") {
   tr_device d;
   REQUIRE(tr_device_make("cpu", TR_DEVICE_NO_INDEX, &d) == nullptr);
-  CHECK(error_of(tr_device_make("cuda", -2, &d)) == "ValueError: device 'cuda': index -2 is negative");
-  CHECK(error_of(tr_device_parse("cuda:-1", &d)) == "ValueError: device 'cuda:-1': index -1 is negative");
-  CHECK(error_of(tr_device_parse("cuda:x", &d)) ==
+  CHECK(tr_test::error_of(tr_device_make("cuda", -2, &d)) == "ValueError: device 'cuda': index -2 is negative");
+  CHECK(tr_test::error_of(tr_device_parse("cuda:-1", &d)) == "ValueError: device 'cuda:-1': index -1 is negative");
+  CHECK(tr_test::error_of(tr_device_parse("cuda:x", &d)) ==
         "ValueError: device 'cuda:x': index 'x' is not a number from 0 to 2147483647");
-  CHECK(error_of(tr_device_parse("cuda:", &d)) ==
+  CHECK(tr_test::error_of(tr_device_parse("cuda:", &d)) ==
         "ValueError: device 'cuda:': index '' is not a number from 0 to 2147483647");
-  CHECK(error_of(tr_device_parse("cuda:99999999999", &d)) ==
+  CHECK(tr_test::error_of(tr_device_parse("cuda:99999999999", &d)) ==
         "ValueError: device 'cuda:99999999999': index '99999999999' is not a number from 0 to 2147483647");
-  CHECK(error_of(tr_device_parse("", &d)) == "ValueError: device '': the device type is empty");
-  CHECK(error_of(tr_device_parse(":0", &d)) == "ValueError: device ':0': the device type is empty");
-  CHECK(error_of(tr_device_parse("Cuda:0", &d)) ==
+  CHECK(tr_test::error_of(tr_device_parse("", &d)) == "ValueError: device '': the device type is empty");
+  CHECK(tr_test::error_of(tr_device_parse(":0", &d)) == "ValueError: device ':0': the device type is empty");
+  CHECK(tr_test::error_of(tr_device_parse("Cuda:0", &d)) ==
         "ValueError: device 'Cuda:0': character 1 of the device type is 'C'; a device type is a "
         "lowercase letter followed by lowercase letters, digits or '_'");
-  CHECK(error_of(tr_device_make("my-dev", 0, &d)) ==
+  CHECK(tr_test::error_of(tr_device_make("my-dev", 0, &d)) ==
         "ValueError: device 'my-dev': character 3 of the device type is '-'; a device type is a "
         "lowercase letter followed by lowercase letters, digits or '_'");
   std::string long_type(40, 'a');
-  CHECK(error_of(tr_device_make(long_type.c_str(), 0, &d)) ==
+  CHECK(tr_test::error_of(tr_device_make(long_type.c_str(), 0, &d)) ==
         "ValueError: device '" + long_type + "': the device type is 40 characters long, at most 31");
   std::string longer = std::string(50, 'b') + ":1";
-  CHECK(error_of(tr_device_parse(longer.c_str(), &d)) ==
+  CHECK(tr_test::error_of(tr_device_parse(longer.c_str(), &d)) ==
         "ValueError: device '" + std::string(40, 'b') + "...': the device type is 50 characters "
         "long, at most 31");
-  CHECK(error_of(tr_device_parse(nullptr, &d)) == "ValueError: device text is NULL");
+  CHECK(tr_test::error_of(tr_device_parse(nullptr, &d)) == "ValueError: device text is NULL");
   // Every failure above left d as the last success made it.
   CHECK(text_of(d) == "cpu");
   std::string longest(TR_DEVICE_TYPE_MAX, 'z');
@@ -107,16 +100,16 @@ TEST_CASE("DLPack devices map both ways") {
 TEST_CASE("DLPack devices tilerun cannot name are refused naming them") {
   tr_device d;
   REQUIRE(tr_device_parse("cpu", &d) == nullptr);
-  CHECK(error_of(tr_device_from_dl(DLDevice{(DLDeviceType)99, 0}, &d)) ==
+  CHECK(tr_test::error_of(tr_device_from_dl(DLDevice{(DLDeviceType)99, 0}, &d)) ==
         "ValueError: DLDevice(device_type=99, device_id=0): tilerun has no name for DLPack "
         "device type 99");
-  CHECK(error_of(tr_device_from_dl(DLDevice{kDLCUDA, -1}, &d)) ==
+  CHECK(tr_test::error_of(tr_device_from_dl(DLDevice{kDLCUDA, -1}, &d)) ==
         "ValueError: DLDevice(device_type=2, device_id=-1): device_id is negative");
   CHECK(text_of(d) == "cpu");
   tr_device acme;
   REQUIRE(tr_device_parse("acme:0", &acme) == nullptr);
   DLDevice dl{kDLCPU, 7};
-  CHECK(error_of(tr_device_to_dl(&acme, &dl)) ==
+  CHECK(tr_test::error_of(tr_device_to_dl(&acme, &dl)) ==
         "ValueError: device 'acme:0': DLPack has no device type for 'acme'");
   CHECK(dl.device_id == 7);
 }

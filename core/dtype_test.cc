@@ -1,17 +1,11 @@
 // dtype_test.cc: dtype names over DLPack's DLDataType, both ways, and the bad-name error.
 #include <catch2/catch.hpp>
 
+#include "core/test_support.h"
+
 #include <string>
 
 #include "tilerun/dtype.h"
-
-static std::string error_of(tr_status *s) {
-  REQUIRE(s != nullptr);
-  char buf[512];
-  tr_status_format(s, buf, sizeof(buf));
-  tr_status_destroy(&s);
-  return buf;
-}
 
 TEST_CASE("every named dtype parses to its DLPack type and prints back") {
   struct Row {
@@ -60,16 +54,16 @@ TEST_CASE("the constants match the names") {
 
 TEST_CASE("an unknown dtype name is refused, quoting it and listing the known names") {
   tr_dtype dt = TR_INT32;
-  CHECK(error_of(tr_dtype_parse("floot32", &dt)) ==
+  CHECK(tr_test::error_of(tr_dtype_parse("floot32", &dt)) ==
         "ValueError: unknown dtype 'floot32'; known dtypes: float16, bfloat16, float32, "
         "float64, int8, int16, int32, int64, uint8, bool, float8_e4m3, float8_e5m2");
-  CHECK(error_of(tr_dtype_parse("", &dt)).find("unknown dtype ''") != std::string::npos);
-  CHECK(error_of(tr_dtype_parse("Float16", &dt)).find("unknown dtype 'Float16'") !=
+  CHECK(tr_test::error_of(tr_dtype_parse("", &dt)).find("unknown dtype ''") != std::string::npos);
+  CHECK(tr_test::error_of(tr_dtype_parse("Float16", &dt)).find("unknown dtype 'Float16'") !=
         std::string::npos);
   std::string huge(200, 'q');
-  CHECK(error_of(tr_dtype_parse(huge.c_str(), &dt)).find("'" + std::string(64, 'q') + "...'") !=
+  CHECK(tr_test::error_of(tr_dtype_parse(huge.c_str(), &dt)).find("'" + std::string(64, 'q') + "...'") !=
         std::string::npos);
-  CHECK(error_of(tr_dtype_parse(nullptr, &dt)) == "ValueError: dtype name is NULL");
+  CHECK(tr_test::error_of(tr_dtype_parse(nullptr, &dt)) == "ValueError: dtype name is NULL");
   CHECK(tr_dtype_equal(dt, TR_INT32));  // untouched by every failure
 }
 

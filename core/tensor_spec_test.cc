@@ -1,17 +1,11 @@
 // tensor_spec_test.cc: tensor specs: construction, DLPack descriptions, text, hashing, layout.
 #include <catch2/catch.hpp>
 
+#include "core/test_support.h"
+
 #include <string>
 
 #include "tilerun/tensor_spec.h"
-
-static std::string error_of(tr_status *s) {
-  REQUIRE(s != nullptr);
-  char buf[512];
-  tr_status_format(s, buf, sizeof(buf));
-  tr_status_destroy(&s);
-  return buf;
-}
 
 static std::string text_of(const tr_tensor_spec &spec) {
   char buf[256];
@@ -51,14 +45,14 @@ TEST_CASE("bad shapes are refused naming the axis and the extent received") {
   int64_t ok[] = {7};
   REQUIRE(tr_tensor_spec_make(&cpu, TR_FLOAT32, 1, ok, &spec) == nullptr);
   int64_t negative[] = {4, -1, 8};
-  CHECK(error_of(tr_tensor_spec_make(&cpu, TR_FLOAT32, 3, negative, &spec)) ==
+  CHECK(tr_test::error_of(tr_tensor_spec_make(&cpu, TR_FLOAT32, 3, negative, &spec)) ==
         "SignatureError(shape): tensor shape (4, -1, 8): axis 1 has extent -1, which is negative");
   int64_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-  CHECK(error_of(tr_tensor_spec_make(&cpu, TR_FLOAT32, 9, nine, &spec)) ==
+  CHECK(tr_test::error_of(tr_tensor_spec_make(&cpu, TR_FLOAT32, 9, nine, &spec)) ==
         "SignatureError(shape): tensor rank 9 is out of range: tilerun handles ranks 0 to 8");
-  CHECK(error_of(tr_tensor_spec_make(&cpu, TR_FLOAT32, -1, nine, &spec)) ==
+  CHECK(tr_test::error_of(tr_tensor_spec_make(&cpu, TR_FLOAT32, -1, nine, &spec)) ==
         "SignatureError(shape): tensor rank -1 is out of range: tilerun handles ranks 0 to 8");
-  CHECK(error_of(tr_tensor_spec_make(&cpu, TR_FLOAT32, 2, nullptr, &spec)) ==
+  CHECK(tr_test::error_of(tr_tensor_spec_make(&cpu, TR_FLOAT32, 2, nullptr, &spec)) ==
         "ValueError: tensor of rank 2 has a NULL shape");
   CHECK(text_of(spec) == "float32[7] on cpu");
 }
@@ -126,8 +120,8 @@ TEST_CASE("a DLTensor is described without looking at its data or strides") {
   t.shape = empty_shape;
   t.strides = any_strides;
   CHECK(tr_dl_tensor_is_contiguous(&t));
-  CHECK(error_of(tr_tensor_spec_from_dl(nullptr, &spec)) == "ValueError: tensor is NULL");
+  CHECK(tr_test::error_of(tr_tensor_spec_from_dl(nullptr, &spec)) == "ValueError: tensor is NULL");
   t.device = DLDevice{(DLDeviceType)99, 0};
-  CHECK(error_of(tr_tensor_spec_from_dl(&t, &spec)).find("no name for DLPack device type 99") !=
+  CHECK(tr_test::error_of(tr_tensor_spec_from_dl(&t, &spec)).find("no name for DLPack device type 99") !=
         std::string::npos);
 }

@@ -1,19 +1,13 @@
 // value_test.cc: param values: kinds, copies, typed equality, hashing and Python-like text.
 #include <catch2/catch.hpp>
 
+#include "core/test_support.h"
+
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "tilerun/value.h"
-
-static std::string error_of(tr_status *s) {
-  REQUIRE(s != nullptr);
-  char buf[1024];
-  tr_status_format(s, buf, sizeof(buf));
-  tr_status_destroy(&s);
-  return buf;
-}
 
 static std::string text_of(const tr_value &v) {
   char buf[1200];
@@ -119,13 +113,13 @@ TEST_CASE("a string too long or a list too long is refused with its size and the
   REQUIRE(tr_value_str(longest.c_str(), &ok) == nullptr);
   tr_value_clear(&ok);
   std::string too_long(TR_VALUE_STR_MAX + 1, 'x');
-  CHECK(error_of(tr_value_str(too_long.c_str(), &v)) ==
+  CHECK(tr_test::error_of(tr_value_str(too_long.c_str(), &v)) ==
         "ValueError: string value '" + std::string(32, 'x') + "...' is 1025 bytes long, at most 1024");
   std::vector<int64_t> items(TR_VALUE_LIST_MAX + 1, 3);
-  CHECK(error_of(tr_value_int_list(items.data(), items.size(), &v)) ==
+  CHECK(tr_test::error_of(tr_value_int_list(items.data(), items.size(), &v)) ==
         "ValueError: int list value has 65 items, at most 64");
-  CHECK(error_of(tr_value_str(nullptr, &v)) == "ValueError: string value is NULL");
-  CHECK(error_of(tr_value_int_list(nullptr, 2, &v)) == "ValueError: int list of 2 items is NULL");
+  CHECK(tr_test::error_of(tr_value_str(nullptr, &v)) == "ValueError: string value is NULL");
+  CHECK(tr_test::error_of(tr_value_int_list(nullptr, 2, &v)) == "ValueError: int list of 2 items is NULL");
   CHECK(v.kind == TR_VALUE_INT);  // untouched
   CHECK(v.as.i == 7);
 }

@@ -5,23 +5,9 @@
 #include <vector>
 
 #include "manifest/index.h"
-#include "platform/platform.h"
+#include "platform/test_support.h"
 
-struct TempDir {
-  char *path = nullptr;
-  TempDir() { REQUIRE(tr_plat_make_temp_dir("tilerun-index", &path) == nullptr); }
-  ~TempDir() {
-    tr_status *s = tr_plat_remove_tree(path);
-    tr_status_destroy(&s);
-    free(path);
-  }
-  std::string write(const std::string &name, const std::string &text) {
-    std::string file = std::string(path) + "/" + name;
-    tr_status *s = tr_plat_write_file(file.c_str(), text.data(), text.size());
-    REQUIRE(s == nullptr);
-    return file;
-  }
-};
+using tr_test::TempDir;
 
 static std::string index_error(TempDir &dir) {
   tr_manifest_index *index = nullptr;

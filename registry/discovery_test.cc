@@ -5,24 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "platform/platform.h"
+#include "platform/test_support.h"
 #include "registry/discovery.h"
 
-struct TempDir {
-  char *path = nullptr;
-  TempDir() { REQUIRE(tr_plat_make_temp_dir("tilerun-discovery", &path) == nullptr); }
-  ~TempDir() {
-    tr_status *s = tr_plat_remove_tree(path);
-    tr_status_destroy(&s);
-    free(path);
-  }
-  std::string write(const std::string &name, const std::string &text) {
-    std::string file = std::string(path) + "/" + name;
-    tr_status *s = tr_plat_write_file(file.c_str(), text.data(), text.size());
-    REQUIRE(s == nullptr);
-    return file;
-  }
-};
+using tr_test::TempDir;
 
 static tr_discovery *discover(std::vector<const char *> dirs) {
   tr_discovery *found = nullptr;

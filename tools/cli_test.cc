@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "platform/platform.h"
+#include "platform/test_support.h"
 #include "tools/cli.h"
 
 struct Run {
@@ -71,35 +71,24 @@ TEST_CASE("ops lists the manifest's ops with where they are declared") {
 }
 
 TEST_CASE("a broken manifest fails with file, line and column, exit 1") {
-  char *dir = nullptr;
-  REQUIRE(tr_plat_make_temp_dir("tilerun-cli", &dir) == nullptr);
-  std::string file = std::string(dir) + "/bad.yaml";
-  const char text[] = "GoodFwdOp: {}\nbad_name: {}\n";
-  REQUIRE(tr_plat_write_file(file.c_str(), text, sizeof(text) - 1) == nullptr);
-  Run r = run({"run", "--manifest", dir});
+  tr_test::TempDir dir;
+  std::string file = dir.write("bad.yaml", "GoodFwdOp: {}\nbad_name: {}\n");
+  Run r = run({"run", "--manifest", dir.path});
   CHECK(r.rc == 1);
   CHECK(r.err.find("tilerun: ManifestError: " + file + ":2:1: op name 'bad_name'") == 0);
-  tr_status *s = tr_plat_remove_tree(dir);
-  tr_status_destroy(&s);
-  free(dir);
 }
 
 TEST_CASE("backends lists the search path and what was found there") {
-  char *dir = nullptr;
-  REQUIRE(tr_plat_make_temp_dir("tilerun-cli", &dir) == nullptr);
-  std::string desc = std::string(dir) + "/acme.yaml";
-  const char text[] = "name: acme\nlibrary: libacme.so\n";
-  REQUIRE(tr_plat_write_file(desc.c_str(), text, sizeof(text) - 1) == nullptr);
-  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", dir) == nullptr);
+  tr_test::TempDir tmp;
+  std::string dir = tmp.path;
+  tmp.write("acme.yaml", "name: acme\nlibrary: libacme.so\n");
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", tmp.path) == nullptr);
   Run r = run({"backends"});
   CHECK(r.rc == 0);
-  CHECK(r.out.find("backend search path:\n  " + std::string(dir) + "\n") == 0);
+  CHECK(r.out.find("backend search path:\n  " + dir + "\n") == 0);
   CHECK(r.out.find("backends: 1 found\n  acme") != std::string::npos);
-  CHECK(r.out.find(std::string(dir) + "/libacme.so") != std::string::npos);
+  CHECK(r.out.find(dir + "/libacme.so") != std::string::npos);
   REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
-  tr_status *s = tr_plat_remove_tree(dir);
-  tr_status_destroy(&s);
-  free(dir);
 }
 
 TEST_CASE("run prints the ops and the backends") {
