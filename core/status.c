@@ -41,7 +41,8 @@ int tr_code_from_name(const char *name, tr_code *out) {
 }
 
 int tr_code_is_signature_error(tr_code code) {
-  return code == TR_SIGNATURE_DTYPE || code == TR_SIGNATURE_SHAPE || code == TR_SIGNATURE_PARAM;
+  return code == TR_SIGNATURE_DTYPE || code == TR_SIGNATURE_SHAPE || code == TR_SIGNATURE_PARAM ||
+         code == TR_SIGNATURE_DEVICE;
 }
 
 /* vasprintf without the GNU extension: measure, allocate, write. */

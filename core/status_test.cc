@@ -49,8 +49,10 @@ TEST_CASE("the codes the protocol needs are all in the table") {
   CHECK(std::string(tr_code_name(TR_TRANSPORT)) == "TransportError");
   CHECK(std::string(tr_code_name(TR_COMPILE)) == "CompileError");
   CHECK(std::string(tr_code_name(TR_OUT_OF_MEMORY)) == "OutOfMemoryError");
+  CHECK(std::string(tr_code_name(TR_SIGNATURE_DEVICE)) == "SignatureError(device)");
   CHECK(tr_code_is_signature_error(TR_SIGNATURE_DTYPE));
   CHECK(tr_code_is_signature_error(TR_SIGNATURE_PARAM));
+  CHECK(tr_code_is_signature_error(TR_SIGNATURE_DEVICE));
   CHECK_FALSE(tr_code_is_signature_error(TR_VALUE));
 }
 

@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "manifest/index.h"
+#include "manifest/lint.h"
+#include "manifest/manifest.h"
 #include "platform/platform.h"
 #include "registry/discovery.h"
 #include "tilerun/status.h"
@@ -21,6 +22,12 @@ static const char kUsage[] =
     "  run        the main job: the manifest's ops and the installed backends (it grows into\n"
     "             running every op's workloads as the runtime lands)\n"
     "  ops        list the ops the manifest declares: name, family, reference API, where\n"
+    "  manifest check [FILES]\n"
+    "             lint spec files (default: every *.yaml of the manifest directory): they\n"
+    "             load, every workload row is a legal call, rooflines evaluate, compositions\n"
+    "             wire up; prints each problem and exits 1 when there is any\n"
+    "  manifest show OP\n"
+    "             an op's signature and its workload rows as a table\n"
     "  backends   list the backends found along the search path, and the ones skipped\n"
     "  help       show this text\n"
     "\n"
@@ -56,20 +63,128 @@ static const char *manifest_dir(const cli_options *opts) {
   return (env != NULL && env[0] != '\0') ? env : "manifest/spec";
 }
 
+static int load_manifest(const cli_options *opts, FILE *err, tr_manifest **out) {
+  tr_status *status = tr_manifest_load_dir(manifest_dir(opts), out);
+  return status != NULL ? report(err, status) : 0;
+}
+
 static int list_ops(const cli_options *opts, FILE *out, FILE *err) {
-  const char *dir = manifest_dir(opts);
-  tr_manifest_index *index = NULL;
-  tr_status *status = tr_manifest_index_load_dir(dir, &index);
-  if (status != NULL) return report(err, status);
-  size_t n = tr_manifest_index_count(index);
-  fprintf(out, "manifest %s: %zu op%s\n", dir, n, n == 1 ? "" : "s");
-  if (n > 0) fprintf(out, "  %-24s %-12s %-40s %s\n", "op", "family", "reference", "declared at");
-  for (size_t i = 0; i < n; i++) {
-    const tr_manifest_op_ref *op = tr_manifest_index_at(index, i);
-    fprintf(out, "  %-24s %-12s %-40s %s:%d\n", op->name, op->family[0] ? op->family : "-",
-            op->ref_api[0] ? op->ref_api : "-", op->path, op->line);
+  tr_manifest *m = NULL;
+  if (load_manifest(opts, err, &m) != 0) return 1;
+  size_t n = tr_manifest_op_count(m);
+  fprintf(out, "manifest %s: %zu op%s\n", manifest_dir(opts), n, n == 1 ? "" : "s");
+  if (n > 0) {
+    fprintf(out, "  %-18s %-12s %-44s %s\n", "op", "family", "reference", "declared at");
   }
-  tr_manifest_index_destroy(&index);
+  for (size_t i = 0; i < n; i++) {
+    const tr_op_def *op = tr_manifest_op_at(m, i);
+    fprintf(out, "  %-18s %-12s %-44s %s:%d%s\n", tr_op_def_name(op), tr_op_def_family(op),
+            tr_op_def_ref_api(op), tr_op_def_path(op), tr_op_def_line(op),
+            tr_op_def_is_composite(op) ? "  (composite)" : "");
+  }
+  tr_manifest_destroy(&m);
+  return 0;
+}
+
+static int manifest_check(const cli_options *opts, int n_files, char **files, FILE *out,
+                          FILE *err) {
+  tr_manifest *m = NULL;
+  tr_status *status = n_files > 0
+                          ? tr_manifest_load((const char *const *)files, (size_t)n_files, &m)
+                          : tr_manifest_load_dir(manifest_dir(opts), &m);
+  if (status != NULL) {
+    fprintf(out, "manifest check: 1 problem\n  %s\n", tr_status_message(status));
+    tr_status_destroy(&status);
+    return 1;
+  }
+  tr_lint_report found;
+  status = tr_manifest_lint(m, &found);
+  if (status != NULL) {
+    tr_manifest_destroy(&m);
+    return report(err, status);
+  }
+  size_t rows = 0;
+  for (size_t i = 0; i < tr_manifest_op_count(m); i++) {
+    rows += tr_op_def_workload_count(tr_manifest_op_at(m, i));
+  }
+  if (found.count == 0) {
+    fprintf(out, "manifest check: %zu ops, %zu workload rows: no problems\n",
+            tr_manifest_op_count(m), rows);
+  } else {
+    fprintf(out, "manifest check: %zu problem%s\n", found.count, found.count == 1 ? "" : "s");
+    for (size_t i = 0; i < found.count; i++) fprintf(out, "  %s\n", found.problems[i]);
+  }
+  int rc = found.count == 0 ? 0 : 1;
+  tr_lint_report_clear(&found);
+  tr_manifest_destroy(&m);
+  return rc;
+}
+
+static int manifest_show(const cli_options *opts, const char *name, FILE *out, FILE *err) {
+  tr_manifest *m = NULL;
+  if (load_manifest(opts, err, &m) != 0) return 1;
+  const tr_op_def *op = tr_manifest_find(m, name);
+  if (op == NULL) {
+    fprintf(err, "tilerun: no op '%s' in the manifest %s (see 'tilerun ops')\n", name,
+            manifest_dir(opts));
+    tr_manifest_destroy(&m);
+    return 1;
+  }
+  char text[256];
+  fprintf(out, "%s  (%s, %s:%d)\n", tr_op_def_name(op), tr_op_def_family(op), tr_op_def_path(op),
+          tr_op_def_line(op));
+  if (tr_op_def_doc(op)[0]) fprintf(out, "  %s\n", tr_op_def_doc(op));
+  fprintf(out, "  reference: %s%s\n", tr_op_def_ref_api(op),
+          tr_op_def_is_composite(op) ? "  (composite: runs sub-ops, builds no kernel)" : "");
+  fprintf(out, "params:\n");
+  for (size_t i = 0; i < tr_op_def_param_count(op); i++) {
+    const tr_value *def = tr_op_def_param_default(op, i);
+    if (def != NULL) tr_value_format(def, text, sizeof(text));
+    fprintf(out, "  %-18s %-28s %s%s\n", tr_op_def_param_name(op, i), tr_op_def_param_type(op, i),
+            def ? "default " : "required", def ? text : "");
+  }
+  fprintf(out, "inputs:\n");
+  for (size_t i = 0; i < tr_op_def_input_count(op); i++) {
+    fprintf(out, "  %-18s %-28s %-28s%s%s%s%s\n", tr_op_def_input_name(op, i),
+            tr_op_def_input_dtype_text(op, i), tr_op_def_input_shape_text(op, i),
+            tr_op_def_input_optional(op, i) ? " optional" : "",
+            tr_op_def_input_mutated(op, i) ? " mutated" : "",
+            tr_op_def_input_contiguous(op, i) ? " contiguous" : "",
+            tr_op_def_input_device_cpu(op, i) ? " device:cpu" : "");
+  }
+  fprintf(out, "outputs:\n");
+  for (size_t i = 0; i < tr_op_def_output_count(op); i++) {
+    fprintf(out, "  %-18s %-28s %s\n", tr_op_def_output_name(op, i),
+            tr_op_def_output_dtype_text(op, i), tr_op_def_output_shape_text(op, i));
+  }
+  size_t rows = tr_op_def_workload_count(op);
+  fprintf(out, "workloads: %zu\n", rows);
+  tr_device cpu = {"cpu", TR_DEVICE_NO_INDEX};
+  for (size_t r = 0; r < rows; r++) {
+    tr_tensor_spec specs[TR_SIG_MAX_INPUTS];
+    uint8_t has[TR_SIG_MAX_INPUTS];
+    tr_named_value params[TR_SIG_MAX_PARAMS];
+    size_t n_params = 0;
+    tr_status *status = tr_op_def_workload(op, r, &cpu, specs, has, params, &n_params);
+    if (status != NULL) {
+      tr_manifest_destroy(&m);
+      return report(err, status);
+    }
+    fprintf(out, "  %-36s", tr_op_def_workload_label(op, r));
+    for (size_t i = 0; i < tr_op_def_input_count(op); i++) {
+      if (!has[i]) continue;
+      char shape[128], dtype[TR_DTYPE_FORMAT_MAX];
+      tr_shape_format(specs[i].rank, specs[i].shape, shape, sizeof(shape));
+      tr_dtype_format(specs[i].dtype, dtype, sizeof(dtype));
+      fprintf(out, " %s=%s%s", tr_op_def_input_name(op, i), dtype, shape);
+    }
+    for (size_t p = 0; p < n_params; p++) {
+      tr_value_format(&params[p].value, text, sizeof(text));
+      fprintf(out, " %s=%s", params[p].name, text);
+    }
+    fprintf(out, "\n");
+  }
+  tr_manifest_destroy(&m);
   return 0;
 }
 
@@ -114,6 +229,8 @@ static int usage_error(FILE *err, const char *fmt, const char *arg) {
 int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
   cli_options opts = {NULL};
   const char *command = NULL;
+  char *positional[64];
+  int n_positional = 0;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
@@ -129,8 +246,10 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
       return usage_error(err, "unknown option '%s'", arg);
     } else if (command == NULL) {
       command = arg;
+    } else if (n_positional < 64) {
+      positional[n_positional++] = argv[i];
     } else {
-      return usage_error(err, "unexpected argument '%s'", arg);
+      return usage_error(err, "too many arguments at '%s'", arg);
     }
   }
   if (command == NULL) return usage_error(err, "%sno command given", "");
@@ -138,6 +257,16 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     fputs(kUsage, out);
     return 0;
   }
+  if (strcmp(command, "manifest") == 0) {
+    if (n_positional >= 1 && strcmp(positional[0], "check") == 0) {
+      return manifest_check(&opts, n_positional - 1, positional + 1, out, err);
+    }
+    if (n_positional == 2 && strcmp(positional[0], "show") == 0) {
+      return manifest_show(&opts, positional[1], out, err);
+    }
+    return usage_error(err, "%s", "'manifest' takes 'check [FILES]' or 'show OP'");
+  }
+  if (n_positional > 0) return usage_error(err, "unexpected argument '%s'", positional[0]);
   if (strcmp(command, "ops") == 0) return list_ops(&opts, out, err);
   if (strcmp(command, "backends") == 0) return list_backends(out, err);
   if (strcmp(command, "run") == 0) {
@@ -147,5 +276,5 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     int rc_backends = list_backends(out, err);
     return rc != 0 ? rc : rc_backends;
   }
-  return usage_error(err, "unknown command '%s' (commands: run, ops, backends, help)", command);
+  return usage_error(err, "unknown command '%s' (commands: run, ops, manifest, backends, help)", command);
 }

@@ -36,7 +36,8 @@ extern "C" {
   X(COMPILE, "CompileError", "a kernel failed to compile")                                   \
   X(OUT_OF_MEMORY, "OutOfMemoryError", "an allocation failed")                               \
   X(IO, "IOError", "a file, directory or shared object could not be read")                   \
-  X(INTERNAL, "InternalError", "a bug in tilerun: please report it")
+  X(INTERNAL, "InternalError", "a bug in tilerun: please report it")                         \
+  X(SIGNATURE_DEVICE, "SignatureError(device)", "a call's inputs are not on one device")
 
 typedef enum tr_code {
 #define TR__CODE_ENUM(suffix, name, doc) TR_##suffix,
@@ -56,7 +57,7 @@ const char *tr_code_name(tr_code code);
  * is not in the table (then *out is untouched). Thread-safe. */
 int tr_code_from_name(const char *name, tr_code *out);
 
-/* 1 for the three signature-error codes (dtype, shape, param), 0 otherwise. */
+/* 1 for the signature-error codes (dtype, shape, param, device), 0 otherwise. */
 int tr_code_is_signature_error(tr_code code);
 
 /* Makes a status; use TR_STATUS(code, fmt, ...) instead, which records the file and line.

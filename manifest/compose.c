@@ -1,0 +1,168 @@
+/* compose.c: a composite op's steps, run over tensor specs: the wiring (names, views, broadcast
+ * views), each sub-op's check, and the results against the op's own outputs. */
+#include <stdio.h>
+#include <string.h>
+
+#include "manifest/compose.h"
+#include "manifest/internal.h"
+
+typedef struct scope_entry {
+  const char *name;
+  tr_tensor_spec spec;
+} scope_entry;
+
+#define SCOPE_MAX (TR_SIG_MAX_INPUTS + 64)
+
+typedef struct scope {
+  int count;
+  scope_entry entries[SCOPE_MAX];
+} scope;
+
+static const tr_tensor_spec *lookup(const scope *sc, const char *name) {
+  for (int i = sc->count - 1; i >= 0; i--) { /* the latest binding wins */
+    if (strcmp(sc->entries[i].name, name) == 0) return &sc->entries[i].spec;
+  }
+  return NULL;
+}
+
+static tr_status *bind(scope *sc, const char *name, const tr_tensor_spec *spec) {
+  if (sc->count == SCOPE_MAX) return TR_STATUS(TR_MANIFEST, "composition binds more than %d names", SCOPE_MAX);
+  sc->entries[sc->count].name = name;
+  sc->entries[sc->count].spec = *spec;
+  sc->count++;
+  return NULL;
+}
+
+static tr_status *wire(const tr_op_def *op, const tr_value *settled, const tr_call_check *check,
+                       const scope *sc, const wire_decl *w, tr_tensor_spec *out) {
+  const tr_tensor_spec *src = lookup(sc, w->source);
+  if (src == NULL) {
+    return TR_STATUS(TR_MANIFEST, "%s: wiring '%s': '%s' is not in scope here", op->name, w->text, w->source);
+  }
+  *out = *src;
+  if (w->kind == WIRE_NAME) return NULL;
+  int32_t rank = 0;
+  int64_t shape[TR_MAX_RANK];
+  if (w->kind == WIRE_EXPAND_LIKE) {
+    const tr_tensor_spec *like = lookup(sc, w->like);
+    if (like == NULL) {
+      return TR_STATUS(TR_MANIFEST, "%s: wiring '%s': '%s' is not in scope here", op->name, w->text, w->like);
+    }
+    rank = like->rank;
+    memcpy(shape, like->shape, sizeof(shape));
+  } else if (!tr__pattern_shape(op, &w->pattern, settled, check, &rank, shape)) {
+    return TR_STATUS(TR_MANIFEST, "%s: wiring '%s': its shape is not known for this call", op->name, w->text);
+  }
+  char from[256], to[256];
+  int64_t src_numel = tr_tensor_spec_numel(src);
+  if (w->kind == WIRE_VIEW) {
+    int infer = -1;
+    int64_t known = 1;
+    for (int32_t i = 0; i < rank; i++) {
+      if (shape[i] == -1) {
+        if (infer >= 0) return TR_STATUS(TR_MANIFEST, "%s: wiring '%s': two -1 dims", op->name, w->text);
+        infer = i;
+      } else {
+        known *= shape[i];
+      }
+    }
+    if (infer >= 0) shape[infer] = known == 0 ? 0 : src_numel / known;
+    int64_t numel = 1;
+    for (int32_t i = 0; i < rank; i++) numel *= shape[i];
+    if (numel != src_numel) {
+      tr_shape_format(src->rank, src->shape, from, sizeof(from));
+      tr_shape_format(rank, shape, to, sizeof(to));
+      return TR_STATUS(TR_MANIFEST, "%s: wiring '%s': cannot view %s as %s", op->name, w->text, from, to);
+    }
+  } else { /* a broadcast view: right-aligned, each source dim 1 or equal */
+    int ok = src->rank <= rank;
+    for (int32_t i = 0; ok && i < src->rank; i++) {
+      int64_t s = src->shape[src->rank - 1 - i], t = shape[rank - 1 - i];
+      ok = s == t || s == 1;
+    }
+    if (!ok) {
+      tr_shape_format(src->rank, src->shape, from, sizeof(from));
+      tr_shape_format(rank, shape, to, sizeof(to));
+      return TR_STATUS(TR_MANIFEST, "%s: wiring '%s': cannot broadcast %s to %s", op->name, w->text, from, to);
+    }
+  }
+  out->rank = rank;
+  memset(out->shape, 0, sizeof(out->shape));
+  memcpy(out->shape, shape, (size_t)rank * sizeof(int64_t));
+  return NULL;
+}
+
+static tr_status *run_step(const tr_op_def *op, const tr_value *settled, const tr_call_check *check,
+                           scope *sc, int index) {
+  const step_decl *step = &op->composition->steps[index];
+  const tr_op_def *sub = step->op;
+  tr_tensor_spec specs[TR_SIG_MAX_INPUTS];
+  const tr_tensor_spec *ptrs[TR_SIG_MAX_INPUTS] = {0};
+  for (int k = 0; k < step->n_inputs; k++) {
+    int slot = -1;
+    for (int s = 0; s < sub->n_inputs; s++) {
+      if (strcmp(sub->inputs[s].name, step->input_names[k]) == 0) slot = s;
+    }
+    TR_RETURN_IF_ERROR(wire(op, settled, check, sc, &step->inputs[k], &specs[slot]));
+    ptrs[slot] = &specs[slot];
+  }
+  tr_named_value given[TR_SIG_MAX_PARAMS];
+  for (int k = 0; k < step->n_params; k++) {
+    given[k].name = step->params[k].name;
+    given[k].value = step->params[k].from_param >= 0 ? settled[step->params[k].from_param]
+                                                     : step->params[k].literal;
+  }
+  tr_value sub_settled[TR_SIG_MAX_PARAMS];
+  tr_status *status = tr_op_def_bind_params(sub, given, (size_t)step->n_params, sub_settled);
+  tr_call_check sub_check;
+  if (status == NULL) {
+    status = tr_op_def_check(sub, sub_settled, ptrs, (size_t)sub->n_inputs, &sub_check);
+    tr_op_params_clear(sub, sub_settled);
+  }
+  if (status != NULL) {
+    tr_status *wrapped = TR_STATUS(tr_status_code(status), "%s: composition step %d (%s): %s",
+                                   op->name, index + 1, sub->name, tr_status_message(status));
+    tr_status_destroy(&status);
+    return wrapped;
+  }
+  for (int k = 0; k < step->n_outputs; k++) {
+    for (int o = 0; o < sub->n_outputs; o++) {
+      if (strcmp(sub->outputs[o].name, step->output_names[k]) != 0) continue;
+      if (!sub_check.output_present[o]) {
+        return TR_STATUS(TR_MANIFEST, "%s: composition step %d (%s): output '%s' is not produced "
+                         "for this call", op->name, index + 1, sub->name, sub->outputs[o].name);
+      }
+      TR_RETURN_IF_ERROR(bind(sc, step->output_to[k], &sub_check.outputs[o]));
+    }
+  }
+  return NULL;
+}
+
+tr_status *tr_op_def_check_composition(const tr_op_def *op, const tr_value *settled,
+                                       const tr_call_check *check) {
+  if (op->composition == NULL) return NULL;
+  scope sc;
+  sc.count = 0;
+  for (int i = 0; i < op->n_inputs; i++) {
+    if (check->inputs[i] != NULL) TR_RETURN_IF_ERROR(bind(&sc, op->inputs[i].name, check->inputs[i]));
+  }
+  for (int s = 0; s < op->composition->n_steps; s++) {
+    int when = op->composition->steps[s].when_input;
+    if (when >= 0 && check->inputs[when] == NULL) continue;
+    TR_RETURN_IF_ERROR(run_step(op, settled, check, &sc, s));
+  }
+  for (int o = 0; o < op->n_outputs; o++) {
+    if (!check->output_present[o]) continue;
+    tr_tensor_spec got;
+    TR_RETURN_IF_ERROR(wire(op, settled, check, &sc, &op->composition->returns[o], &got));
+    const tr_tensor_spec *want = &check->outputs[o];
+    if (!tr_tensor_spec_equal(&got, want)) {
+      char g[256], w[256];
+      tr_tensor_spec_format(&got, g, sizeof(g));
+      tr_tensor_spec_format(want, w, sizeof(w));
+      return TR_STATUS(TR_MANIFEST, "%s: composition returns %s for output '%s', but the signature "
+                       "gives %s", op->name, g, op->outputs[o].name, w);
+    }
+  }
+  return NULL;
+}

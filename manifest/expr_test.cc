@@ -1,0 +1,2 @@
+// expr_test.cc
+#include <catch2/catch.hpp>

@@ -1,0 +1,2 @@
+// lint_test.cc
+#include <catch2/catch.hpp>

@@ -1,0 +1,2 @@
+// loader_test.cc
+#include <catch2/catch.hpp>

@@ -1,0 +1,2 @@
+// shape_expr_test.cc
+#include <catch2/catch.hpp>

@@ -1,0 +1,50 @@
+/* workload.c: a manifest workload row as the specs and params of a call. */
+#include <string.h>
+
+#include "manifest/internal.h"
+
+size_t tr_op_def_workload_count(const tr_op_def *op) { return (size_t)op->n_workloads; }
+
+const char *tr_op_def_workload_label(const tr_op_def *op, size_t i) {
+  return i < (size_t)op->n_workloads ? op->workloads[i].label : NULL;
+}
+
+static tr_dtype first_of(uint32_t mask) {
+  for (size_t i = 0; i < tr_dtype_count(); i++) {
+    if (mask & (1u << i)) return tr_dtype_at(i);
+  }
+  return TR_FLOAT32;
+}
+
+tr_status *tr_op_def_workload(const tr_op_def *op, size_t i, const tr_device *device,
+                              tr_tensor_spec *specs, uint8_t *has, tr_named_value *params,
+                              size_t *n_params) {
+  if (i >= (size_t)op->n_workloads) {
+    return TR_STATUS(TR_VALUE, "%s has %d workload rows; there is no row %zu", op->name,
+                     op->n_workloads, i);
+  }
+  const workload_decl *w = &op->workloads[i];
+  for (int k = 0; k < op->n_inputs; k++) {
+    const input_decl *in = &op->inputs[k];
+    has[k] = w->has_shape[k];
+    if (!has[k]) continue;
+    tr_dtype dtype;
+    if (w->has_input_dtype[k]) {
+      dtype = w->input_dtype[k];
+    } else if (in->dtype.kind == DT_VAR) {
+      if (!w->has_dtype) {
+        return TR_STATUS(TR_MANIFEST, "%s:%d: %s: workload '%s' gives no dtype for input '%s' "
+                         "(dtype: %s)", op->path, w->line, op->name, w->label, in->name, in->dtype.text);
+      }
+      dtype = w->dtype;
+    } else if (in->dtype.kind == DT_SAME_AS) {
+      dtype = specs[in->dtype.input].dtype; /* an earlier input, already filled */
+    } else {
+      dtype = first_of(in->dtype.mask);
+    }
+    TR_RETURN_IF_ERROR(tr_tensor_spec_make(device, dtype, w->rank[k], w->shape[k], &specs[k]));
+  }
+  for (int p = 0; p < w->n_params; p++) params[p] = w->params[p];
+  *n_params = (size_t)w->n_params;
+  return NULL;
+}
