@@ -1,2 +1,123 @@
-// expr_test.cc
+// expr_test.cc: the expression language: Python's arithmetic, names resolved once, errors with
+// the column.
 #include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+
+#include "core/test_support.h"
+#include "manifest/expr.h"
+
+// Names a..z resolve to refs 0..25 (value: the letter's index + 1); runs r and tensors t resolve
+// only in those places.
+static int resolve(void *, const char *name, size_t len, int as_run, int as_tensor, tr_expr_ref *out) {
+  if (len != 1 || name[0] < 'a' || name[0] > 'z') return 0;
+  if (as_run) { if (name[0] != 'r') return 0; }
+  else if (as_tensor) { if (name[0] != 't') return 0; }
+  *out = tr_expr_ref{(uint16_t)(as_run ? 1 : as_tensor ? 2 : 0), (uint16_t)(name[0] - 'a')};
+  return 1;
+}
+
+static int value(void *, tr_expr_ref ref, double *out) {
+  if (ref.index == 'z' - 'a') return 0;  // z has no value
+  *out = ref.index + 1;
+  return 1;
+}
+
+static int call(void *, tr_expr_fn fn, tr_expr_ref ref, double *out) {
+  *out = fn == TR_EXPR_FN_PROD ? 24 : fn == TR_EXPR_FN_LEN ? 3 : fn == TR_EXPR_FN_RANK ? 2 : 100;
+  return 1;
+}
+
+static double eval(const char *text) {
+  tr_expr *e = nullptr;
+  tr_test::ok(tr_expr_compile(text, resolve, nullptr, &e));
+  tr_expr_env env = {nullptr, value, call};
+  double v = 0;
+  tr_test::ok(tr_expr_eval(e, &env, &v));
+  tr_expr_destroy(&e);
+  return v;
+}
+
+static std::string compile_error(const char *text) {
+  tr_expr *e = nullptr;
+  std::string message = tr_test::error_of(tr_expr_compile(text, resolve, nullptr, &e));
+  CHECK(e == nullptr);
+  return message;
+}
+
+TEST_CASE("arithmetic follows Python's precedence and semantics") {
+  CHECK(eval("1 + 2 * 3") == 7);
+  CHECK(eval("(1 + 2) * 3") == 9);
+  CHECK(eval("2 ** 3 ** 2") == 512);  // right-associative
+  CHECK(eval("-2 ** 2") == -4);       // ** binds tighter than unary minus
+  CHECK(eval("7 // 2") == 3);
+  CHECK(eval("-7 // 2") == -4);       // floor division
+  CHECK(eval("-7 % 3") == 2);         // the divisor's sign
+  CHECK(eval("7 / 2") == 3.5);
+  CHECK(eval("1e-5 * 100000") == Approx(1.0));
+  CHECK(eval("a + b * c") == 1 + 2 * 3);
+}
+
+TEST_CASE("comparisons, chains and boolean logic give 1 or 0") {
+  CHECK(eval("1 < 2") == 1);
+  CHECK(eval("2 <= 1") == 0);
+  CHECK(eval("1 < 2 < 3") == 1);
+  CHECK(eval("1 < 3 < 2") == 0);  // a chain is (1 < 3) and (3 < 2)
+  CHECK(eval("not 0") == 1);
+  CHECK(eval("1 == 1 and 2 != 2") == 0);
+  CHECK(eval("0 or 5 > 4") == 1);
+  CHECK(eval("d % b == 0") == 1);  // 4 % 2
+}
+
+TEST_CASE("functions read runs and tensors through the env") {
+  CHECK(eval("prod(r) * len(r)") == 72);
+  CHECK(eval("numel(t) + rank(t)") == 102);
+  CHECK(eval("min(a, b) + max(c, d)") == 1 + 4);
+}
+
+TEST_CASE("and/or short-circuit: the right side is not evaluated when the left decides") {
+  CHECK(eval("0 and z") == 0);
+  CHECK(eval("1 or z") == 1);
+}
+
+TEST_CASE("evaluation errors name the expression and the cause") {
+  tr_expr *e = nullptr;
+  tr_expr_env env = {nullptr, value, call};
+  double v = 0;
+  tr_test::ok(tr_expr_compile("a / (b - 2)", resolve, nullptr, &e));
+  CHECK(tr_test::error_of(tr_expr_eval(e, &env, &v)) ==
+        "ValueError: expression 'a / (b - 2)': division by zero");
+  tr_expr_destroy(&e);
+  tr_test::ok(tr_expr_compile("a + z", resolve, nullptr, &e));
+  CHECK(tr_test::error_of(tr_expr_eval(e, &env, &v)) == "ValueError: expression 'a + z': no value for 'z'");
+  tr_expr_destroy(&e);
+}
+
+TEST_CASE("syntax errors and unknown names give the column") {
+  CHECK(compile_error("a +") == "ManifestError: expression 'a +': expected a value, found the end at column 4");
+  CHECK(compile_error("a + A") == "ManifestError: expression 'a + A': unknown name at column 5");
+  CHECK(compile_error("(a + b") == "ManifestError: expression '(a + b': expected ')' at column 7");
+  CHECK(compile_error("a b") == "ManifestError: expression 'a b': unexpected text at column 3");
+  CHECK(compile_error("sqrt(a)") == "ManifestError: expression 'sqrt(a)': unknown function (functions: "
+                                    "prod, len, numel, rank, bytes, min, max) at column 1");
+  CHECK(compile_error("prod(t)") == "ManifestError: expression 'prod(t)': unknown run at column 6");
+  CHECK(compile_error("numel(3)") == "ManifestError: expression 'numel(3)': expected a tensor name at column 7");
+  CHECK(compile_error("min(a)") == "ManifestError: expression 'min(a)': expected ',' between two arguments at column 6");
+  std::string deep(100, '(');
+  CHECK(compile_error(deep.c_str()).find("nested too deeply (more than 64 levels)") != std::string::npos);
+  std::string minus(100, '-');
+  CHECK(compile_error((minus + "a").c_str()).find("nested too deeply") != std::string::npos);
+}
+
+TEST_CASE("the refs an expression reads are visited once each") {
+  tr_expr *e = nullptr;
+  tr_test::ok(tr_expr_compile("a + b * a + numel(t) + numel(t)", resolve, nullptr, &e));
+  std::string seen;
+  tr_expr_visit_refs(e, [](void *ctx, int fn, tr_expr_ref, const char *name) {
+    *static_cast<std::string *>(ctx) += std::string(name) + (fn >= 0 ? "()" : "") + " ";
+  }, &seen);
+  CHECK(seen == "a b t() ");
+  CHECK(std::string(tr_expr_text(e)) == "a + b * a + numel(t) + numel(t)");
+  tr_expr_destroy(&e);
+}

@@ -1,2 +1,124 @@
-// lint_test.cc
+// lint_test.cc: `manifest check`'s rules: the shipped manifest passes, and each rule catches its
+// own kind of problem.
 #include <catch2/catch.hpp>
+
+#include <string>
+
+#include "manifest/lint.h"
+#include "manifest/manifest_testing.h"
+#include "platform/test_support.h"
+
+static std::vector<std::string> lint(const std::string &text) {
+  tr_test::TempDir dir;
+  std::string file = dir.write("t.yaml", text);
+  const char *paths[] = {file.c_str()};
+  tr_manifest *m = nullptr;
+  tr_test::ok(tr_manifest_load(paths, 1, &m));
+  tr_lint_report report;
+  tr_test::ok(tr_manifest_lint(m, &report));
+  std::vector<std::string> problems;
+  for (size_t i = 0; i < report.count; i++) {
+    std::string p = report.problems[i];
+    size_t at = p.find(file);
+    if (at != std::string::npos) p.replace(at, file.size(), "F");
+    problems.push_back(p);
+  }
+  tr_lint_report_clear(&report);
+  tr_manifest_destroy(&m);
+  return problems;
+}
+
+static const char *kOp =
+    "ScaleFwdOp:\n"                                                        // 1
+    "  family: t\n  ref_api: none\n  signature:\n"                         // 2-4
+    "    forall: {B: Shape, T: \"DType[float16 | float32]\"}\n"            // 5
+    "    params: {n: {type: int}}\n"                                       // 6
+    "    inputs:\n      x: {dtype: T, shape: \"[*B, n]\"}\n"               // 7-8
+    "    outputs:\n      y: {dtype: T, shape: \"[*B, n]\"}\n";             // 9-10
+
+TEST_CASE("the shipped manifest has no problems") {
+  tr_lint_report report;
+  tr_test::ok(tr_manifest_lint(tr_test::shipped(), &report));
+  std::string all;
+  for (size_t i = 0; i < report.count; i++) all += std::string(report.problems[i]) + "\n";
+  CHECK(all == "");
+  tr_lint_report_clear(&report);
+}
+
+TEST_CASE("a clean entry passes") {
+  std::string text = std::string(kOp) +
+                     "  workloads:\n    - {label: small, dtype: float16, shapes: {x: [4, 8]}, params: {n: 8}}\n"
+                     "  roofline: {flops: \"numel(x)\", bytes: \"bytes(x) + bytes(y)\"}\n";
+  CHECK(lint(text).empty());
+}
+
+TEST_CASE("an op with no workloads or no roofline is a problem") {
+  auto problems = lint(kOp);
+  REQUIRE(problems.size() == 2);
+  CHECK(problems[0] == "F:1: ScaleFwdOp: has no workload rows");
+  CHECK(problems[1] == "F:1: ScaleFwdOp: has no roofline (flops and bytes)");
+}
+
+TEST_CASE("a workload row that is not a legal call is a problem, with the checker's message") {
+  std::string text = std::string(kOp) +
+                     "  workloads:\n"                                                          // 11
+                     "    - {label: good, dtype: float16, shapes: {x: [4, 8]}, params: {n: 8}}\n" // 12
+                     "    - {label: wrong n, dtype: float16, shapes: {x: [4, 8]}, params: {n: 7}}\n"
+                     "    - {label: no n, dtype: float16, shapes: {x: [4, 8]}}\n"
+                     "    - {label: int8, dtype: int8, shapes: {x: [4, 8]}, params: {n: 8}}\n"
+                     "  roofline: {flops: \"numel(x)\", bytes: \"bytes(x) + bytes(y)\"}\n";
+  auto problems = lint(text);
+  REQUIRE(problems.size() == 3);
+  CHECK(problems[0] == "F:13: ScaleFwdOp: workload 'wrong n': ScaleFwdOp: input 'x' shape (4, 8) "
+                       "does not match [*B, n] = (4, 7): axis 1 is 8, expected n = 7");
+  CHECK(problems[1] == "F:14: ScaleFwdOp: workload 'no n': ScaleFwdOp: param 'n' (int) is required");
+  CHECK(problems[2] == "F:15: ScaleFwdOp: workload 'int8': ScaleFwdOp: input 'x' dtype int8 is not "
+                       "one of float16 | float32 (type variable T)");
+}
+
+TEST_CASE("a roofline that does not evaluate on a row is a problem") {
+  std::string text = std::string(kOp) +
+                     "  workloads:\n    - {label: zero, dtype: float16, shapes: {x: [0, 8]}, params: {n: 8}}\n"
+                     "  roofline: {flops: \"numel(x) / prod(B)\", bytes: \"bytes(x)\"}\n";
+  auto problems = lint(text);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "F:12: ScaleFwdOp: workload 'zero': expression 'numel(x) / prod(B)': "
+                       "division by zero");
+}
+
+TEST_CASE("an unused type variable is a problem") {
+  std::string text = std::string(kOp);
+  text.replace(text.find("{B: Shape,"), 10, "{B: Shape, U: Shape,");
+  text += "  workloads:\n    - {label: a, dtype: float16, shapes: {x: [8]}, params: {n: 8}}\n"
+          "  roofline: {flops: \"1\", bytes: \"bytes(x)\"}\n";
+  auto problems = lint(text);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "F:1: ScaleFwdOp: type variable 'U' is declared but no tensor uses it");
+}
+
+TEST_CASE("a composition whose result differs from the signature is a problem") {
+  std::string add = "AddFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                    "    forall: {S: Shape, T: DType}\n"
+                    "    inputs:\n      a: {dtype: T, shape: \"[*S]\"}\n      b: {dtype: T, shape: \"[*S]\"}\n"
+                    "    outputs:\n      c: {dtype: T, shape: \"[*S]\"}\n"
+                    "  workloads:\n    - {label: a, dtype: float32, shapes: {a: [4], b: [4]}}\n"
+                    "  roofline: {flops: \"numel(c)\", bytes: \"bytes(a) * 3\"}\n";
+  std::string twice = "PairFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                      "    forall: {T: DType}\n"
+                      "    inputs:\n      x: {dtype: T, shape: \"[N]\"}\n"
+                      "    outputs:\n      y: {dtype: T, shape: \"[N]\"}\n"
+                      "  composition:\n    steps:\n"
+                      "      - {op: AddFwdOp, inputs: {a: \"view(x, [-1, 2])\", b: \"view(x, [-1, 2])\"}, outputs: {c: t}}\n"
+                      "    returns: {y: t}\n"
+                      "  workloads:\n    - {label: a, dtype: float32, shapes: {x: [6]}}\n"
+                      "  roofline: {flops: \"N\", bytes: \"bytes(x)\"}\n";
+  auto problems = lint(add + twice);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].find("workload 'a': PairFwdOp: composition returns float32[3, 2] on cpu for "
+                         "output 'y', but the signature gives float32[6] on cpu") != std::string::npos);
+  std::string bad_view = twice;
+  bad_view.replace(bad_view.find("[-1, 2]"), 7, "[4, 2]");
+  problems = lint(add + bad_view);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].find("PairFwdOp: wiring 'view(x, [4, 2])': cannot view (6,) as (4, 2)") != std::string::npos);
+}

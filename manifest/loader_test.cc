@@ -1,2 +1,229 @@
-// loader_test.cc
+// loader_test.cc: spec-file errors name file, line and column and what was expected there; the
+// rules the shipped ops do not exercise (same_as, device: cpu) checked on small manifests.
 #include <catch2/catch.hpp>
+
+#include <string>
+
+#include "manifest/manifest_testing.h"
+#include "platform/test_support.h"
+
+using tr_test::Bound;
+using tr_test::Params;
+using tr_test::spec;
+
+// A small valid entry to vary: one input, one output.
+static const char *kHeader =
+    "TestFwdOp:\n"                                  // line 1
+    "  family: test\n"                              // 2
+    "  ref_api: none\n"                             // 3
+    "  signature:\n"                                // 4
+    "    forall: {B: Shape, T: \"DType[float16 | float32]\"}\n";  // 5
+
+struct Loaded {
+  tr_test::TempDir dir;
+  std::string file;
+  tr_manifest *m = nullptr;
+  std::string error;  // "<Code>: <message>" when loading failed
+  explicit Loaded(const std::string &text) {
+    file = dir.write("t.yaml", text);
+    const char *paths[] = {file.c_str()};
+    tr_status *s = tr_manifest_load(paths, 1, &m);
+    if (s != nullptr) error = tr_test::error_of(s);
+  }
+  ~Loaded() { tr_manifest_destroy(&m); }
+  const tr_op_def *op(const char *name = "TestFwdOp") {
+    REQUIRE(error == "");
+    const tr_op_def *d = tr_manifest_find(m, name);
+    REQUIRE(d != nullptr);
+    return d;
+  }
+};
+
+// The message of a failed load, with the file's path replaced by "F".
+static std::string load_error(const std::string &text) {
+  Loaded l(text);
+  REQUIRE(l.error != "");
+  std::string e = l.error;
+  for (size_t at; (at = e.find(l.file)) != std::string::npos;) e.replace(at, l.file.size(), "F");
+  return e;
+}
+
+static std::string entry(const std::string &params, const std::string &inputs,
+                         const std::string &outputs, const std::string &rest = "") {
+  return std::string(kHeader) + "    params: " + params + "\n" +   // 6
+         "    inputs:\n" + inputs +                                  // 7, 8...
+         "    outputs:\n" + outputs + rest;
+}
+
+static const char *kX = "      x: {dtype: T, shape: \"[*B, N]\"}\n";
+static const char *kY = "      y: {dtype: T, shape: \"[*B, N]\"}\n";
+
+TEST_CASE("a small valid entry loads") {
+  Loaded l(entry("{}", kX, kY));
+  const tr_op_def *d = l.op();
+  CHECK(std::string(tr_op_def_family(d)) == "test");
+  CHECK(tr_op_def_input_count(d) == 1);
+  CHECK(tr_op_def_line(d) == 1);
+}
+
+TEST_CASE("unknown keys are named with where they stand") {
+  CHECK(load_error(entry("{}", "      x: {dtype: T, shape: \"[*B, N]\", optinal: true}\n", kY)) ==
+        "ManifestError: F:8:39: TestFwdOp: unknown key 'optinal' in input 'x' (known: dtype, "
+        "shape, optional, mutated, contiguous, device, required_unless, doc)");
+  CHECK(load_error(std::string(kHeader) + "    parms: {}\n") ==
+        "ManifestError: F:6:5: TestFwdOp: unknown key 'parms' in 'signature' (known: forall, "
+        "params, inputs, outputs, constraints)");
+  CHECK(load_error("TestFwdOp:\n  family: t\n  ref_api: none\n  signture: {}\n") ==
+        "ManifestError: F:4:3: TestFwdOp: unknown key 'signture' in an op's entry (known: "
+        "family, ref_api, doc, signature, composition, workloads, roofline)");
+}
+
+TEST_CASE("a bad type expression is named") {
+  CHECK(load_error(entry("{eps: {type: \"flaot | None\"}}", kX, kY)) ==
+        "ManifestError: F:6:26: TestFwdOp: param 'eps': unknown type 'flaot' in 'flaot | None' "
+        "(types: int, float, bool, str, dtype, list[int], tuple[int, ...], None)");
+  CHECK(load_error(std::string("TestFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                               "    forall: {T: \"DType[float16 | half]\"}\n")) ==
+        "ManifestError: F:5:17: TestFwdOp: type variable 'T': 'half' in 'DType[float16 | half]' "
+        "is not a dtype");
+}
+
+TEST_CASE("an undefined dim or type variable is named") {
+  CHECK(load_error(entry("{}", kX, "      y: {dtype: T, shape: \"[*B, M]\"}\n")) ==
+        "ManifestError: F:10:28: TestFwdOp: output 'y': dim 'M' is bound by no input (an "
+        "undefined dim)");
+  CHECK(load_error(entry("{}", "      x: {dtype: U, shape: \"[*B, N]\"}\n", kY)) ==
+        "ManifestError: F:8:18: TestFwdOp: input 'x': dtype 'U' is neither a type variable nor a "
+        "dtype (in 'U')");
+  CHECK(load_error(entry("{}", "      x: {dtype: T, shape: \"[*C, N]\"}\n", kY)) ==
+        "ManifestError: F:8:28: TestFwdOp: input 'x': '*C' is neither a Shape variable nor a list "
+        "param");
+  CHECK(load_error(entry("{}", "      x: {dtype: T, shape: \"[B, N]\"}\n", kY)) ==
+        "ManifestError: F:8:28: TestFwdOp: input 'x': type variable 'B' in a shape must be written "
+        "*B (a Shape variable)");
+}
+
+TEST_CASE("a shape expression that does not parse is named, with its column") {
+  CHECK(load_error(entry("{}", "      x: {dtype: T, shape: \"[*B, N\"}\n", kY)) ==
+        "ManifestError: F:8:28: TestFwdOp: input 'x': shape '[*B, N': expected ']', found the "
+        "end at column 7");
+  CHECK(load_error(entry("{}", "      x: {dtype: T, shape: \"[*B, -2]\"}\n", kY)) ==
+        "ManifestError: F:8:28: TestFwdOp: input 'x': shape '[*B, -2]': a dim cannot be negative "
+        "at column 6");
+  CHECK(load_error(entry("{}", "      x: {dtype: T, shape: \"[*B, *B2]\"}\n", kY))
+            .find("'*B2' is neither") != std::string::npos);
+}
+
+TEST_CASE("a default of the wrong type is named") {
+  CHECK(load_error(entry("{eps: {type: float, default: small}}", kX, kY)) ==
+        "ManifestError: F:6:42: TestFwdOp: param 'eps' default must be float, got 'small'");
+  CHECK(load_error(entry("{n: {type: int, default: null}}", kX, kY)) ==
+        "ManifestError: F:6:38: TestFwdOp: param 'n' default must be int, got null");
+  CHECK(load_error(entry("{s: {type: \"list[int]\", default: [1, x]}}", kX, kY)) ==
+        "ManifestError: F:6:50: TestFwdOp: param 's' default must be a list of ints, got item 'x'");
+}
+
+TEST_CASE("structure rules: optional inputs trail, runs are resolvable, outputs are bound") {
+  CHECK(load_error(entry("{}", "      w: {dtype: T, shape: \"[N]\", optional: true}\n"
+                               "      x: {dtype: T, shape: \"[*B, N]\"}\n", kY)) ==
+        "ManifestError: F:9:7: TestFwdOp: input 'x': a required input follows an optional one; "
+        "optional inputs are trailing");
+  CHECK(load_error(std::string("TestFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                               "    forall: {A: Shape, C: Shape, T: DType}\n"
+                               "    inputs:\n      x: {dtype: T, shape: \"[*A, *C]\"}\n"
+                               "    outputs:\n      y: {dtype: T, shape: \"[*A]\"}\n")) ==
+        "ManifestError: F:7:28: TestFwdOp: input 'x': shape '[*A, *C]' has 2 runs of unknown "
+        "length; at most one");
+  CHECK(load_error(entry("{}", std::string(kX) + "      w: {dtype: T, shape: \"[M]\", optional: true}\n",
+                         "      y: {dtype: T, shape: \"[M]\"}\n")) ==
+        "ManifestError: F:11:28: TestFwdOp: output 'y': dim 'M' is bound by no required input");
+}
+
+TEST_CASE("op names and duplicates across files") {
+  CHECK(load_error("rms_norm: {}\n") ==
+        "ManifestError: F:1:1: op name 'rms_norm' does not have the form {Name}{Fwd|Bwd}Op (e.g. "
+        "RMSNormFwdOp)");
+  tr_test::TempDir dir;
+  std::string text = entry("{}", kX, kY);
+  std::string a = dir.write("a.yaml", text), b = dir.write("b.yaml", "\n" + text);
+  const char *paths[] = {a.c_str(), b.c_str()};
+  tr_manifest *m = nullptr;
+  CHECK(tr_test::error_of(tr_manifest_load(paths, 2, &m)) ==
+        "ManifestError: " + b + ":2:1: op 'TestFwdOp' is already declared at " + a + ":1");
+  CHECK(m == nullptr);
+}
+
+TEST_CASE("a YAML syntax error and a missing file") {
+  CHECK(load_error("TestFwdOp: {family: [t\n") ==
+        "ManifestError: F:2:1: bad structure: did not find expected ',' or ']' (while parsing a "
+        "flow sequence at line 1)");
+  tr_manifest *m = nullptr;
+  std::string e = tr_test::error_of(tr_manifest_load_dir("/nonexistent/spec", &m));
+  CHECK(e.find("IOError: ") == 0);
+  CHECK(e.find("/nonexistent/spec") != std::string::npos);
+}
+
+TEST_CASE("same_as: an input's dtype follows an earlier input's") {
+  Loaded l(std::string("SameFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                       "    inputs:\n"
+                       "      a: {dtype: \"float16 | float32\", shape: \"[N]\"}\n"
+                       "      b: {dtype: same_as(a), shape: \"[N]\"}\n"
+                       "    outputs:\n      c: {dtype: same_as(b), shape: \"[N]\"}\n"));
+  Bound op(l.op("SameFwdOp"), Params());
+  tr_tensor_spec a = spec("cpu", "float32", {3}), b = spec("cpu", "float32", {3}),
+                 b16 = spec("cpu", "float16", {3});
+  tr_call_check out;
+  REQUIRE(op.check({&a, &b}, &out) == "");
+  CHECK(tr_test::shape_text(out.outputs[0]) == "float32[3] on cpu");
+  CHECK(op.check({&a, &b16}) == "SignatureError(dtype): SameFwdOp: input 'b' dtype float16 does "
+                                "not match same_as(a) = float32");
+}
+
+TEST_CASE("device: cpu lets one input stay on the CPU") {
+  Loaded l(std::string("LookupFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                       "    inputs:\n"
+                       "      x: {dtype: float32, shape: \"[N]\"}\n"
+                       "      index: {dtype: int64, shape: \"[M]\", device: cpu}\n"
+                       "    outputs:\n      y: {dtype: float32, shape: \"[M]\"}\n"));
+  Bound op(l.op("LookupFwdOp"), Params());
+  tr_tensor_spec x = spec("cuda:0", "float32", {10});
+  tr_tensor_spec i_cpu = spec("cpu", "int64", {4}), i_gpu = spec("cuda:0", "int64", {4}),
+                 i_other = spec("cuda:1", "int64", {4});
+  tr_call_check out;
+  REQUIRE(op.check({&x, &i_cpu}, &out) == "");
+  CHECK(tr_test::shape_text(out.outputs[0]) == "float32[4] on cuda:0");
+  CHECK(op.check({&x, &i_gpu}) == "");
+  CHECK(op.check({&x, &i_other}) ==
+        "SignatureError(device): LookupFwdOp: input 'index' is on cuda:1, but input 'x' is on "
+        "cuda:0; all inputs of a call are on one device (or on cpu, for this input)");
+  tr_tensor_spec x_cpu = spec("cpu", "float32", {10});
+  CHECK(op.check({&x_cpu, &i_gpu}) ==
+        "SignatureError(device): LookupFwdOp: input 'index' is on cuda:0, but input 'x' is on cpu; "
+        "all inputs of a call are on one device (or on cpu, for this input)");
+}
+
+TEST_CASE("composition steps name ops, inputs and params that exist") {
+  std::string base = "AddFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                     "    forall: {S: Shape, T: DType}\n"
+                     "    params: {alpha: {type: float, default: 1.0}}\n"
+                     "    inputs:\n      a: {dtype: T, shape: \"[*S]\"}\n      b: {dtype: T, shape: \"[*S]\"}\n"
+                     "    outputs:\n      c: {dtype: T, shape: \"[*S]\"}\n"
+                     "TwiceFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"   // 12..15
+                     "    forall: {S: Shape, T: DType}\n"
+                     "    inputs:\n      x: {dtype: T, shape: \"[*S]\"}\n"
+                     "    outputs:\n      y: {dtype: T, shape: \"[*S]\"}\n"
+                     "  composition:\n    steps:\n";                                   // 21, 22
+  Loaded good(base + "      - {op: AddFwdOp, inputs: {a: x, b: x}, params: {alpha: 2}, outputs: {c: t}}\n"
+                     "    returns: {y: t}\n");
+  CHECK(tr_op_def_is_composite(good.op("TwiceFwdOp")));
+  CHECK(load_error(base + "      - {op: SubFwdOp, inputs: {a: x}, outputs: {c: t}}\n    returns: {y: t}\n") ==
+        "ManifestError: F:23:9: TwiceFwdOp: composition step 1: op 'SubFwdOp' is not in the manifest");
+  CHECK(load_error(base + "      - {op: AddFwdOp, inputs: {a: x, z: x}, outputs: {c: t}}\n    returns: {y: t}\n") ==
+        "ManifestError: F:23:9: TwiceFwdOp: composition step 1: AddFwdOp has no input 'z'");
+  CHECK(load_error(base + "      - {op: AddFwdOp, inputs: {a: x, b: x}, params: {alpha: true}, outputs: {c: t}}\n"
+                          "    returns: {y: t}\n") ==
+        "ManifestError: F:23:9: TwiceFwdOp: composition step 1: param 'alpha' of AddFwdOp expects "
+        "float, got True");
+  CHECK(load_error(base + "      - {op: AddFwdOp, inputs: {a: x, b: x}, outputs: {c: t}}\n    returns: {}\n") ==
+        "ManifestError: F:24:14: TwiceFwdOp: 'returns' gives no value for output 'y'");
+}

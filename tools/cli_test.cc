@@ -52,7 +52,7 @@ TEST_CASE("usage errors name what was wrong and exit 2") {
   CHECK(r.err == "tilerun: no command given\nRun 'tilerun --help' for usage.\n");
   r = run({"frobnicate"});
   CHECK(r.rc == 2);
-  CHECK(r.err.find("tilerun: unknown command 'frobnicate' (commands: run, ops, backends, help)") == 0);
+  CHECK(r.err.find("tilerun: unknown command 'frobnicate' (commands: run, ops, manifest, backends, help)") == 0);
   r = run({"ops", "--bogus"});
   CHECK(r.rc == 2);
   CHECK(r.err.find("tilerun: unknown option '--bogus'") == 0);
@@ -72,10 +72,10 @@ TEST_CASE("ops lists the manifest's ops with where they are declared") {
 
 TEST_CASE("a broken manifest fails with file, line and column, exit 1") {
   tr_test::TempDir dir;
-  std::string file = dir.write("bad.yaml", "GoodFwdOp: {}\nbad_name: {}\n");
+  std::string file = dir.write("bad.yaml", "bad_name: {}\n");
   Run r = run({"run", "--manifest", dir.path});
   CHECK(r.rc == 1);
-  CHECK(r.err.find("tilerun: ManifestError: " + file + ":2:1: op name 'bad_name'") == 0);
+  CHECK(r.err.find("tilerun: ManifestError: " + file + ":1:1: op name 'bad_name'") == 0);
 }
 
 TEST_CASE("backends lists the search path and what was found there") {
@@ -97,4 +97,42 @@ TEST_CASE("run prints the ops and the backends") {
   CHECK(r.out.find("the main job") != std::string::npos);
   CHECK(r.out.find("RMSNormFwdOp") != std::string::npos);
   CHECK(r.out.find("backend search path:") != std::string::npos);
+}
+
+TEST_CASE("manifest check passes the shipped spec files and lists problems in broken ones") {
+  Run r = run({"manifest", "check", "--manifest", "manifest/spec"});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("manifest check: 10 ops, ") == 0);
+  CHECK(r.out.find("workload rows: no problems") != std::string::npos);
+  tr_test::TempDir dir;
+  std::string file = dir.write("t.yaml",
+      "ScaleFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+      "    inputs:\n      x: {dtype: float32, shape: \"[N]\"}\n"
+      "    outputs:\n      y: {dtype: float32, shape: \"[N]\"}\n");
+  r = run({"manifest", "check", file});
+  CHECK(r.rc == 1);
+  CHECK(r.out == "manifest check: 2 problems\n  " + file + ":1: ScaleFwdOp: has no workload rows\n  " +
+                 file + ":1: ScaleFwdOp: has no roofline (flops and bytes)\n");
+  std::string broken = dir.write("u.yaml", "ScaleFwdOp: {family: t, ref_api: none, signature: {bogus: 1}}\n");
+  r = run({"manifest", "check", broken});
+  CHECK(r.rc == 1);
+  CHECK(r.out == "manifest check: 1 problem\n  " + broken + ":1:52: ScaleFwdOp: unknown key 'bogus' in "
+                 "'signature' (known: forall, params, inputs, outputs, constraints)\n");
+}
+
+TEST_CASE("manifest show prints the signature and the workload rows") {
+  Run r = run({"manifest", "show", "RMSNormFwdOp", "--manifest", "manifest/spec"});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("RMSNormFwdOp  (norm, manifest/spec/norm.yaml:") == 0);
+  CHECK(r.out.find("  normalized_shape   list[int] | tuple[int, ...]  required") != std::string::npos);
+  CHECK(r.out.find("  weight             T                            [*normalized_shape]          optional") !=
+        std::string::npos);
+  CHECK(r.out.find("x=bfloat16(2048, 4096) weight=bfloat16(4096,) normalized_shape=(4096,)") !=
+        std::string::npos);
+  r = run({"manifest", "show", "NopeFwdOp", "--manifest", "manifest/spec"});
+  CHECK(r.rc == 1);
+  CHECK(r.err == "tilerun: no op 'NopeFwdOp' in the manifest manifest/spec (see 'tilerun ops')\n");
+  r = run({"manifest", "frob"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: 'manifest' takes 'check [FILES]' or 'show OP'") == 0);
 }
