@@ -149,6 +149,12 @@ tr_status *tr_plat_write_file(const char *path, const void *data, size_t size) T
  * TR_OUT_OF_MEMORY naming the path. Thread-safe. */
 tr_status *tr_plat_list_dir(const char *path, char ***out_names, size_t *out_count) TR_MUST_USE;
 
+/* The paths ("dir/name") of a directory's entries whose names end with `suffix` (and are longer
+ * than it), sorted by name: how spec files and backend descriptors are found. Fails as
+ * tr_plat_list_dir does. The caller frees the array with tr_plat_free_names. */
+tr_status *tr_plat_list_files(const char *dir, const char *suffix, char ***out_paths,
+                              size_t *out_count) TR_MUST_USE;
+
 /* Frees an array from tr_plat_list_dir and each name in it, and sets *names_p to NULL. NULL
  * (or *names_p NULL) is allowed. Cannot fail. */
 void tr_plat_free_names(char ***names_p, size_t count);

@@ -374,3 +374,29 @@ TEST_CASE("the separators are POSIX's", "[fs]") {
   CHECK(std::string(tr_plat_path_separator_list()) == ":");
   CHECK(std::string(tr_plat_path_separator_dir()) == "/");
 }
+
+TEST_CASE("list_files gives the full paths of the names with a suffix, sorted") {
+  char *dir = nullptr;
+  REQUIRE(tr_plat_make_temp_dir("tilerun-files", &dir) == nullptr);
+  std::string base = dir;
+  for (const char *name : {"b.yaml", "a.yaml", ".yaml", "c.yml", "notes.txt"}) {
+    std::string path = base + "/" + name;
+    REQUIRE(tr_plat_write_file(path.c_str(), "x", 1) == nullptr);
+  }
+  char **paths = nullptr;
+  size_t n = 0;
+  REQUIRE(tr_plat_list_files(dir, ".yaml", &paths, &n) == nullptr);
+  REQUIRE(n == 2);  // ".yaml" alone is not longer than the suffix
+  CHECK(std::string(paths[0]) == base + "/a.yaml");
+  CHECK(std::string(paths[1]) == base + "/b.yaml");
+  tr_plat_free_names(&paths, n);
+  CHECK(paths == nullptr);
+  tr_status *s = tr_plat_list_files("/nonexistent/dir", ".yaml", &paths, &n);
+  REQUIRE(s != nullptr);
+  CHECK(std::string(tr_status_message(s)).find("/nonexistent/dir") != std::string::npos);
+  CHECK(paths == nullptr);
+  tr_status_destroy(&s);
+  s = tr_plat_remove_tree(dir);
+  tr_status_destroy(&s);
+  free(dir);
+}

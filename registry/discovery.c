@@ -76,9 +76,7 @@ static const tr_backend_descriptor *find(const tr_discovery *found, const char *
 }
 
 /* Reads one descriptor; a problem with it is returned as the reason to skip it. */
-static tr_status *read_descriptor(tr_discovery *found, const char *dir, const char *path,
-                                  int *added) {
-  *added = 0;
+static tr_status *read_descriptor(tr_discovery *found, const char *dir, const char *path) {
   tr_yaml_doc *doc = NULL;
   TR_RETURN_IF_ERROR(tr_yaml_load_file(path, &doc));
   tr_status *status = NULL;
@@ -145,7 +143,6 @@ static tr_status *read_descriptor(tr_discovery *found, const char *dir, const ch
       status = TR_STATUS(TR_OUT_OF_MEMORY, "recording backend '%s'", name);
     } else {
       found->count++;
-      *added = 1;
     }
   }
   tr_yaml_doc_destroy(&doc);
@@ -163,31 +160,20 @@ tr_status *tr_backend_discover(const char *const *dirs, size_t n_dirs, tr_discov
   tr_status *fatal = NULL;
   for (size_t d = 0; fatal == NULL && d < n_dirs; d++) {
     if (!tr_plat_is_dir(dirs[d])) continue;
-    char **names = NULL;
+    char **paths = NULL;
     size_t count = 0;
-    tr_status *listing = tr_plat_list_dir(dirs[d], &names, &count);
+    tr_status *listing = tr_plat_list_files(dirs[d], ".yaml", &paths, &count);
     if (listing != NULL) {
       fatal = add_failure(found, dirs[d], listing);
       continue;
     }
     for (size_t i = 0; fatal == NULL && i < count; i++) {
-      size_t len = strlen(names[i]);
-      if (len < 6 || strcmp(names[i] + len - 5, ".yaml") != 0) continue;
-      size_t size = strlen(dirs[d]) + len + 2;
-      char *path = malloc(size);
-      if (path == NULL) {
-        fatal = TR_STATUS(TR_OUT_OF_MEMORY, "backend discovery");
-        break;
-      }
-      snprintf(path, size, "%s%s%s", dirs[d], tr_plat_path_separator_dir(), names[i]);
-      int added = 0;
-      tr_status *why = read_descriptor(found, dirs[d], path, &added);
+      tr_status *why = read_descriptor(found, dirs[d], paths[i]);
       if (why != NULL) {
-        fatal = tr_status_code(why) == TR_OUT_OF_MEMORY ? why : add_failure(found, path, why);
+        fatal = tr_status_code(why) == TR_OUT_OF_MEMORY ? why : add_failure(found, paths[i], why);
       }
-      free(path);
     }
-    tr_plat_free_names(&names, count);
+    tr_plat_free_names(&paths, count);
   }
   if (fatal != NULL) {
     tr_discovery_destroy(&found);

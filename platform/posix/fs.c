@@ -264,3 +264,35 @@ tr_status *tr_plat_remove_tree(const char *path) {
 const char *tr_plat_path_separator_list(void) { return ":"; }
 
 const char *tr_plat_path_separator_dir(void) { return "/"; }
+
+tr_status *tr_plat_list_files(const char *dir, const char *suffix, char ***out_paths,
+                              size_t *out_count) {
+  *out_paths = NULL;
+  *out_count = 0;
+  char **names = NULL;
+  size_t count = 0;
+  TR_RETURN_IF_ERROR(tr_plat_list_dir(dir, &names, &count));
+  char **paths = calloc(count + 1, sizeof(char *));
+  size_t n = 0, suffix_len = strlen(suffix), dir_len = strlen(dir);
+  tr_status *status = paths ? NULL : TR_STATUS(TR_OUT_OF_MEMORY, "listing '%s'", dir);
+  for (size_t i = 0; status == NULL && i < count; i++) {
+    size_t len = strlen(names[i]);
+    if (len <= suffix_len || strcmp(names[i] + len - suffix_len, suffix) != 0) continue;
+    if ((paths[n] = malloc(dir_len + len + 2)) == NULL) {
+      status = TR_STATUS(TR_OUT_OF_MEMORY, "listing '%s'", dir);
+      break;
+    }
+    memcpy(paths[n], dir, dir_len);
+    paths[n][dir_len] = '/';
+    memcpy(paths[n] + dir_len + 1, names[i], len + 1);
+    n++;
+  }
+  tr_plat_free_names(&names, count);
+  if (status != NULL) {
+    tr_plat_free_names(&paths, n);
+    return status;
+  }
+  *out_paths = paths;
+  *out_count = n;
+  return NULL;
+}
