@@ -1,5 +1,6 @@
 /* compose.c: a composite op's steps, run over tensor specs: the wiring (names, views, broadcast
  * views), each sub-op's check, and the results against the op's own outputs. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,6 +34,12 @@ static tr_status *bind(scope *sc, const char *name, const tr_tensor_spec *spec) 
   return NULL;
 }
 
+/* a * b for extents (>= 0), saturating at INT64_MAX as tr_tensor_spec_numel does. */
+static int64_t extent_product(int64_t a, int64_t b) {
+  if (a == 0 || b == 0) return 0;
+  return a > INT64_MAX / b ? INT64_MAX : a * b;
+}
+
 static tr_status *wire(const tr_op_def *op, const tr_value *settled, const tr_call_check *check,
                        const scope *sc, const wire_decl *w, tr_tensor_spec *out) {
   const tr_tensor_spec *src = lookup(sc, w->source);
@@ -62,13 +69,17 @@ static tr_status *wire(const tr_op_def *op, const tr_value *settled, const tr_ca
       if (shape[i] == -1) {
         if (infer >= 0) return TR_STATUS(TR_MANIFEST, "%s: wiring '%s': two -1 dims", op->name, w->text);
         infer = i;
+      } else if (shape[i] < 0) {
+        tr_shape_format(rank, shape, to, sizeof(to));
+        return TR_STATUS(TR_MANIFEST, "%s: wiring '%s': cannot view as %s: axis %d is negative",
+                         op->name, w->text, to, (int)i);
       } else {
-        known *= shape[i];
+        known = extent_product(known, shape[i]);
       }
     }
     if (infer >= 0) shape[infer] = known == 0 ? 0 : src_numel / known;
     int64_t numel = 1;
-    for (int32_t i = 0; i < rank; i++) numel *= shape[i];
+    for (int32_t i = 0; i < rank; i++) numel = extent_product(numel, shape[i]);
     if (numel != src_numel) {
       tr_shape_format(src->rank, src->shape, from, sizeof(from));
       tr_shape_format(rank, shape, to, sizeof(to));

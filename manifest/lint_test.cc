@@ -121,4 +121,11 @@ TEST_CASE("a composition whose result differs from the signature is a problem") 
   problems = lint(add + bad_view);
   REQUIRE(problems.size() == 1);
   CHECK(problems[0].find("PairFwdOp: wiring 'view(x, [4, 2])': cannot view (6,) as (4, 2)") != std::string::npos);
+  // Extents whose product overflows int64 saturate, as tr_tensor_spec_numel does (no overflow).
+  std::string huge = twice;
+  huge.replace(huge.find("[-1, 2]"), 7, "[N, N]");
+  huge.replace(huge.find("x: [6]"), 6, "x: [4294967296]");
+  problems = lint(add + huge);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].find("cannot view (4294967296,) as (4294967296, 4294967296)") != std::string::npos);
 }

@@ -254,39 +254,34 @@ static uint32_t dtype_union(const char *text, char *bad, size_t bad_size) {
 
 /* ---- names ---- */
 
-static int find_name(char *const *names, int n, const char *name, size_t len) {
+
+/* Finds a declaration by name in an array of structs whose first member is the name. */
+static int find_decl(const void *decls, size_t stride, int n, const char *name, size_t len) {
   for (int i = 0; i < n; i++) {
-    if (strlen(names[i]) == len && strncmp(names[i], name, len) == 0) return i;
+    const char *decl = *(char *const *)((const char *)decls + (size_t)i * stride);
+    if (strlen(decl) == len && strncmp(decl, name, len) == 0) return i;
   }
   return -1;
+}
+
+static int find_name(char *const *names, int n, const char *name, size_t len) {
+  return find_decl(names, sizeof(names[0]), n, name, len);
 }
 
 static int param_named(const tr_op_def *op, const char *name, size_t len) {
-  for (int i = 0; i < op->n_params; i++) {
-    if (strlen(op->params[i].name) == len && strncmp(op->params[i].name, name, len) == 0) return i;
-  }
-  return -1;
+  return find_decl(op->params, sizeof(op->params[0]), op->n_params, name, len);
 }
 
 static int var_named(const tr_op_def *op, const char *name, size_t len) {
-  for (int i = 0; i < op->n_vars; i++) {
-    if (strlen(op->vars[i].name) == len && strncmp(op->vars[i].name, name, len) == 0) return i;
-  }
-  return -1;
+  return find_decl(op->vars, sizeof(op->vars[0]), op->n_vars, name, len);
 }
 
 static int input_named(const tr_op_def *op, const char *name, size_t len) {
-  for (int i = 0; i < op->n_inputs; i++) {
-    if (strlen(op->inputs[i].name) == len && strncmp(op->inputs[i].name, name, len) == 0) return i;
-  }
-  return -1;
+  return find_decl(op->inputs, sizeof(op->inputs[0]), op->n_inputs, name, len);
 }
 
 static int output_named(const tr_op_def *op, const char *name, size_t len) {
-  for (int i = 0; i < op->n_outputs; i++) {
-    if (strlen(op->outputs[i].name) == len && strncmp(op->outputs[i].name, name, len) == 0) return i;
-  }
-  return -1;
+  return find_decl(op->outputs, sizeof(op->outputs[0]), op->n_outputs, name, len);
 }
 
 static int is_identifier(const char *s) {
@@ -828,6 +823,11 @@ static tr_status *load_workload(loading *l, const yaml_node_t *node, workload_de
       const char *name = tr_yaml_scalar(k);
       int p = name ? param_named(op, name, strlen(name)) : -1;
       if (p < 0) return err_at(l, k, "workload '%s': '%s' is not a param", label, name ? name : "?");
+      for (int q = 0; q < w->n_params; q++) { /* so a row has at most TR_SIG_MAX_PARAMS */
+        if (w->params[q].name == op->params[p].name) {
+          return err_at(l, k, "workload '%s': param '%s' is given twice", label, name);
+        }
+      }
       char what[128];
       snprintf(what, sizeof(what), "workload '%s' param '%s'", label, name);
       tr_named_value *nv = &w->params[w->n_params];
@@ -951,6 +951,11 @@ static tr_status *load_step(loading *l, const yaml_node_t *node, step_decl *s) {
       const char *name;
       yaml_node_t *v = value_node(l, pair);
       TR_RETURN_IF_ERROR(scalar_text(l, key_node(l, pair), "a sub-op param's name", &name));
+      for (int q = 0; q < s->n_params; q++) { /* so a step gives at most TR_SIG_MAX_PARAMS */
+        if (strcmp(s->params[q].name, name) == 0) {
+          return err_at(l, key_node(l, pair), "%s: param '%s' is given twice", owner, name);
+        }
+      }
       step_param *p = &s->params[s->n_params++];
       p->from_param = -1;
       p->name = dup_text(name);
@@ -1176,17 +1181,14 @@ static int compare_ops(const void *a, const void *b) {
   return strcmp((*(tr_op_def *const *)a)->name, (*(tr_op_def *const *)b)->name);
 }
 
-tr_status *tr_manifest_load(const char *const *paths, size_t n_paths, tr_manifest **out) {
+/* Compiles loaded documents, in order, into a manifest: each document's ops, then the
+ * compositions across all of them. The documents stay the caller's. */
+static tr_status *load_docs(tr_yaml_doc *const *docs, size_t n_docs, tr_manifest **out) {
   *out = NULL;
   tr_manifest *m = calloc(1, sizeof(*m));
   if (m == NULL) return OOM("manifest");
   tr_status *status = NULL;
-  for (size_t i = 0; i < n_paths && status == NULL; i++) {
-    tr_yaml_doc *doc = NULL;
-    status = tr_yaml_load_file(paths[i], &doc);
-    if (status == NULL) status = load_doc(m, doc);
-    tr_yaml_doc_destroy(&doc);
-  }
+  for (size_t i = 0; i < n_docs && status == NULL; i++) status = load_doc(m, docs[i]);
   if (status == NULL) status = resolve_compositions(m);
   if (status != NULL) {
     tr_manifest_destroy(&m);
@@ -1197,28 +1199,35 @@ tr_status *tr_manifest_load(const char *const *paths, size_t n_paths, tr_manifes
   return NULL;
 }
 
+tr_status *tr_manifest_load(const char *const *paths, size_t n_paths, tr_manifest **out) {
+  *out = NULL;
+  tr_yaml_doc **docs = calloc(n_paths + 1, sizeof(*docs));
+  if (docs == NULL) return OOM("documents");
+  tr_status *status = NULL;
+  for (size_t i = 0; i < n_paths && status == NULL; i++) status = tr_yaml_load_file(paths[i], &docs[i]);
+  if (status == NULL) status = load_docs(docs, n_paths, out);
+  for (size_t i = 0; i < n_paths; i++) tr_yaml_doc_destroy(&docs[i]);
+  free(docs);
+  return status;
+}
+
+tr_status *tr_manifest_load_string(const char *name, const char *text, size_t size,
+                                   tr_manifest **out) {
+  *out = NULL;
+  tr_yaml_doc *doc = NULL;
+  TR_RETURN_IF_ERROR(tr_yaml_load_string(name, text, size, &doc));
+  tr_status *status = load_docs(&doc, 1, out);
+  tr_yaml_doc_destroy(&doc);
+  return status;
+}
+
 tr_status *tr_manifest_load_dir(const char *dir, tr_manifest **out) {
   *out = NULL;
-  char **names = NULL;
-  size_t count = 0;
-  TR_RETURN_IF_ERROR(tr_plat_list_dir(dir, &names, &count));
-  char **paths = calloc(count + 1, sizeof(char *));
+  char **paths = NULL;
   size_t n = 0;
-  tr_status *status = paths ? NULL : OOM("paths");
-  for (size_t i = 0; status == NULL && i < count; i++) {
-    size_t len = strlen(names[i]);
-    if (len < 6 || strcmp(names[i] + len - 5, ".yaml") != 0) continue;
-    size_t size = strlen(dir) + len + 2;
-    if ((paths[n] = malloc(size)) == NULL) {
-      status = OOM("paths");
-      break;
-    }
-    snprintf(paths[n++], size, "%s%s%s", dir, tr_plat_path_separator_dir(), names[i]);
-  }
-  if (status == NULL) status = tr_manifest_load((const char *const *)paths, n, out);
-  for (size_t i = 0; i < n; i++) free(paths[i]);
-  free(paths);
-  tr_plat_free_names(&names, count);
+  TR_RETURN_IF_ERROR(tr_plat_list_files(dir, ".yaml", &paths, &n));
+  tr_status *status = tr_manifest_load((const char *const *)paths, n, out);
+  tr_plat_free_names(&paths, n);
   return status;
 }
 

@@ -227,3 +227,37 @@ TEST_CASE("composition steps name ops, inputs and params that exist") {
   CHECK(load_error(base + "      - {op: AddFwdOp, inputs: {a: x, b: x}, outputs: {c: t}}\n    returns: {}\n") ==
         "ManifestError: F:24:14: TwiceFwdOp: 'returns' gives no value for output 'y'");
 }
+
+// libyaml keeps repeated keys; a param repeated in a row or a step must not pass the loader (the
+// callers hold TR_SIG_MAX_PARAMS of them).
+TEST_CASE("a param given twice in a workload row or a composition step is named") {
+  std::string rows = entry("{n: {type: int}}", kX, kY,
+                           "  workloads:\n    - {label: r, shapes: {x: [2]}, params: {n: 1, n: 1}}\n");
+  CHECK(load_error(rows) == "ManifestError: F:12:51: TestFwdOp: workload 'r': param 'n' is given twice");
+  std::string steps = "AddFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                      "    forall: {S: Shape, T: DType}\n"
+                      "    params: {alpha: {type: float, default: 1.0}}\n"
+                      "    inputs:\n      a: {dtype: T, shape: \"[*S]\"}\n      b: {dtype: T, shape: \"[*S]\"}\n"
+                      "    outputs:\n      c: {dtype: T, shape: \"[*S]\"}\n"
+                      "TwiceFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                      "    forall: {S: Shape, T: DType}\n"
+                      "    inputs:\n      x: {dtype: T, shape: \"[*S]\"}\n"
+                      "    outputs:\n      y: {dtype: T, shape: \"[*S]\"}\n"
+                      "  composition:\n    steps:\n"
+                      "      - {op: AddFwdOp, inputs: {a: x, b: x}, params: {alpha: 2, alpha: 3}, outputs: {c: t}}\n"
+                      "    returns: {y: t}\n";
+  CHECK(load_error(steps) == "ManifestError: F:23:65: TwiceFwdOp: step AddFwdOp: param 'alpha' is given twice");
+}
+
+TEST_CASE("a spec file's text loads from memory, named in messages") {
+  std::string text = entry("{}", kX, kY);
+  tr_manifest *m = nullptr;
+  tr_test::ok(tr_manifest_load_string("mem.yaml", text.data(), text.size(), &m));
+  REQUIRE(m != nullptr);
+  const tr_op_def *op = tr_manifest_find(m, "TestFwdOp");
+  REQUIRE(op != nullptr);
+  CHECK(std::string(tr_op_def_path(op)) == "mem.yaml");
+  tr_manifest_destroy(&m);
+  CHECK(tr_test::error_of(tr_manifest_load_string("mem.yaml", "x: [", 4, &m)).find("ManifestError: mem.yaml:") == 0);
+  CHECK(m == nullptr);
+}

@@ -57,6 +57,10 @@ typedef struct tr_call_check {
  * A loaded manifest is read-only: several threads may check calls against it at once. */
 tr_status *tr_manifest_load(const char *const *paths, size_t n_paths, tr_manifest **out) TR_MUST_USE;
 tr_status *tr_manifest_load_dir(const char *dir, tr_manifest **out) TR_MUST_USE; /* its *.yaml */
+/* One spec file's text in memory (it need not end in NUL); `name` stands for the path in
+ * messages and in tr_op_def_path. Fails as tr_manifest_load does, short of the IOError. */
+tr_status *tr_manifest_load_string(const char *name, const char *text, size_t size,
+                                   tr_manifest **out) TR_MUST_USE;
 void tr_manifest_destroy(tr_manifest **manifest_p);
 
 size_t tr_manifest_op_count(const tr_manifest *manifest);
