@@ -7,6 +7,7 @@
 
 struct tr_status {
   tr_code code;
+  int is_static; /* the shared out-of-memory status (a plugin may hold its own copy) */
   int line;
   const char *file; /* a string literal (__FILE__) */
   char *message;
@@ -21,7 +22,7 @@ static const char *const kCodeNames[] = {
 
 /* Returned when a status itself cannot be allocated; never freed. */
 static char kOomMessage[] = "out of memory while reporting an error";
-static struct tr_status kOomStatus = {TR_OUT_OF_MEMORY, __LINE__, __FILE__, kOomMessage,
+static struct tr_status kOomStatus = {TR_OUT_OF_MEMORY, 1, __LINE__, __FILE__, kOomMessage,
                                       sizeof(kOomMessage) - 1};
 
 const char *tr_code_name(tr_code code) {
@@ -69,6 +70,7 @@ tr_status *tr_status_makev(tr_code code, const char *file, int line, const char 
     return &kOomStatus;
   }
   status->code = (code == TR_OK) ? TR_INTERNAL : code;
+  status->is_static = 0;
   status->file = file != NULL ? file : "";
   status->line = line;
   return status;
@@ -83,7 +85,7 @@ tr_status *tr_status_make(tr_code code, const char *file, int line, const char *
 }
 
 tr_status *tr_status_append(tr_status *status, const char *fmt, ...) {
-  if (status == NULL || status == &kOomStatus) return status;
+  if (status == NULL || status->is_static) return status;
   va_list args;
   va_start(args, fmt);
   size_t extra_len = 0;
@@ -119,7 +121,7 @@ void tr_status_destroy(tr_status **status_p) {
   if (status_p == NULL || *status_p == NULL) return;
   tr_status *status = *status_p;
   *status_p = NULL;
-  if (status == &kOomStatus) return;
+  if (status->is_static) return;
   free(status->message);
   free(status);
 }

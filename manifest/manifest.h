@@ -26,12 +26,6 @@ extern "C" {
 typedef struct tr_manifest tr_manifest;
 typedef struct tr_op_def tr_op_def;
 
-/* A param given by name, as a caller passes it. */
-typedef struct tr_named_value {
-  const char *name;
-  tr_value value;
-} tr_named_value;
-
 /* What checking a call found: the bindings of named dims, Shape variables, dtype variables and
  * the device, and the output specs. A plain struct for the caller's stack; nothing to free. */
 typedef struct tr_call_check {

@@ -48,6 +48,13 @@ typedef struct tr_value {
   } as;
 } tr_value;
 
+/* A param given by name, as callers pass params and builders receive them. The name is not owned
+ * by the struct; the value is owned as a tr_value is. */
+typedef struct tr_named_value {
+  const char *name;
+  tr_value value;
+} tr_named_value;
+
 /* The kind's name: "none", "int", "float", "bool", "str", "dtype", "list[int]". */
 const char *tr_value_kind_name(tr_value_kind kind);
 
