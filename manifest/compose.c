@@ -2,6 +2,7 @@
  * views), each sub-op's check, and the results against the op's own outputs. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "manifest/compose.h"
@@ -41,7 +42,11 @@ static int64_t extent_product(int64_t a, int64_t b) {
 }
 
 static tr_status *wire(const tr_op_def *op, const tr_value *settled, const tr_call_check *check,
-                       const scope *sc, const wire_decl *w, tr_tensor_spec *out) {
+                       const scope *sc, const wire_decl *w, tr_tensor_spec *out,
+                       tr_compose_wire *plan) {
+  plan->source = w->source;
+  plan->kind = w->kind == WIRE_NAME ? TR_WIRE_NAME : w->kind == WIRE_VIEW ? TR_WIRE_VIEW : TR_WIRE_EXPAND;
+  plan->rank = 0;
   const tr_tensor_spec *src = lookup(sc, w->source);
   if (src == NULL) {
     return TR_STATUS(TR_MANIFEST, "%s: wiring '%s': '%s' is not in scope here", op->name, w->text, w->source);
@@ -100,31 +105,36 @@ static tr_status *wire(const tr_op_def *op, const tr_value *settled, const tr_ca
   out->rank = rank;
   memset(out->shape, 0, sizeof(out->shape));
   memcpy(out->shape, shape, (size_t)rank * sizeof(int64_t));
+  plan->rank = rank;
+  memcpy(plan->shape, out->shape, sizeof(plan->shape));
   return NULL;
 }
 
 static tr_status *run_step(const tr_op_def *op, const tr_value *settled, const tr_call_check *check,
-                           scope *sc, int index) {
+                           scope *sc, int index, tr_compose_step *plan) {
   const step_decl *step = &op->composition->steps[index];
   const tr_op_def *sub = step->op;
   tr_tensor_spec specs[TR_SIG_MAX_INPUTS];
   const tr_tensor_spec *ptrs[TR_SIG_MAX_INPUTS] = {0};
+  plan->op = sub;
+  plan->runs = 1;
   for (int k = 0; k < step->n_inputs; k++) {
     int slot = -1;
     for (int s = 0; s < sub->n_inputs; s++) {
       if (strcmp(sub->inputs[s].name, step->input_names[k]) == 0) slot = s;
     }
-    TR_RETURN_IF_ERROR(wire(op, settled, check, sc, &step->inputs[k], &specs[slot]));
+    TR_RETURN_IF_ERROR(wire(op, settled, check, sc, &step->inputs[k], &specs[slot], &plan->inputs[slot]));
     ptrs[slot] = &specs[slot];
+    plan->has_input[slot] = 1;
   }
-  tr_named_value given[TR_SIG_MAX_PARAMS];
   for (int k = 0; k < step->n_params; k++) {
-    given[k].name = step->params[k].name;
-    given[k].value = step->params[k].from_param >= 0 ? settled[step->params[k].from_param]
-                                                     : step->params[k].literal;
+    plan->params[k].name = step->params[k].name;
+    plan->params[k].value = step->params[k].from_param >= 0 ? settled[step->params[k].from_param]
+                                                            : step->params[k].literal;
   }
+  plan->n_params = (size_t)step->n_params;
   tr_value sub_settled[TR_SIG_MAX_PARAMS];
-  tr_status *status = tr_op_def_bind_params(sub, given, (size_t)step->n_params, sub_settled);
+  tr_status *status = tr_op_def_bind_params(sub, plan->params, plan->n_params, sub_settled);
   tr_call_check sub_check;
   if (status == NULL) {
     status = tr_op_def_check(sub, sub_settled, ptrs, (size_t)sub->n_inputs, &sub_check);
@@ -144,14 +154,23 @@ static tr_status *run_step(const tr_op_def *op, const tr_value *settled, const t
                          "for this call", op->name, index + 1, sub->name, sub->outputs[o].name);
       }
       TR_RETURN_IF_ERROR(bind(sc, step->output_to[k], &sub_check.outputs[o]));
+      plan->output_to[o] = step->output_to[k];
     }
   }
   return NULL;
 }
 
-tr_status *tr_op_def_check_composition(const tr_op_def *op, const tr_value *settled,
-                                       const tr_call_check *check) {
-  if (op->composition == NULL) return NULL;
+size_t tr_op_def_step_count(const tr_op_def *op) {
+  return op->composition ? (size_t)op->composition->n_steps : 0;
+}
+
+void tr_compose_plan_clear(tr_compose_plan *plan) {
+  free(plan->steps);
+  memset(plan, 0, sizeof(*plan));
+}
+
+static tr_status *plan_steps(const tr_op_def *op, const tr_value *settled, const tr_call_check *check,
+                             tr_compose_plan *plan) {
   scope sc;
   sc.count = 0;
   for (int i = 0; i < op->n_inputs; i++) {
@@ -159,13 +178,14 @@ tr_status *tr_op_def_check_composition(const tr_op_def *op, const tr_value *sett
   }
   for (int s = 0; s < op->composition->n_steps; s++) {
     int when = op->composition->steps[s].when_input;
+    plan->steps[s].op = op->composition->steps[s].op;
     if (when >= 0 && check->inputs[when] == NULL) continue;
-    TR_RETURN_IF_ERROR(run_step(op, settled, check, &sc, s));
+    TR_RETURN_IF_ERROR(run_step(op, settled, check, &sc, s, &plan->steps[s]));
   }
   for (int o = 0; o < op->n_outputs; o++) {
     if (!check->output_present[o]) continue;
     tr_tensor_spec got;
-    TR_RETURN_IF_ERROR(wire(op, settled, check, &sc, &op->composition->returns[o], &got));
+    TR_RETURN_IF_ERROR(wire(op, settled, check, &sc, &op->composition->returns[o], &got, &plan->returns[o]));
     const tr_tensor_spec *want = &check->outputs[o];
     if (!tr_tensor_spec_equal(&got, want)) {
       char g[256], w[256];
@@ -175,5 +195,25 @@ tr_status *tr_op_def_check_composition(const tr_op_def *op, const tr_value *sett
                        "gives %s", op->name, g, op->outputs[o].name, w);
     }
   }
+  return NULL;
+}
+
+tr_status *tr_op_def_compose_plan(const tr_op_def *op, const tr_value *settled,
+                                  const tr_call_check *check, tr_compose_plan *out) {
+  memset(out, 0, sizeof(*out));
+  if (op->composition == NULL) return NULL;
+  out->steps = calloc((size_t)op->composition->n_steps + 1, sizeof(tr_compose_step));
+  if (out->steps == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "planning %s's composition", op->name);
+  out->n_steps = (size_t)op->composition->n_steps;
+  tr_status *status = plan_steps(op, settled, check, out);
+  if (status != NULL) tr_compose_plan_clear(out);
+  return status;
+}
+
+tr_status *tr_op_def_check_composition(const tr_op_def *op, const tr_value *settled,
+                                       const tr_call_check *check) {
+  tr_compose_plan plan;
+  TR_RETURN_IF_ERROR(tr_op_def_compose_plan(op, settled, check, &plan));
+  tr_compose_plan_clear(&plan);
   return NULL;
 }

@@ -104,8 +104,8 @@ typedef tr_status *(*tr_read_facts_fn)(void *ctx, const tr_device *device, tr_de
  * copies) with it. alloc returns NULL when out of memory. */
 typedef void *(*tr_alloc_fn)(void *ctx, const tr_device *device, size_t bytes);
 typedef void (*tr_free_fn)(void *ctx, const tr_device *device, void *ptr);
-/* A strided-to-contiguous copy on the backend's device (optional): copies `src` into `dst`,
- * which has src's shape and compact strides. */
+/* A copy between two tensors of one shape on the backend's device (optional), either of them
+ * strided: how the host makes a strided input contiguous and writes a copied input back. */
 typedef tr_status *(*tr_copy_fn)(void *ctx, const DLTensor *src, DLTensor *dst);
 
 /* The table a backend's init receives. Every register_* fails with a BackendError naming what

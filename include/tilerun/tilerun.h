@@ -1,0 +1,103 @@
+/* tilerun.h: the caller's API. A runtime holds the manifest and the backends (discovered once,
+ * when the first op is made); an op instance holds its params, its settled target and its memo
+ * of built kernels; a call passes DLPack tensors.
+ *
+ * The C form of the spec's caller interface: `op = RMSNormFwdOp(normalized_shape=..., target=...)`
+ * is tr_op_new; `op(x, w)` is tr_op_call; `registered_targets`, `set_default_target`,
+ * `default_target`, `load_failures`, `op.request_tune()` and `op.kernel_config()` keep their
+ * names with the tr_ prefix; BUILTIN is TR_BUILTIN. */
+#ifndef TILERUN_TILERUN_H_
+#define TILERUN_TILERUN_H_
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include <dlpack/dlpack.h>
+
+#include "tilerun/backend.h"
+#include "tilerun/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Forces the in-tree kernels, as the spec's BUILTIN (no backend target can have this name). */
+#define TR_BUILTIN "<builtin>"
+
+typedef struct tr_runtime tr_runtime;
+typedef struct tr_op tr_op;
+
+typedef struct tr_runtime_options {
+  const char *manifest_dir; /* NULL: $TILERUN_MANIFEST_DIR, else "manifest/spec" */
+  /* The backend directories to search; NULL: $TILERUN_BACKEND_PATH then the install prefix's. */
+  const char *const *backend_dirs;
+  size_t n_backend_dirs;
+  /* Backends linked into the program, loaded before the discovered ones (name, init). */
+  const char *const *builtin_names;
+  const tr_backend_init_fn *builtin_inits;
+  size_t n_builtins;
+  /* Warnings (a backend that failed to load; an untunable kernel): NULL writes them to stderr. */
+  void (*warn)(void *ctx, const char *line);
+  void *warn_ctx;
+} tr_runtime_options;
+
+/* A runtime: loads the manifest now (a ManifestError or IOError names the file); backends are
+ * discovered when the first op is made. `options` may be NULL. Thread-safe once made. */
+tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) TR_MUST_USE;
+/* Destroys the runtime; every op made from it must be destroyed first. */
+void tr_runtime_destroy(tr_runtime **runtime_p);
+
+/* Makes an op instance: `op_name` from the manifest, params by name (checked, defaults
+ * applied), `target` NULL (decide by device), a backend target's name, or TR_BUILTIN. Runs
+ * backend discovery the first time. Errors: an op not in the manifest (OpNotAvailableError), a
+ * bad param (SignatureError(param)), an unregistered target (UnknownTargetError). */
+tr_status *tr_op_new(tr_runtime *runtime, const char *op_name, const tr_named_value *params,
+                     size_t n_params, const char *target, tr_op **out) TR_MUST_USE;
+void tr_op_destroy(tr_op **op_p);
+
+/* Calls the op. `inputs` in the manifest's declaration order (NULL or left out for a trailing
+ * absent optional input). Outputs are allocated by tilerun on the call's device and returned as
+ * DLManagedTensors the caller frees with their deleter; `outputs[i]` is NULL for an output that
+ * does not exist for this call (`when`). A rejected call never reaches a builder; any failure
+ * revokes the op's target and drops its memo. Thread-safe on one op instance. */
+tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
+                      DLManagedTensor **outputs, size_t n_outputs) TR_MUST_USE;
+
+/* The same, writing into caller-provided outputs (their shape and dtype must be the ones the
+ * manifest infers; they must be contiguous and on the call's device). */
+tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
+                           DLTensor *const *outputs, size_t n_outputs) TR_MUST_USE;
+
+/* The op's settled target (a name or TR_BUILTIN), or NULL while none is settled. */
+const char *tr_op_target(const tr_op *op);
+/* How many kernels the op instance has built and keeps (its memo's entries). */
+size_t tr_op_memo_count(const tr_op *op);
+
+/* Tuned mode: calls request_tune on every kernel built so far (once per device it was built
+ * for, with that device current), and on each kernel built later before its first call. A kernel
+ * without request_tune is not tuned and the op warns once. Returns the first failure. */
+tr_status *tr_op_request_tune(tr_op *op) TR_MUST_USE;
+
+/* The op's config: the first non-empty config of a kernel it built (count returned, 0: none). */
+size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out);
+
+/* Registered targets, sorted (with `op_name`: those with a builder for it). Fills up to `max`
+ * names (owned by the runtime) and returns the count. Runs discovery. */
+size_t tr_registered_targets(tr_runtime *runtime, const char *op_name, const char **names,
+                             size_t max);
+
+/* The process default target, ahead of device detection: a name, TR_BUILTIN, or NULL to clear.
+ * An unregistered name is an UnknownTargetError. */
+tr_status *tr_set_default_target(tr_runtime *runtime, const char *target) TR_MUST_USE;
+const char *tr_default_target(tr_runtime *runtime);
+
+/* Backends that failed to load: how many, and each one's name, descriptor and reason. */
+size_t tr_load_failure_count(tr_runtime *runtime);
+const char *tr_load_failure_backend(tr_runtime *runtime, size_t i);
+const char *tr_load_failure_reason(tr_runtime *runtime, size_t i);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TILERUN_TILERUN_H_ */

@@ -1,0 +1,583 @@
+/* registry.c: plugins loaded through the platform layer, their registrations (rolled back when a
+ * plugin fails part-way), load failures, and target settlement. */
+#include "registry/registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "platform/platform.h"
+
+typedef struct detector_entry {
+  char *target;
+  tr_detect_fn detect;
+  void *ctx;
+  int owner;
+} detector_entry;
+
+typedef struct builder_entry {
+  char *op, *target;
+  tr_build_kernel_fn build;
+  void *ctx;
+  int owner;
+} builder_entry;
+
+typedef struct facts_entry {
+  char *device_type;
+  tr_read_facts_fn read;
+  void *ctx;
+  int owner;
+} facts_entry;
+
+typedef struct dltype_entry {
+  char *device_type;
+  int32_t dl_type;
+  int owner;
+} dltype_entry;
+
+typedef struct alloc_entry {
+  char *device_type;
+  tr_alloc_fn alloc;
+  tr_free_fn free_fn;
+  tr_copy_fn copy;
+  void *ctx;
+  int owner;
+} alloc_entry;
+
+typedef struct failure_entry {
+  tr_load_failure f;
+  char *storage;
+} failure_entry;
+
+/* A growable array of `T`: items, count, capacity. */
+#define ARRAY(T) struct { T *items; size_t count, capacity; }
+
+struct tr_registry {
+  ARRAY(detector_entry) detectors;
+  ARRAY(builder_entry) builders;
+  ARRAY(facts_entry) facts;
+  ARRAY(dltype_entry) dltypes;
+  ARRAY(alloc_entry) allocs;
+  ARRAY(failure_entry) failures;
+  ARRAY(tr_plat_lib *) libs;
+  int owner;           /* the backend now registering (its pass), for rollback */
+  const char *backend; /* its name, for messages */
+  tr_warn_fn warn;
+  void *warn_ctx;
+};
+
+static int grow(void **items, size_t *capacity, size_t count, size_t elem) {
+  if (count < *capacity) return 1;
+  size_t grown = *capacity ? *capacity * 2 : 8;
+  void *bigger = realloc(*items, grown * elem);
+  if (bigger == NULL) return 0;
+  *items = bigger;
+  *capacity = grown;
+  return 1;
+}
+
+#define PUSH(array, value)                                                                    \
+  (grow((void **)&(array).items, &(array).capacity, (array).count, sizeof(*(array).items))   \
+       ? ((array).items[(array).count++] = (value), 1)                                       \
+       : 0)
+
+static char *dup_text(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *copy = malloc(n);
+  if (copy != NULL) memcpy(copy, s, n);
+  return copy;
+}
+
+#define OOM() TR_STATUS(TR_OUT_OF_MEMORY, "registering backend '%s'", reg->backend)
+
+/* Names follow the device-type rule, [a-z][a-z0-9_]* of at most 31 characters. */
+static tr_status *check_name(const tr_registry *reg, const char *what, const char *name) {
+  tr_device probe;
+  tr_status *bad = name ? tr_device_make(name, TR_DEVICE_NO_INDEX, &probe)
+                        : TR_STATUS(TR_VALUE, "NULL");
+  if (bad == NULL) return NULL;
+  tr_status_destroy(&bad);
+  return TR_STATUS(TR_BACKEND, "backend '%s': %s '%s' must be a lowercase letter followed by at "
+                   "most %d lowercase letters, digits or '_'", reg->backend, what,
+                   name ? name : "(null)", TR_DEVICE_TYPE_MAX - 1);
+}
+
+/* ---- the API table's functions ---- */
+
+static tr_status *api_register_detector(void *host, const char *target, tr_detect_fn detect, void *ctx) {
+  tr_registry *reg = host;
+  TR_RETURN_IF_ERROR(check_name(reg, "target", target));
+  if (detect == NULL) return TR_STATUS(TR_BACKEND, "backend '%s': detector of target '%s' is NULL", reg->backend, target);
+  for (size_t i = 0; i < reg->detectors.count; i++) {
+    if (strcmp(reg->detectors.items[i].target, target) == 0) {
+      return TR_STATUS(TR_BACKEND, "backend '%s': target '%s' already has a detector; a target is "
+                       "one set of kernels from one provider", reg->backend, target);
+    }
+  }
+  detector_entry e = {dup_text(target), detect, ctx, reg->owner};
+  if (e.target == NULL || !PUSH(reg->detectors, e)) {
+    free(e.target);
+    return OOM();
+  }
+  return NULL;
+}
+
+static tr_status *api_register_kernel_builder(void *host, const char *op, const char *target,
+                                              tr_build_kernel_fn build, void *ctx) {
+  tr_registry *reg = host;
+  TR_RETURN_IF_ERROR(check_name(reg, "target", target));
+  if (op == NULL || op[0] == '\0') return TR_STATUS(TR_BACKEND, "backend '%s': a builder for target '%s' names no op", reg->backend, target);
+  if (build == NULL) return TR_STATUS(TR_BACKEND, "backend '%s': builder of (%s, %s) is NULL", reg->backend, op, target);
+  for (size_t i = 0; i < reg->builders.count; i++) {
+    const builder_entry *b = &reg->builders.items[i];
+    if (strcmp(b->op, op) == 0 && strcmp(b->target, target) == 0) {
+      return TR_STATUS(TR_BACKEND, "backend '%s': (%s, %s) already has a kernel builder; "
+                       "registering the same (op, target) twice is an error", reg->backend, op, target);
+    }
+  }
+  builder_entry e = {dup_text(op), dup_text(target), build, ctx, reg->owner};
+  if (e.op == NULL || e.target == NULL || !PUSH(reg->builders, e)) {
+    free(e.op);
+    free(e.target);
+    return OOM();
+  }
+  return NULL;
+}
+
+static tr_status *api_register_device_facts(void *host, const char *device_type,
+                                            tr_read_facts_fn read, void *ctx) {
+  tr_registry *reg = host;
+  TR_RETURN_IF_ERROR(check_name(reg, "device type", device_type));
+  if (strcmp(device_type, "cuda") == 0) {
+    return TR_STATUS(TR_BACKEND, "backend '%s': facts for device type 'cuda' cannot be registered; "
+                     "tilerun reads them itself", reg->backend);
+  }
+  if (read == NULL) return TR_STATUS(TR_BACKEND, "backend '%s': facts read of '%s' is NULL", reg->backend, device_type);
+  for (size_t i = 0; i < reg->facts.count; i++) {
+    if (strcmp(reg->facts.items[i].device_type, device_type) == 0) {
+      return TR_STATUS(TR_BACKEND, "backend '%s': device type '%s' already has facts; facts belong "
+                       "to a device type and only one backend registers them", reg->backend, device_type);
+    }
+  }
+  facts_entry e = {dup_text(device_type), read, ctx, reg->owner};
+  if (e.device_type == NULL || !PUSH(reg->facts, e)) {
+    free(e.device_type);
+    return OOM();
+  }
+  return NULL;
+}
+
+static tr_status *api_register_device_type(void *host, const char *device_type, int32_t dl_type) {
+  tr_registry *reg = host;
+  TR_RETURN_IF_ERROR(check_name(reg, "device type", device_type));
+  for (size_t i = 0; i < reg->dltypes.count; i++) {
+    const dltype_entry *d = &reg->dltypes.items[i];
+    if (strcmp(d->device_type, device_type) == 0 || d->dl_type == dl_type) {
+      return TR_STATUS(TR_BACKEND, "backend '%s': device type '%s' or DLPack device type %d is "
+                       "already registered (as '%s' = %d)", reg->backend, device_type, (int)dl_type,
+                       d->device_type, (int)d->dl_type);
+    }
+  }
+  dltype_entry e = {dup_text(device_type), dl_type, reg->owner};
+  if (e.device_type == NULL || !PUSH(reg->dltypes, e)) {
+    free(e.device_type);
+    return OOM();
+  }
+  return NULL;
+}
+
+static tr_status *api_register_allocator(void *host, const char *device_type, tr_alloc_fn alloc,
+                                         tr_free_fn free_fn, tr_copy_fn copy, void *ctx) {
+  tr_registry *reg = host;
+  TR_RETURN_IF_ERROR(check_name(reg, "device type", device_type));
+  if (alloc == NULL || free_fn == NULL) {
+    return TR_STATUS(TR_BACKEND, "backend '%s': the allocator of '%s' needs alloc and free", reg->backend, device_type);
+  }
+  if (strcmp(device_type, "cpu") == 0 || strcmp(device_type, "cuda") == 0) {
+    return TR_STATUS(TR_BACKEND, "backend '%s': tilerun allocates '%s' memory itself", reg->backend, device_type);
+  }
+  for (size_t i = 0; i < reg->allocs.count; i++) {
+    if (strcmp(reg->allocs.items[i].device_type, device_type) == 0) {
+      return TR_STATUS(TR_BACKEND, "backend '%s': device type '%s' already has an allocator", reg->backend, device_type);
+    }
+  }
+  alloc_entry e = {dup_text(device_type), alloc, free_fn, copy, ctx, reg->owner};
+  if (e.device_type == NULL || !PUSH(reg->allocs, e)) {
+    free(e.device_type);
+    return OOM();
+  }
+  return NULL;
+}
+
+/* ---- loading ---- */
+
+/* Removes every entry the given owner registered. */
+static void rollback(tr_registry *reg, int owner) {
+#define DROP(array, free_entry)                                             \
+  do {                                                                      \
+    size_t kept = 0;                                                        \
+    for (size_t i = 0; i < (array).count; i++) {                            \
+      if ((array).items[i].owner == owner) {                                \
+        free_entry(&(array).items[i]);                                      \
+      } else {                                                              \
+        (array).items[kept++] = (array).items[i];                           \
+      }                                                                     \
+    }                                                                       \
+    (array).count = kept;                                                   \
+  } while (0)
+#define FREE_DETECTOR(e) free((e)->target)
+#define FREE_BUILDER(e) (free((e)->op), free((e)->target))
+#define FREE_TYPE(e) free((e)->device_type)
+  DROP(reg->detectors, FREE_DETECTOR);
+  DROP(reg->builders, FREE_BUILDER);
+  DROP(reg->facts, FREE_TYPE);
+  DROP(reg->dltypes, FREE_TYPE);
+  DROP(reg->allocs, FREE_TYPE);
+#undef DROP
+#undef FREE_DETECTOR
+#undef FREE_BUILDER
+#undef FREE_TYPE
+}
+
+static void default_warn(void *ctx, const char *line) {
+  (void)ctx;
+  fprintf(stderr, "tilerun: warning: %s\n", line);
+}
+
+/* Records a failure and warns once. Takes ownership of `why`. */
+static void record_failure(tr_registry *reg, const char *name, const char *descriptor, tr_status *why) {
+  const char *reason = tr_status_message(why);
+  size_t sizes[3] = {strlen(name) + 1, strlen(descriptor) + 1, strlen(reason) + 1};
+  char *storage = malloc(sizes[0] + sizes[1] + sizes[2]);
+  char line[2048];
+  snprintf(line, sizeof(line), "backend '%s'%s%s%s not loaded: %s", name, descriptor[0] ? " (" : "",
+           descriptor, descriptor[0] ? ")" : "", reason);
+  reg->warn(reg->warn_ctx, line);
+  if (storage != NULL) {
+    failure_entry e;
+    memcpy(storage, name, sizes[0]);
+    memcpy(storage + sizes[0], descriptor, sizes[1]);
+    memcpy(storage + sizes[0] + sizes[1], reason, sizes[2]);
+    e.storage = storage;
+    e.f.backend = storage;
+    e.f.descriptor = storage + sizes[0];
+    e.f.reason = storage + sizes[0] + sizes[1];
+    if (!PUSH(reg->failures, e)) free(storage);
+  }
+  tr_status_destroy(&why);
+}
+
+/* Runs an init under a fresh owner id; rolls back and returns the failure (copied, so it stays
+ * valid after the plugin is unloaded) when init fails. */
+static tr_status *run_init(tr_registry *reg, const char *name, tr_backend_init_fn init) {
+  static int next_owner = 1;
+  reg->owner = next_owner++;
+  reg->backend = name;
+  tr_backend_api api;
+  memset(&api, 0, sizeof(api));
+  api.struct_size = sizeof(api);
+  api.abi = TR_BACKEND_ABI;
+  api.host = reg;
+  api.backend = name;
+  api.register_detector = api_register_detector;
+  api.register_kernel_builder = api_register_kernel_builder;
+  api.register_device_facts = api_register_device_facts;
+  api.register_device_type = api_register_device_type;
+  api.register_allocator = api_register_allocator;
+  tr_status *failed = init(&api);
+  tr_status *copy = NULL;
+  if (failed != NULL) {
+    rollback(reg, reg->owner);
+    copy = TR_STATUS(TR_BACKEND, "its init failed: %s: %s", tr_code_name(tr_status_code(failed)),
+                     tr_status_message(failed));
+    tr_status_destroy(&failed);
+  }
+  reg->owner = 0;
+  reg->backend = "";
+  return copy;
+}
+
+int tr_registry_load_builtin(tr_registry *reg, const char *name, tr_backend_init_fn init) {
+  tr_status *failed = run_init(reg, name, init);
+  if (failed == NULL) return 1;
+  record_failure(reg, name, "", failed);
+  return 0;
+}
+
+int tr_registry_load_plugin(tr_registry *reg, const char *name, const char *library,
+                            const char *descriptor) {
+  tr_plat_lib *lib = NULL;
+  tr_status *why = tr_plat_lib_open(library, &lib);
+  if (why == NULL) {
+    const uint32_t *abi = tr_plat_lib_symbol(lib, TR_BACKEND_ABI_SYMBOL);
+    void *init = tr_plat_lib_symbol(lib, TR_BACKEND_INIT_SYMBOL);
+    if (abi != NULL && *abi > TR_BACKEND_ABI) {
+      why = TR_STATUS(TR_BACKEND, "%s was built for backend ABI %u; this tilerun supports ABI %d "
+                      "(ABI too new: update tilerun)", library, (unsigned)*abi, TR_BACKEND_ABI);
+    } else if (init == NULL) {
+      why = TR_STATUS(TR_BACKEND, "%s has no symbol '%s'", library, TR_BACKEND_INIT_SYMBOL);
+    } else {
+      tr_backend_init_fn fn;
+      memcpy(&fn, &init, sizeof(fn));
+      why = run_init(reg, name, fn);
+    }
+  }
+  if (why == NULL && PUSH(reg->libs, lib)) return 1;
+  if (why == NULL) why = TR_STATUS(TR_OUT_OF_MEMORY, "recording backend '%s'", name);
+  tr_plat_lib_close(&lib);
+  record_failure(reg, name, descriptor, why);
+  return 0;
+}
+
+tr_status *tr_registry_load_all(tr_registry *reg, const tr_discovery *found) {
+  for (size_t i = 0; i < tr_discovery_failure_count(found); i++) {
+    const tr_discovery_failure *f = tr_discovery_failure_at(found, i);
+    record_failure(reg, f->descriptor, f->descriptor, TR_STATUS(TR_BACKEND, "%s", f->reason));
+  }
+  for (size_t i = 0; i < tr_discovery_count(found); i++) {
+    const tr_backend_descriptor *d = tr_discovery_at(found, i);
+    tr_registry_load_plugin(reg, d->name, d->library, d->descriptor);
+  }
+  return NULL;
+}
+
+tr_status *tr_registry_new(tr_warn_fn warn, void *warn_ctx, tr_registry **out) {
+  *out = NULL;
+  tr_registry *reg = calloc(1, sizeof(*reg));
+  if (reg == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "allocating the registry");
+  reg->warn = warn ? warn : default_warn;
+  reg->warn_ctx = warn_ctx;
+  reg->backend = "";
+  *out = reg;
+  return NULL;
+}
+
+void tr_registry_destroy(tr_registry **registry_p) {
+  if (registry_p == NULL || *registry_p == NULL) return;
+  tr_registry *reg = *registry_p;
+  *registry_p = NULL;
+  for (size_t i = 0; i < reg->detectors.count; i++) free(reg->detectors.items[i].target);
+  for (size_t i = 0; i < reg->builders.count; i++) {
+    free(reg->builders.items[i].op);
+    free(reg->builders.items[i].target);
+  }
+  for (size_t i = 0; i < reg->facts.count; i++) free(reg->facts.items[i].device_type);
+  for (size_t i = 0; i < reg->dltypes.count; i++) free(reg->dltypes.items[i].device_type);
+  for (size_t i = 0; i < reg->allocs.count; i++) free(reg->allocs.items[i].device_type);
+  for (size_t i = 0; i < reg->failures.count; i++) free(reg->failures.items[i].storage);
+  /* Plugins stay loaded until the registry goes: kernels they built may still be released. */
+  for (size_t i = 0; i < reg->libs.count; i++) tr_plat_lib_close(&reg->libs.items[i]);
+  free(reg->detectors.items);
+  free(reg->builders.items);
+  free(reg->facts.items);
+  free(reg->dltypes.items);
+  free(reg->allocs.items);
+  free(reg->failures.items);
+  free(reg->libs.items);
+  free(reg);
+}
+
+/* ---- lookups ---- */
+
+size_t tr_registry_failure_count(const tr_registry *reg) { return reg->failures.count; }
+
+const tr_load_failure *tr_registry_failure_at(const tr_registry *reg, size_t i) {
+  return i < reg->failures.count ? &reg->failures.items[i].f : NULL;
+}
+
+tr_status *tr_registry_annotate(const tr_registry *reg, tr_status *status) {
+  size_t n = reg->failures.count;
+  if (status == NULL || n == 0) return status;
+  return tr_status_append(status, "; %zu backend%s failed to load (see tr_load_failures)", n,
+                          n == 1 ? "" : "s");
+}
+
+static int compare_names(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Every distinct target name (with `op`: those with a builder for it), sorted; returns count. */
+static size_t collect_targets(const tr_registry *reg, const char *op, const char **names, size_t max) {
+  size_t n = 0;
+  const char *seen[256];
+  size_t n_seen = 0;
+#define CONSIDER(name)                                                         \
+  do {                                                                         \
+    int dup = 0;                                                               \
+    for (size_t k = 0; k < n_seen && !dup; k++) dup = strcmp(seen[k], (name)) == 0; \
+    if (!dup && n_seen < 256) seen[n_seen++] = (name);                         \
+  } while (0)
+  if (op == NULL) {
+    for (size_t i = 0; i < reg->detectors.count; i++) CONSIDER(reg->detectors.items[i].target);
+  }
+  for (size_t i = 0; i < reg->builders.count; i++) {
+    if (op == NULL || strcmp(reg->builders.items[i].op, op) == 0) CONSIDER(reg->builders.items[i].target);
+  }
+#undef CONSIDER
+  qsort(seen, n_seen, sizeof(seen[0]), compare_names);
+  for (size_t i = 0; i < n_seen; i++) {
+    if (n < max) names[n] = seen[i];
+    n++;
+  }
+  return n;
+}
+
+size_t tr_registry_targets(const tr_registry *reg, const char *op, const char **names, size_t max) {
+  return collect_targets(reg, op, names, max);
+}
+
+/* "['a', 'b']" */
+static void names_text(const char *const *names, size_t n, char *buf, size_t size) {
+  size_t used = 0;
+  if (size > 0) buf[0] = '\0';
+  tr__appendf(buf, size, &used, "[");
+  for (size_t i = 0; i < n; i++) tr__appendf(buf, size, &used, "%s'%s'", i ? ", " : "", names[i]);
+  tr__appendf(buf, size, &used, "]");
+}
+
+void tr_registry_targets_text(const tr_registry *reg, const char *op, char *buf, size_t size) {
+  const char *names[256];
+  size_t n = collect_targets(reg, op, names, 256);
+  names_text(names, n < 256 ? n : 256, buf, size);
+}
+
+int tr_registry_has_target(const tr_registry *reg, const char *target) {
+  for (size_t i = 0; i < reg->detectors.count; i++) {
+    if (strcmp(reg->detectors.items[i].target, target) == 0) return 1;
+  }
+  for (size_t i = 0; i < reg->builders.count; i++) {
+    if (strcmp(reg->builders.items[i].target, target) == 0) return 1;
+  }
+  return 0;
+}
+
+int tr_registry_builder(const tr_registry *reg, const char *op, const char *target,
+                        tr_build_kernel_fn *build, void **ctx) {
+  for (size_t i = 0; i < reg->builders.count; i++) {
+    const builder_entry *b = &reg->builders.items[i];
+    if (strcmp(b->op, op) == 0 && strcmp(b->target, target) == 0) {
+      *build = b->build;
+      *ctx = b->ctx;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* A named target (or BUILTIN) as the op or the process asked for it. */
+static tr_status *named_target(const tr_registry *reg, const char *name, const char **out) {
+  if (strcmp(name, TR_BUILTIN) == 0) {
+    *out = TR_BUILTIN;
+    return NULL;
+  }
+  for (size_t i = 0; i < reg->detectors.count; i++) {
+    if (strcmp(reg->detectors.items[i].target, name) == 0) {
+      *out = reg->detectors.items[i].target;
+      return NULL;
+    }
+  }
+  for (size_t i = 0; i < reg->builders.count; i++) {
+    if (strcmp(reg->builders.items[i].target, name) == 0) {
+      *out = reg->builders.items[i].target;
+      return NULL;
+    }
+  }
+  char known[1024];
+  tr_registry_targets_text(reg, NULL, known, sizeof(known));
+  return TR_STATUS(TR_UNKNOWN_TARGET, "no backend registered target '%s'; known targets: %s", name, known);
+}
+
+tr_status *tr_registry_settle(const tr_registry *reg, const char *requested,
+                              const char *default_target, const tr_device *device,
+                              const char **out) {
+  *out = NULL;
+  if (requested != NULL) return named_target(reg, requested, out);
+  if (default_target != NULL) return named_target(reg, default_target, out);
+  const char *claims[64];
+  size_t n_claims = 0;
+  for (size_t i = 0; i < reg->detectors.count; i++) {
+    const detector_entry *d = &reg->detectors.items[i];
+    int claimed = 0;
+    tr_status *failed = d->detect(d->ctx, device, &claimed);
+    if (failed != NULL) {
+      char dev[TR_DEVICE_FORMAT_MAX];
+      tr_device_format(device, dev, sizeof(dev));
+      tr_status *status = TR_STATUS(TR_BACKEND, "the detector of target '%s' failed on device %s: "
+                                    "%s: %s", d->target, dev, tr_code_name(tr_status_code(failed)),
+                                    tr_status_message(failed));
+      tr_status_destroy(&failed);
+      return status;
+    }
+    if (claimed && n_claims < 64) claims[n_claims++] = d->target;
+  }
+  if (n_claims == 0) {
+    *out = TR_BUILTIN;
+    return NULL;
+  }
+  if (n_claims == 1) {
+    *out = claims[0];
+    return NULL;
+  }
+  qsort(claims, n_claims, sizeof(claims[0]), compare_names);
+  char dev[TR_DEVICE_FORMAT_MAX], names[1024];
+  tr_device_format(device, dev, sizeof(dev));
+  names_text(claims, n_claims, names, sizeof(names));
+  return TR_STATUS(TR_AMBIGUOUS_TARGET, "targets %s all claim device %s; name one with the op's "
+                   "target or tr_set_default_target", names, dev);
+}
+
+tr_status *tr_registry_device_facts(const tr_registry *reg, const tr_device *device,
+                                    tr_device_facts *out) {
+  tr_device_facts facts = {-1, NULL, 0, 0};
+  for (size_t i = 0; i < reg->facts.count; i++) {
+    const facts_entry *f = &reg->facts.items[i];
+    if (strcmp(f->device_type, device->type) != 0) continue;
+    char dev[TR_DEVICE_FORMAT_MAX];
+    tr_device_format(device, dev, sizeof(dev));
+    tr_status *failed = f->read(f->ctx, device, &facts);
+    if (failed != NULL) {
+      tr_status *status = TR_STATUS(TR_BACKEND, "the device facts read of '%s' failed on %s: %s",
+                                    f->device_type, dev, tr_status_message(failed));
+      tr_status_destroy(&failed);
+      return status;
+    }
+    if (facts.sm_count < 0 || facts.smem_budget < 0) {
+      return TR_STATUS(TR_BACKEND, "the device facts read of '%s' returned invalid facts for %s: "
+                       "sm_count %d, smem_budget %lld (neither may be negative)", f->device_type,
+                       dev, (int)facts.sm_count, (long long)facts.smem_budget);
+    }
+    break;
+  }
+  *out = facts;
+  return NULL;
+}
+
+const char *tr_registry_device_type_for_dl(const tr_registry *reg, int32_t dl_device_type) {
+  for (size_t i = 0; i < reg->dltypes.count; i++) {
+    if (reg->dltypes.items[i].dl_type == dl_device_type) return reg->dltypes.items[i].device_type;
+  }
+  return NULL;
+}
+
+int32_t tr_registry_dl_for_device_type(const tr_registry *reg, const char *device_type) {
+  for (size_t i = 0; i < reg->dltypes.count; i++) {
+    if (strcmp(reg->dltypes.items[i].device_type, device_type) == 0) return reg->dltypes.items[i].dl_type;
+  }
+  return -1;
+}
+
+int tr_registry_allocator(const tr_registry *reg, const char *device_type, tr_alloc_fn *alloc,
+                          tr_free_fn *free_fn, tr_copy_fn *copy, void **ctx) {
+  for (size_t i = 0; i < reg->allocs.count; i++) {
+    const alloc_entry *a = &reg->allocs.items[i];
+    if (strcmp(a->device_type, device_type) == 0) {
+      *alloc = a->alloc;
+      *free_fn = a->free_fn;
+      *copy = a->copy;
+      *ctx = a->ctx;
+      return 1;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,99 @@
+/* registry.h: the registry of backends: plugins loaded from their descriptors, what each
+ * registered (detectors by target, builders by (op, target), device facts, device types,
+ * allocators), the plugins that failed to load, and target settlement. Loading happens once;
+ * afterwards every lookup is read-only and safe from many threads. No ZeroMQ inside. */
+#ifndef TILERUN_REGISTRY_REGISTRY_H_
+#define TILERUN_REGISTRY_REGISTRY_H_
+
+#include <stddef.h>
+
+#include "registry/discovery.h"
+#include "tilerun/backend.h"
+#include "tilerun/status.h"
+#include "tilerun/tilerun.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tr_registry tr_registry;
+
+typedef struct tr_load_failure {
+  const char *backend;    /* the descriptor's name, or the descriptor path when unnamed */
+  const char *descriptor; /* the descriptor file ("" for a backend loaded by path) */
+  const char *reason;     /* what went wrong, whole */
+} tr_load_failure;
+
+/* Receives one warning line (no trailing newline) for each backend that fails to load. */
+typedef void (*tr_warn_fn)(void *ctx, const char *line);
+
+/* An empty registry. Warnings go to `warn` (NULL: stderr, prefixed "tilerun: warning: "). */
+tr_status *tr_registry_new(tr_warn_fn warn, void *warn_ctx, tr_registry **out) TR_MUST_USE;
+void tr_registry_destroy(tr_registry **registry_p);
+
+/* Loads every discovered backend in order, and records the descriptors discovery skipped as
+ * failures too. A backend that fails to load (missing file, missing init symbol, ABI too new,
+ * init returning an error, a registration failing part-way) is skipped with one warning and
+ * recorded; everything it registered is rolled back. Fails only on OutOfMemoryError. */
+tr_status *tr_registry_load_all(tr_registry *registry, const tr_discovery *found) TR_MUST_USE;
+
+/* Loads one backend's shared object; returns 1 when it loaded, 0 when it was skipped (and
+ * recorded). */
+int tr_registry_load_plugin(tr_registry *registry, const char *name, const char *library,
+                            const char *descriptor);
+
+/* Runs an init function in-process as if it were a plugin's (tests, and backends linked into
+ * the program); same rollback and failure recording. Returns 1 when it registered. */
+int tr_registry_load_builtin(tr_registry *registry, const char *name, tr_backend_init_fn init);
+
+size_t tr_registry_failure_count(const tr_registry *registry);
+const tr_load_failure *tr_registry_failure_at(const tr_registry *registry, size_t i);
+
+/* Appends "; N backend(s) failed to load (see tr_load_failures)" to a status when any did.
+ * Returns the status. */
+tr_status *tr_registry_annotate(const tr_registry *registry, tr_status *status);
+
+/* Registered target names, sorted, that have a detector or a builder; with `op`, only the ones
+ * with a builder for it. Fills up to `max` pointers (owned by the registry) and returns the
+ * total. */
+size_t tr_registry_targets(const tr_registry *registry, const char *op, const char **names,
+                           size_t max);
+
+/* Writes "['a', 'b']" for the same list, as the spec's messages show it. */
+void tr_registry_targets_text(const tr_registry *registry, const char *op, char *buf, size_t size);
+
+int tr_registry_has_target(const tr_registry *registry, const char *target);
+
+/* The builder registered for (op, target); 0 when there is none. */
+int tr_registry_builder(const tr_registry *registry, const char *op, const char *target,
+                        tr_build_kernel_fn *build, void **ctx);
+
+/* Settles a call's target: `requested` (the op's target: NULL, TR_BUILTIN or a name), then
+ * `default_target` (same forms), then detection over every detector with `device`. *out is a
+ * registered name (owned by the registry) or TR_BUILTIN (none claimed, or BUILTIN asked).
+ * UnknownTargetError for an unregistered name, listing the known ones; AmbiguousTargetError
+ * naming the claimants; BackendError naming a detector that failed. */
+tr_status *tr_registry_settle(const tr_registry *registry, const char *requested,
+                              const char *default_target, const tr_device *device,
+                              const char **out) TR_MUST_USE;
+
+/* Device facts of a device: `cuda` is not the registry's (see the selector); a registered type
+ * asks its read (a BackendError naming the read when it fails or returns negative counts); an
+ * unregistered type reports -1 / none / 0 / 0. */
+tr_status *tr_registry_device_facts(const tr_registry *registry, const tr_device *device,
+                                    tr_device_facts *out) TR_MUST_USE;
+
+/* The device type a backend named for a DLPack device type, or NULL. */
+const char *tr_registry_device_type_for_dl(const tr_registry *registry, int32_t dl_device_type);
+/* The DLPack device type registered for a device type name; -1 when none. */
+int32_t tr_registry_dl_for_device_type(const tr_registry *registry, const char *device_type);
+
+/* The allocator registered for a device type; 0 when none. */
+int tr_registry_allocator(const tr_registry *registry, const char *device_type, tr_alloc_fn *alloc,
+                          tr_free_fn *free_fn, tr_copy_fn *copy, void **ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TILERUN_REGISTRY_REGISTRY_H_ */

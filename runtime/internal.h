@@ -1,0 +1,79 @@
+/* internal.h: the runtime's own structures, shared by its files (runtime.c, op.c, tensors.c,
+ * compose.c). */
+#ifndef TILERUN_RUNTIME_INTERNAL_H_
+#define TILERUN_RUNTIME_INTERNAL_H_
+
+#include <stdatomic.h>
+
+#include "manifest/manifest.h"
+#include "memo/memo.h"
+#include "platform/platform.h"
+#include "registry/registry.h"
+#include "tilerun/tilerun.h"
+
+struct tr_runtime {
+  tr_manifest *manifest;
+  tr_registry *registry;
+  tr_plat_mutex lock; /* discovery and the default target */
+  int discovered;
+  char **backend_dirs; /* NULL: the search path */
+  size_t n_backend_dirs;
+  const char *const *builtin_names;
+  const tr_backend_init_fn *builtin_inits;
+  size_t n_builtins;
+  const char *default_target; /* NULL, TR_BUILTIN or a registry-owned name */
+  void (*warn)(void *ctx, const char *line);
+  void *warn_ctx;
+};
+
+/* One memo entry: a built kernel and what validating its key found. */
+typedef struct kernel_entry {
+  atomic_int refs; /* the memo's reference plus one per call in flight */
+  tr_kernel kernel;
+  tr_device device;
+  int32_t n_outputs;
+  uint8_t output_present[TR_SIG_MAX_OUTPUTS];
+  tr_tensor_spec outputs[TR_SIG_MAX_OUTPUTS];
+  int tuned; /* request_tune ran on `device` */
+} kernel_entry;
+
+struct tr_op {
+  tr_runtime *rt;
+  const tr_op_def *def;
+  size_t n_params;
+  tr_value settled[TR_SIG_MAX_PARAMS];
+  tr_named_value named[TR_SIG_MAX_PARAMS]; /* the same values by name, for builders */
+  const char *requested; /* NULL, TR_BUILTIN or a registry-owned name */
+  const char *target;    /* the settled target, NULL while none */
+  tr_memo *memo;
+  tr_plat_mutex lock;
+  int tuned_mode;
+  int warned_untunable;
+  tr_op **steps; /* a composite op's sub-op instances, made at its first call */
+};
+
+/* Runs backend discovery once. */
+tr_status *tr__runtime_discover(tr_runtime *rt);
+
+/* Warns through the runtime's sink. */
+void tr__runtime_warn(tr_runtime *rt, const char *fmt, ...) TR_PRINTF(2, 3);
+
+/* A DLDevice as a tr_device, with the device types backends registered. */
+tr_status *tr__device_from_dl(const tr_runtime *rt, DLDevice dl, tr_device *out);
+tr_status *tr__device_to_dl(const tr_runtime *rt, const tr_device *device, DLDevice *out);
+
+/* Tensors: allocation of outputs and contiguous copies on the call's device. */
+tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec,
+                            DLManagedTensor **out) TR_MUST_USE;
+/* A contiguous copy of `src` (or src itself when it already is): *out points at `src` or at
+ * `*copy`, which the caller frees with its deleter when set. */
+tr_status *tr__contiguous(const tr_runtime *rt, const tr_op *op, size_t input, const DLTensor *src,
+                          DLManagedTensor **copy, const DLTensor **out) TR_MUST_USE;
+/* Copies a contiguous tensor back into a strided one of the same shape (written-back inputs). */
+tr_status *tr__copy_back(const tr_runtime *rt, const DLTensor *src, const DLTensor *dst) TR_MUST_USE;
+
+/* A composite op's call. */
+tr_status *tr__compose_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
+                            DLManagedTensor **outputs, size_t n_outputs) TR_MUST_USE;
+
+#endif /* TILERUN_RUNTIME_INTERNAL_H_ */

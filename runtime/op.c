@@ -1,0 +1,346 @@
+/* op.c: op instances: params settled once, the target settled at the first call, the memo of
+ * built kernels, and the call itself (the hot path is a memo hit: key, lookup, contiguous
+ * inputs, outputs, launch). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "manifest/compose.h"
+#include "runtime/internal.h"
+
+/* ---- kernel entries ---- */
+
+static void entry_unref(kernel_entry *e) {
+  if (atomic_fetch_sub(&e->refs, 1) != 1) return;
+  if (e->kernel.release != NULL) e->kernel.release(e->kernel.self);
+  free(e);
+}
+
+static void drop_entry(void *ctx, void *value) {
+  (void)ctx;
+  entry_unref(value);
+}
+
+/* Revokes the op's target and drops its memo (the spec: a failed call leaves no decision). */
+static void revoke(tr_op *op) {
+  op->target = NULL;
+  tr_memo_clear(op->memo, drop_entry, NULL);
+}
+
+/* ---- making and destroying ---- */
+
+tr_status *tr_op_new(tr_runtime *rt, const char *op_name, const tr_named_value *params,
+                     size_t n_params, const char *target, tr_op **out) {
+  *out = NULL;
+  TR_RETURN_IF_ERROR(tr__runtime_discover(rt));
+  const tr_op_def *def = tr_manifest_find(rt->manifest, op_name);
+  if (def == NULL) {
+    return tr_registry_annotate(rt->registry, TR_STATUS(TR_OP_NOT_AVAILABLE, "no op '%s' in the "
+                                "manifest (%zu ops; see 'tilerun ops')", op_name,
+                                tr_manifest_op_count(rt->manifest)));
+  }
+  const char *requested = NULL;
+  if (target != NULL) {
+    tr_device any = {"cpu", TR_DEVICE_NO_INDEX};
+    tr_status *status = tr_registry_settle(rt->registry, target, NULL, &any, &requested);
+    if (status != NULL) return tr_registry_annotate(rt->registry, status);
+  }
+  tr_op *op = calloc(1, sizeof(*op));
+  if (op == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "making op %s", op_name);
+  op->rt = rt;
+  op->def = def;
+  op->requested = requested;
+  op->n_params = tr_op_def_param_count(def);
+  tr_status *status = tr_op_def_bind_params(def, params, n_params, op->settled);
+  if (status != NULL) {
+    free(op);
+    return tr_registry_annotate(rt->registry, status);
+  }
+  for (size_t i = 0; i < op->n_params; i++) {
+    op->named[i].name = tr_op_def_param_name(def, i);
+    op->named[i].value = op->settled[i];
+  }
+  status = tr_memo_new(&op->memo);
+  if (status == NULL) status = tr_plat_mutex_init(&op->lock);
+  if (status != NULL) {
+    tr_op_params_clear(def, op->settled);
+    tr_memo_destroy(&op->memo);
+    free(op);
+    return status;
+  }
+  *out = op;
+  return NULL;
+}
+
+void tr_op_destroy(tr_op **op_p) {
+  if (op_p == NULL || *op_p == NULL) return;
+  tr_op *op = *op_p;
+  *op_p = NULL;
+  if (op->steps != NULL) {
+    size_t n = tr_op_def_step_count(op->def);
+    for (size_t i = 0; i < n; i++) tr_op_destroy(&op->steps[i]);
+    free(op->steps);
+  }
+  tr_memo_clear(op->memo, drop_entry, NULL);
+  tr_memo_destroy(&op->memo);
+  tr_op_params_clear(op->def, op->settled);
+  tr_plat_mutex_destroy(&op->lock);
+  free(op);
+}
+
+const char *tr_op_target(const tr_op *op) { return op->target; }
+
+size_t tr_op_memo_count(const tr_op *op) { return tr_memo_count(op->memo); }
+
+/* ---- the miss path ---- */
+
+static tr_status *tune_entry(tr_op *op, kernel_entry *e) {
+  if (e->kernel.request_tune == NULL) {
+    if (!op->warned_untunable) {
+      op->warned_untunable = 1;
+      tr__runtime_warn(op->rt, "%s: a kernel of target '%s' has no request_tune; it is not tuned",
+                       tr_op_def_name(op->def), op->target ? op->target : "?");
+    }
+    return NULL;
+  }
+  if (e->tuned) return NULL;
+  TR_RETURN_IF_ERROR(e->kernel.request_tune(e->kernel.self, &e->device));
+  e->tuned = 1;
+  return NULL;
+}
+
+/* The in-tree path: not in this build for any device; the message the spec gives for cpu. */
+static tr_status *in_tree(const tr_op *op, const tr_device *device) {
+  char dev[TR_DEVICE_FORMAT_MAX], known[1024];
+  tr_device_format(device, dev, sizeof(dev));
+  tr_registry_targets_text(op->rt->registry, tr_op_def_name(op->def), known, sizeof(known));
+  return TR_STATUS(TR_OP_NOT_AVAILABLE, "%s's in-tree kernels do not run on %s; known targets for "
+                   "this op: %s", tr_op_def_name(op->def), dev, known);
+}
+
+/* Validates, settles, builds and memoises; called with the op's lock held. */
+static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
+                       const tr_memo_key *key, kernel_entry **out) {
+  const tr_op_def *def = op->def;
+  size_t n_decl = tr_op_def_input_count(def);
+  tr_tensor_spec specs[TR_SIG_MAX_INPUTS];
+  const tr_tensor_spec *ptrs[TR_SIG_MAX_INPUTS] = {0};
+  if (n_inputs > n_decl) n_inputs = n_decl + 1; /* the check names the count */
+  for (size_t i = 0; i < n_inputs && i < TR_SIG_MAX_INPUTS; i++) {
+    if (inputs[i] == NULL) continue;
+    tr_device device;
+    tr_status *status = tr__device_from_dl(op->rt, inputs[i]->device, &device);
+    if (status == NULL) status = tr_tensor_spec_make(&device, inputs[i]->dtype, inputs[i]->ndim, inputs[i]->shape, &specs[i]);
+    if (status != NULL) {
+      return tr_status_append(status, " (input '%s' of %s)", i < n_decl ? tr_op_def_input_name(def, i) : "extra",
+                              tr_op_def_name(def));
+    }
+    ptrs[i] = &specs[i];
+  }
+  tr_call_check check;
+  TR_RETURN_IF_ERROR(tr_op_def_check(def, op->settled, ptrs, n_inputs, &check));
+  if (op->target == NULL) {
+    const char *target = NULL;
+    TR_RETURN_IF_ERROR(tr_registry_settle(op->rt->registry, op->requested,
+                                          tr_default_target(op->rt), &check.device, &target));
+    op->target = target;
+  }
+  if (strcmp(op->target, TR_BUILTIN) == 0) return in_tree(op, &check.device);
+  tr_build_kernel_fn build;
+  void *ctx;
+  if (!tr_registry_builder(op->rt->registry, tr_op_def_name(def), op->target, &build, &ctx)) {
+    char known[1024];
+    tr_registry_targets_text(op->rt->registry, tr_op_def_name(def), known, sizeof(known));
+    return TR_STATUS(TR_OP_NOT_AVAILABLE, "target '%s' registers no kernel builder for %s; targets "
+                     "that do: %s. There is no fall back to the in-tree implementation: those "
+                     "kernels do not run on this target's devices.", op->target, tr_op_def_name(def),
+                     known);
+  }
+  kernel_entry *e = calloc(1, sizeof(*e));
+  if (e == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "a memo entry of %s", tr_op_def_name(def));
+  atomic_init(&e->refs, 1);
+  e->device = check.device;
+  e->n_outputs = check.n_outputs;
+  memcpy(e->output_present, check.output_present, sizeof(e->output_present));
+  memcpy(e->outputs, check.outputs, sizeof(e->outputs));
+  tr_build_request req = {tr_op_def_name(def), op->target, &check.device, ptrs, n_decl,
+                          op->named, op->n_params};
+  e->kernel.struct_size = sizeof(e->kernel);
+  tr_status *status = build(ctx, &req, &e->kernel);
+  if (status == NULL && e->kernel.call == NULL) {
+    status = TR_STATUS(TR_BACKEND, "target '%s' built a kernel for %s with no call function",
+                       op->target, tr_op_def_name(def));
+  }
+  if (status == NULL && op->tuned_mode) status = tune_entry(op, e);
+  if (status == NULL) status = tr_memo_insert(op->memo, key, e);
+  if (status != NULL) {
+    entry_unref(e); /* built but not memoised: released now, built again next time */
+    return status;
+  }
+  *out = e;
+  return NULL;
+}
+
+/* ---- the call ---- */
+
+static tr_status *launch(tr_op *op, kernel_entry *e, const DLTensor *const *inputs, size_t n_inputs,
+                         DLTensor *const *outputs) {
+  const tr_op_def *def = op->def;
+  size_t n_decl = tr_op_def_input_count(def);
+  DLTensor *args[TR_SIG_MAX_INPUTS] = {0};
+  DLManagedTensor *copies[TR_SIG_MAX_INPUTS] = {0};
+  tr_status *status = NULL;
+  for (size_t i = 0; i < n_decl && status == NULL; i++) {
+    const DLTensor *in = i < n_inputs ? inputs[i] : NULL;
+    if (in == NULL) continue;
+    int written_as_given = tr_op_def_input_mutated(def, i) && !tr_op_def_input_contiguous(def, i);
+    const DLTensor *arg = in;
+    if (!written_as_given) status = tr__contiguous(op->rt, op, i, in, &copies[i], &arg);
+    args[i] = (DLTensor *)arg;
+  }
+  if (status == NULL) {
+    status = e->kernel.call(e->kernel.self, args, n_decl, outputs, (size_t)e->n_outputs);
+  }
+  for (size_t i = 0; i < n_decl; i++) {
+    if (copies[i] == NULL) continue;
+    if (status == NULL && tr_op_def_input_mutated(def, i)) status = tr__copy_back(op->rt, &copies[i]->dl_tensor, inputs[i]);
+    copies[i]->deleter(copies[i]);
+  }
+  return status;
+}
+
+/* Finds or builds the entry for this call, with a reference the caller drops. */
+static tr_status *entry_for(tr_op *op, const DLTensor *const *inputs, size_t n_inputs, kernel_entry **out) {
+  tr_memo_key key;
+  tr_status *status = NULL;
+  if (!tr_memo_key_from_dl(inputs, n_inputs, &key)) key.size = 0; /* never memoised */
+  tr_plat_mutex_lock(&op->lock);
+  kernel_entry *e = key.size ? tr_memo_find(op->memo, &key) : NULL;
+  /* A key that does not fit (rank above 8, more than 16 inputs) fails validation in miss. */
+  if (e == NULL) status = miss(op, inputs, n_inputs, &key, &e);
+  if (status == NULL) atomic_fetch_add(&e->refs, 1);
+  else revoke(op);
+  tr_plat_mutex_unlock(&op->lock);
+  *out = e;
+  return status;
+}
+
+static tr_status *failed(tr_op *op, tr_status *status) {
+  tr_plat_mutex_lock(&op->lock);
+  revoke(op);
+  tr_plat_mutex_unlock(&op->lock);
+  return tr_registry_annotate(op->rt->registry, status);
+}
+
+tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
+                      DLManagedTensor **outputs, size_t n_outputs) {
+  size_t n_out = tr_op_def_output_count(op->def);
+  for (size_t o = 0; o < n_outputs; o++) outputs[o] = NULL;
+  if (n_outputs < n_out) {
+    return TR_STATUS(TR_VALUE, "%s returns %zu outputs; room for %zu was given",
+                     tr_op_def_name(op->def), n_out, n_outputs);
+  }
+  if (tr_op_def_is_composite(op->def)) {
+    tr_status *status = tr__compose_call(op, inputs, n_inputs, outputs, n_outputs);
+    return status ? tr_registry_annotate(op->rt->registry, status) : NULL;
+  }
+  kernel_entry *e = NULL;
+  tr_status *status = entry_for(op, inputs, n_inputs, &e);
+  if (status != NULL) return tr_registry_annotate(op->rt->registry, status);
+  DLTensor *outs[TR_SIG_MAX_OUTPUTS] = {0};
+  for (size_t o = 0; o < n_out && status == NULL; o++) {
+    if (!e->output_present[o]) continue;
+    status = tr__alloc_tensor(op->rt, &e->outputs[o], &outputs[o]);
+    if (status == NULL) outs[o] = &outputs[o]->dl_tensor;
+  }
+  if (status == NULL) status = launch(op, e, inputs, n_inputs, outs);
+  entry_unref(e);
+  if (status == NULL) return NULL;
+  for (size_t o = 0; o < n_out; o++) {
+    if (outputs[o] != NULL) outputs[o]->deleter(outputs[o]);
+    outputs[o] = NULL;
+  }
+  return failed(op, status);
+}
+
+tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
+                           DLTensor *const *outputs, size_t n_outputs) {
+  size_t n_out = tr_op_def_output_count(op->def);
+  if (tr_op_def_is_composite(op->def)) {
+    return TR_STATUS(TR_VALUE, "%s is composite: call it with tr_op_call", tr_op_def_name(op->def));
+  }
+  if (n_outputs < n_out) {
+    return TR_STATUS(TR_VALUE, "%s returns %zu outputs; %zu were given", tr_op_def_name(op->def), n_out, n_outputs);
+  }
+  kernel_entry *e = NULL;
+  tr_status *status = entry_for(op, inputs, n_inputs, &e);
+  if (status != NULL) return tr_registry_annotate(op->rt->registry, status);
+  for (size_t o = 0; o < n_out && status == NULL; o++) {
+    const DLTensor *t = outputs[o];
+    const tr_tensor_spec *want = &e->outputs[o];
+    if (!e->output_present[o]) continue;
+    int ok = t != NULL && t->ndim == want->rank && tr_dtype_equal(t->dtype, want->dtype) &&
+             memcmp(t->shape, want->shape, (size_t)want->rank * sizeof(int64_t)) == 0 &&
+             tr_dl_tensor_is_contiguous(t);
+    if (!ok) {
+      char expected[256];
+      tr_tensor_spec_format(want, expected, sizeof(expected));
+      status = TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' given does not match %s (contiguous)",
+                         tr_op_def_name(op->def), tr_op_def_output_name(op->def, o), expected);
+    }
+  }
+  if (status == NULL) status = launch(op, e, inputs, n_inputs, outputs);
+  entry_unref(e);
+  return status ? failed(op, status) : NULL;
+}
+
+/* ---- tuning and config ---- */
+
+typedef struct tune_ctx {
+  tr_op *op;
+  tr_status *first;
+} tune_ctx;
+
+static void tune_one(void *vctx, void *value) {
+  tune_ctx *t = vctx;
+  tr_status *status = tune_entry(t->op, value);
+  if (status == NULL) return;
+  if (t->first == NULL) t->first = status;
+  else tr_status_destroy(&status);
+}
+
+static void retune_one(void *vctx, void *value) {
+  ((kernel_entry *)value)->tuned = 0;
+  tune_one(vctx, value);
+}
+
+tr_status *tr_op_request_tune(tr_op *op) {
+  tr_plat_mutex_lock(&op->lock);
+  op->tuned_mode = 1;
+  tune_ctx t = {op, NULL};
+  /* idempotent per device: every request tunes every kernel built so far again */
+  tr_memo_each(op->memo, retune_one, &t);
+  tr_plat_mutex_unlock(&op->lock);
+  return t.first;
+}
+
+typedef struct config_ctx {
+  const tr_named_value *values;
+  size_t n;
+} config_ctx;
+
+static void config_of(void *vctx, void *value) {
+  config_ctx *c = vctx;
+  kernel_entry *e = value;
+  if (c->n > 0 || e->kernel.config == NULL) return;
+  c->n = e->kernel.config(e->kernel.self, &c->values);
+}
+
+size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out) {
+  config_ctx c = {NULL, 0};
+  tr_plat_mutex_lock(&op->lock);
+  tr_memo_each(op->memo, config_of, &c);
+  tr_plat_mutex_unlock(&op->lock);
+  *out = c.values;
+  return c.n;
+}

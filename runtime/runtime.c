@@ -1,0 +1,163 @@
+/* runtime.c: the runtime: the manifest, the registry filled once by discovery, the process
+ * default target, and the device types backends brought. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+static void default_warn(void *ctx, const char *line) {
+  (void)ctx;
+  fprintf(stderr, "tilerun: warning: %s\n", line);
+}
+
+void tr__runtime_warn(tr_runtime *rt, const char *fmt, ...) {
+  char line[2048];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(line, sizeof(line), fmt, args);
+  va_end(args);
+  rt->warn(rt->warn_ctx, line);
+}
+
+tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
+  *out = NULL;
+  tr_runtime_options none;
+  memset(&none, 0, sizeof(none));
+  const tr_runtime_options *o = options ? options : &none;
+  tr_runtime *rt = calloc(1, sizeof(*rt));
+  if (rt == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "allocating a runtime");
+  rt->warn = o->warn ? o->warn : default_warn;
+  rt->warn_ctx = o->warn_ctx;
+  rt->builtin_names = o->builtin_names;
+  rt->builtin_inits = o->builtin_inits;
+  rt->n_builtins = o->n_builtins;
+  tr_status *status = tr_plat_mutex_init(&rt->lock);
+  if (status != NULL) {
+    free(rt);
+    return status;
+  }
+  const char *dir = o->manifest_dir;
+  if (dir == NULL) dir = tr_plat_getenv("TILERUN_MANIFEST_DIR");
+  if (dir == NULL || dir[0] == '\0') dir = "manifest/spec";
+  status = tr_manifest_load_dir(dir, &rt->manifest);
+  if (status == NULL) status = tr_registry_new(rt->warn, rt->warn_ctx, &rt->registry);
+  if (status == NULL && o->backend_dirs != NULL) {
+    rt->backend_dirs = calloc(o->n_backend_dirs + 1, sizeof(char *));
+    if (rt->backend_dirs == NULL) status = TR_STATUS(TR_OUT_OF_MEMORY, "copying backend dirs");
+    for (size_t i = 0; status == NULL && i < o->n_backend_dirs; i++) {
+      size_t n = strlen(o->backend_dirs[i]) + 1;
+      if ((rt->backend_dirs[i] = malloc(n)) == NULL) {
+        status = TR_STATUS(TR_OUT_OF_MEMORY, "copying backend dirs");
+        break;
+      }
+      memcpy(rt->backend_dirs[i], o->backend_dirs[i], n);
+      rt->n_backend_dirs = i + 1;
+    }
+  }
+  if (status != NULL) {
+    tr_runtime_destroy(&rt);
+    return status;
+  }
+  *out = rt;
+  return NULL;
+}
+
+void tr_runtime_destroy(tr_runtime **runtime_p) {
+  if (runtime_p == NULL || *runtime_p == NULL) return;
+  tr_runtime *rt = *runtime_p;
+  *runtime_p = NULL;
+  tr_manifest_destroy(&rt->manifest);
+  tr_registry_destroy(&rt->registry);
+  if (rt->backend_dirs != NULL) tr_plat_free_names(&rt->backend_dirs, rt->n_backend_dirs);
+  tr_plat_mutex_destroy(&rt->lock);
+  free(rt);
+}
+
+tr_status *tr__runtime_discover(tr_runtime *rt) {
+  tr_plat_mutex_lock(&rt->lock);
+  tr_status *status = NULL;
+  if (!rt->discovered) {
+    for (size_t i = 0; i < rt->n_builtins; i++) {
+      tr_registry_load_builtin(rt->registry, rt->builtin_names[i], rt->builtin_inits[i]);
+    }
+    char **dirs = rt->backend_dirs;
+    size_t n_dirs = rt->n_backend_dirs;
+    char **searched = NULL;
+    if (dirs == NULL) {
+      status = tr_backend_search_path(&searched, &n_dirs);
+      dirs = searched;
+    }
+    tr_discovery *found = NULL;
+    if (status == NULL) status = tr_backend_discover((const char *const *)dirs, n_dirs, &found);
+    if (status == NULL) status = tr_registry_load_all(rt->registry, found);
+    tr_discovery_destroy(&found);
+    if (searched != NULL) tr_discovery_free_dirs(&searched, n_dirs);
+    rt->discovered = status == NULL;
+  }
+  tr_plat_mutex_unlock(&rt->lock);
+  return status;
+}
+
+size_t tr_registered_targets(tr_runtime *rt, const char *op_name, const char **names, size_t max) {
+  tr_status *status = tr__runtime_discover(rt);
+  if (status != NULL) {
+    tr_status_destroy(&status);
+    return 0;
+  }
+  return tr_registry_targets(rt->registry, op_name, names, max);
+}
+
+tr_status *tr_set_default_target(tr_runtime *rt, const char *target) {
+  TR_RETURN_IF_ERROR(tr__runtime_discover(rt));
+  const char *settled = NULL;
+  if (target != NULL) {
+    tr_device any = {"cpu", TR_DEVICE_NO_INDEX};
+    tr_status *status = tr_registry_settle(rt->registry, target, NULL, &any, &settled);
+    if (status != NULL) return tr_registry_annotate(rt->registry, status);
+  }
+  tr_plat_mutex_lock(&rt->lock);
+  rt->default_target = settled;
+  tr_plat_mutex_unlock(&rt->lock);
+  return NULL;
+}
+
+const char *tr_default_target(tr_runtime *rt) {
+  tr_plat_mutex_lock(&rt->lock);
+  const char *target = rt->default_target;
+  tr_plat_mutex_unlock(&rt->lock);
+  return target;
+}
+
+size_t tr_load_failure_count(tr_runtime *rt) {
+  tr_status *status = tr__runtime_discover(rt);
+  tr_status_destroy(&status);
+  return tr_registry_failure_count(rt->registry);
+}
+
+const char *tr_load_failure_backend(tr_runtime *rt, size_t i) {
+  const tr_load_failure *f = tr_registry_failure_at(rt->registry, i);
+  return f ? f->backend : NULL;
+}
+
+const char *tr_load_failure_reason(tr_runtime *rt, size_t i) {
+  const tr_load_failure *f = tr_registry_failure_at(rt->registry, i);
+  return f ? f->reason : NULL;
+}
+
+tr_status *tr__device_from_dl(const tr_runtime *rt, DLDevice dl, tr_device *out) {
+  const char *type = tr_registry_device_type_for_dl(rt->registry, (int32_t)dl.device_type);
+  if (type != NULL) return tr_device_make(type, dl.device_id, out);
+  return tr_device_from_dl(dl, out);
+}
+
+tr_status *tr__device_to_dl(const tr_runtime *rt, const tr_device *device, DLDevice *out) {
+  int32_t dl_type = tr_registry_dl_for_device_type(rt->registry, device->type);
+  if (dl_type >= 0) {
+    out->device_type = (DLDeviceType)dl_type;
+    out->device_id = device->index < 0 ? 0 : device->index;
+    return NULL;
+  }
+  return tr_device_to_dl(device, out);
+}

@@ -1,0 +1,63 @@
+// runtime_testing.h: helpers for tests that call ops: host tensors on any device type, a
+// runtime over the shipped manifest, captured warnings.
+#ifndef TILERUN_RUNTIME_RUNTIME_TESTING_H_
+#define TILERUN_RUNTIME_RUNTIME_TESTING_H_
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/test_support.h"
+#include "tilerun/tilerun.h"
+
+namespace tr_test {
+
+// A float32 tensor in host memory, labelled with any DLPack device (kDLExtDev for "acme").
+struct HostTensor {
+  std::vector<float> data;
+  std::vector<int64_t> shape, strides;
+  DLTensor t{};
+  HostTensor(std::vector<int64_t> s, DLDevice device = {kDLCPU, 0}, float start = 0.5f)
+      : shape(std::move(s)) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    data.resize((size_t)n);
+    for (int64_t i = 0; i < n; i++) data[(size_t)i] = start + 0.25f * (float)(i % 13) - 0.1f * (float)(i % 7);
+    t.data = data.data();
+    t.device = device;
+    t.ndim = (int32_t)shape.size();
+    t.dtype = TR_FLOAT32;
+    t.shape = shape.data();
+  }
+  // Views the data with other strides (and shape), e.g. a transpose.
+  void view(std::vector<int64_t> s, std::vector<int64_t> st) {
+    shape = std::move(s);
+    strides = std::move(st);
+    t.shape = shape.data();
+    t.ndim = (int32_t)shape.size();
+    t.strides = strides.data();
+  }
+};
+
+struct Warnings {
+  std::vector<std::string> lines;
+  static void sink(void *ctx, const char *line) { static_cast<Warnings *>(ctx)->lines.push_back(line); }
+};
+
+// Owns a call's outputs.
+struct Outputs {
+  DLManagedTensor *items[8] = {nullptr};
+  ~Outputs() { reset(); }
+  void reset() {
+    for (auto &m : items) {
+      if (m) m->deleter(m);
+      m = nullptr;
+    }
+  }
+  const float *f(int i) const { return static_cast<const float *>(items[i]->dl_tensor.data); }
+};
+
+}  // namespace tr_test
+
+#endif  // TILERUN_RUNTIME_RUNTIME_TESTING_H_

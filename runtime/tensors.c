@@ -1,0 +1,149 @@
+/* tensors.c: tensors the runtime makes: outputs on the call's device, contiguous copies of
+ * strided inputs, and write-backs. CPU memory is tilerun's own; a backend's device uses the
+ * allocator and copy the backend registered. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+/* What a tensor's deleter needs: lives in the same block as the DLManagedTensor. */
+typedef struct owned {
+  DLManagedTensor managed;
+  tr_free_fn free_fn; /* NULL: the data is in this block (CPU) */
+  void *free_ctx;
+  tr_device device;
+  int64_t shape[TR_MAX_RANK];
+} owned;
+
+static void delete_owned(DLManagedTensor *self) {
+  owned *o = (owned *)self;
+  if (o->free_fn != NULL) o->free_fn(o->free_ctx, &o->device, o->managed.dl_tensor.data);
+  free(o);
+}
+
+#define CPU_ALIGN 64
+
+tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, DLManagedTensor **out) {
+  *out = NULL;
+  size_t bytes = (size_t)tr_tensor_spec_numel(spec) * tr_dtype_bytes(spec->dtype);
+  int is_cpu = strcmp(spec->device.type, "cpu") == 0;
+  tr_alloc_fn alloc = NULL;
+  tr_free_fn free_fn = NULL;
+  tr_copy_fn copy = NULL;
+  void *ctx = NULL;
+  if (!is_cpu && !tr_registry_allocator(rt->registry, spec->device.type, &alloc, &free_fn, &copy, &ctx)) {
+    char dev[TR_DEVICE_FORMAT_MAX];
+    tr_device_format(&spec->device, dev, sizeof(dev));
+    return TR_STATUS(TR_OP_NOT_AVAILABLE, "tilerun cannot allocate memory on %s: no backend "
+                     "registered an allocator for device type '%s'", dev, spec->device.type);
+  }
+  size_t header = (sizeof(owned) + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+  owned *o = is_cpu ? aligned_alloc(CPU_ALIGN, header + (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN)
+                    : malloc(sizeof(owned));
+  if (o == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "allocating a tensor of %zu bytes on cpu", bytes);
+  memset(o, 0, sizeof(*o));
+  DLTensor *t = &o->managed.dl_tensor;
+  if (is_cpu) {
+    t->data = (char *)o + header;
+  } else {
+    t->data = alloc(ctx, &spec->device, bytes ? bytes : 1);
+    if (t->data == NULL) {
+      free(o);
+      char dev[TR_DEVICE_FORMAT_MAX];
+      tr_device_format(&spec->device, dev, sizeof(dev));
+      return TR_STATUS(TR_OUT_OF_MEMORY, "allocating a tensor of %zu bytes on %s", bytes, dev);
+    }
+    o->free_fn = free_fn;
+    o->free_ctx = ctx;
+  }
+  o->device = spec->device;
+  memcpy(o->shape, spec->shape, sizeof(o->shape));
+  tr_status *status = tr__device_to_dl(rt, &spec->device, &t->device);
+  if (status != NULL) {
+    delete_owned(&o->managed);
+    return status;
+  }
+  t->ndim = spec->rank;
+  t->dtype = spec->dtype;
+  t->shape = o->shape;
+  t->strides = NULL;
+  t->byte_offset = 0;
+  o->managed.manager_ctx = o;
+  o->managed.deleter = delete_owned;
+  *out = &o->managed;
+  return NULL;
+}
+
+/* Copies elements between two layouts of one shape (strides in elements; NULL: compact). */
+static void strided_copy(char *dst, const int64_t *dst_strides, const char *src,
+                         const int64_t *src_strides, const int64_t *shape, int32_t rank, size_t elem) {
+  int64_t compact[TR_MAX_RANK];
+  int64_t step = 1;
+  for (int32_t d = rank - 1; d >= 0; d--) {
+    compact[d] = step;
+    step *= shape[d];
+  }
+  const int64_t *ds = dst_strides ? dst_strides : compact, *ss = src_strides ? src_strides : compact;
+  int64_t numel = step, index[TR_MAX_RANK] = {0};
+  for (int64_t n = 0; n < numel; n++) {
+    int64_t d_off = 0, s_off = 0;
+    for (int32_t d = 0; d < rank; d++) {
+      d_off += index[d] * ds[d];
+      s_off += index[d] * ss[d];
+    }
+    memcpy(dst + d_off * (int64_t)elem, src + s_off * (int64_t)elem, elem);
+    for (int32_t d = rank - 1; d >= 0; d--) {
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+static tr_status *device_copy(const tr_runtime *rt, const DLTensor *src, DLTensor *dst) {
+  tr_device device;
+  TR_RETURN_IF_ERROR(tr__device_from_dl(rt, src->device, &device));
+  if (strcmp(device.type, "cpu") == 0) {
+    size_t elem = tr_dtype_bytes(src->dtype);
+    strided_copy((char *)dst->data + dst->byte_offset, dst->strides,
+                 (const char *)src->data + src->byte_offset, src->strides, src->shape, src->ndim, elem);
+    return NULL;
+  }
+  tr_alloc_fn alloc;
+  tr_free_fn free_fn;
+  tr_copy_fn copy = NULL;
+  void *ctx;
+  char dev[TR_DEVICE_FORMAT_MAX];
+  tr_device_format(&device, dev, sizeof(dev));
+  if (!tr_registry_allocator(rt->registry, device.type, &alloc, &free_fn, &copy, &ctx) || copy == NULL) {
+    return TR_STATUS(TR_OP_NOT_AVAILABLE, "a strided tensor on %s needs a copy, and no backend "
+                     "registered one for device type '%s'", dev, device.type);
+  }
+  return copy(ctx, src, dst);
+}
+
+tr_status *tr__contiguous(const tr_runtime *rt, const tr_op *op, size_t input, const DLTensor *src,
+                          DLManagedTensor **copy, const DLTensor **out) {
+  *copy = NULL;
+  *out = src;
+  if (tr_dl_tensor_is_contiguous(src)) return NULL;
+  tr_tensor_spec spec;
+  tr_device device;
+  TR_RETURN_IF_ERROR(tr__device_from_dl(rt, src->device, &device));
+  TR_RETURN_IF_ERROR(tr_tensor_spec_make(&device, src->dtype, src->ndim, src->shape, &spec));
+  TR_RETURN_IF_ERROR(tr__alloc_tensor(rt, &spec, copy));
+  tr_status *status = device_copy(rt, src, &(*copy)->dl_tensor);
+  if (status != NULL) {
+    (*copy)->deleter(*copy);
+    *copy = NULL;
+    return tr_status_append(status, " (input '%s' of %s)", tr_op_def_input_name(op->def, input),
+                            tr_op_def_name(op->def));
+  }
+  *out = &(*copy)->dl_tensor;
+  return NULL;
+}
+
+tr_status *tr__copy_back(const tr_runtime *rt, const DLTensor *src, const DLTensor *dst) {
+  DLTensor target = *dst;
+  return device_copy(rt, src, &target);
+}
