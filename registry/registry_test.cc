@@ -1,0 +1,214 @@
+// registry_test.cc: loading plugins (and surviving the broken ones), registration rules and
+// rollback, and target settlement.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/test_support.h"
+#include "registry/registry.h"
+
+struct Reg {
+  std::vector<std::string> warnings;
+  tr_registry *reg = nullptr;
+  Reg() { tr_test::ok(tr_registry_new(sink, this, &reg)); }
+  ~Reg() { tr_registry_destroy(&reg); }
+  static void sink(void *ctx, const char *line) { static_cast<Reg *>(ctx)->warnings.push_back(line); }
+  std::vector<std::string> targets(const char *op = nullptr) {
+    const char *names[16];
+    size_t n = tr_registry_targets(reg, op, names, 16);
+    return std::vector<std::string>(names, names + n);
+  }
+};
+
+static std::string lib(const char *name) {
+  return std::filesystem::absolute(std::string("registry/testdata/lib") + name + ".so").string();
+}
+
+static tr_status *claim_all(void *, const tr_device *, int *claims) {
+  *claims = 1;
+  return nullptr;
+}
+static tr_status *claim_cpu(void *, const tr_device *d, int *claims) {
+  *claims = std::string(d->type) == "cpu";
+  return nullptr;
+}
+static tr_status *claim_none(void *, const tr_device *, int *claims) {
+  *claims = 0;
+  return nullptr;
+}
+static tr_status *detector_fails(void *, const tr_device *, int *) {
+  return TR_STATUS(TR_VALUE, "vendor runtime missing");
+}
+static tr_status *build_nothing(void *, const tr_build_request *, tr_kernel *) {
+  return TR_STATUS(TR_INTERNAL, "not built in these tests");
+}
+
+// Each init registers what its name says.
+static tr_status *init_cpu(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "torch_cpu", claim_cpu, nullptr));
+  return api->register_kernel_builder(api->host, "RMSNormFwdOp", "torch_cpu", build_nothing, nullptr);
+}
+static tr_status *init_second_cpu(const tr_backend_api *api) {
+  return api->register_detector(api->host, "other_cpu", claim_cpu, nullptr);
+}
+static tr_status *init_quiet(const tr_backend_api *api) {
+  return api->register_detector(api->host, "quiet", claim_none, nullptr);
+}
+static tr_status *init_broken_detector(const tr_backend_api *api) {
+  return api->register_detector(api->host, "flaky", detector_fails, nullptr);
+}
+static tr_status *init_fails_late(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "late", claim_all, nullptr));
+  TR_RETURN_IF_ERROR(api->register_kernel_builder(api->host, "AddFwdOp", "late", build_nothing, nullptr));
+  TR_RETURN_IF_ERROR(api->register_device_type(api->host, "lateware", 99));
+  return TR_STATUS(TR_VALUE, "license check failed");
+}
+static tr_status *init_same_target(const tr_backend_api *api) {
+  return api->register_detector(api->host, "torch_cpu", claim_all, nullptr);
+}
+static tr_status *init_facts_cuda(const tr_backend_api *api) {
+  return api->register_device_facts(api->host, "cuda", nullptr, nullptr);
+}
+static tr_status *read_facts(void *, const tr_device *, tr_device_facts *out) {
+  *out = tr_device_facts{90, "fast", 132, 232448};
+  return nullptr;
+}
+static tr_status *read_bad_facts(void *, const tr_device *, tr_device_facts *out) {
+  *out = tr_device_facts{1, nullptr, -4, 0};
+  return nullptr;
+}
+static tr_status *init_facts(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_device_facts(api->host, "acme", read_facts, nullptr));
+  return api->register_device_facts(api->host, "bad", read_bad_facts, nullptr);
+}
+static tr_status *init_facts_again(const tr_backend_api *api) {
+  return api->register_device_facts(api->host, "acme", read_facts, nullptr);
+}
+
+TEST_CASE("plugins that fail to load are skipped, warned about once, and recorded") {
+  Reg r;
+  CHECK(tr_registry_load_plugin(r.reg, "gone", "/nonexistent/libgone.so", "/etc/gone.yaml") == 0);
+  CHECK(tr_registry_load_plugin(r.reg, "no_init", lib("no_init").c_str(), "") == 0);
+  CHECK(tr_registry_load_plugin(r.reg, "abi", lib("abi_too_new").c_str(), "") == 0);
+  REQUIRE(tr_registry_failure_count(r.reg) == 3);
+  REQUIRE(r.warnings.size() == 3);
+  CHECK(r.warnings[0].find("backend 'gone' (/etc/gone.yaml) not loaded: ") == 0);
+  CHECK(r.warnings[0].find("/nonexistent/libgone.so") != std::string::npos);
+  CHECK(std::string(tr_registry_failure_at(r.reg, 1)->reason) ==
+        lib("no_init") + " has no symbol 'tilerun_backend_init'");
+  CHECK(std::string(tr_registry_failure_at(r.reg, 2)->reason) ==
+        lib("abi_too_new") + " was built for backend ABI 99; this tilerun supports ABI 1 (ABI too "
+        "new: update tilerun)");
+  CHECK(std::string(tr_registry_failure_at(r.reg, 2)->backend) == "abi");
+  CHECK(r.targets().empty());
+}
+
+TEST_CASE("a plugin whose registration fails part-way leaves nothing behind") {
+  Reg r;
+  CHECK(tr_registry_load_builtin(r.reg, "cpu", init_cpu) == 1);
+  CHECK(tr_registry_load_plugin(r.reg, "half_way", lib("half_way").c_str(), "") == 0);
+  REQUIRE(tr_registry_failure_count(r.reg) == 1);
+  CHECK(std::string(tr_registry_failure_at(r.reg, 0)->reason) ==
+        "its init failed: BackendError: backend 'half_way': (AddFwdOp, half) already has a kernel "
+        "builder; registering the same (op, target) twice is an error");
+  CHECK(r.targets() == std::vector<std::string>{"torch_cpu"});  // 'half' rolled back
+  CHECK(r.targets("AddFwdOp").empty());
+  CHECK(tr_registry_load_builtin(r.reg, "late", init_fails_late) == 0);
+  CHECK(r.targets() == std::vector<std::string>{"torch_cpu"});
+  CHECK(tr_registry_device_type_for_dl(r.reg, 99) == nullptr);  // its device type too
+  tr_device cpu = {"cpu", TR_DEVICE_NO_INDEX};
+  const char *target = nullptr;
+  tr_test::ok(tr_registry_settle(r.reg, nullptr, nullptr, &cpu, &target));
+  CHECK(std::string(target) == "torch_cpu");  // the rolled-back detectors claim nothing
+}
+
+TEST_CASE("registration rules: one detector per target, no cuda facts, facts once per type") {
+  Reg r;
+  REQUIRE(tr_registry_load_builtin(r.reg, "cpu", init_cpu) == 1);
+  CHECK(tr_registry_load_builtin(r.reg, "dup", init_same_target) == 0);
+  CHECK(std::string(tr_registry_failure_at(r.reg, 0)->reason) ==
+        "its init failed: BackendError: backend 'dup': target 'torch_cpu' already has a detector; a "
+        "target is one set of kernels from one provider");
+  CHECK(tr_registry_load_builtin(r.reg, "cudafacts", init_facts_cuda) == 0);
+  CHECK(std::string(tr_registry_failure_at(r.reg, 1)->reason) ==
+        "its init failed: BackendError: backend 'cudafacts': facts for device type 'cuda' cannot be "
+        "registered; tilerun reads them itself");
+  REQUIRE(tr_registry_load_builtin(r.reg, "facts", init_facts) == 1);
+  CHECK(tr_registry_load_builtin(r.reg, "facts2", init_facts_again) == 0);
+  CHECK(std::string(tr_registry_failure_at(r.reg, 2)->reason) ==
+        "its init failed: BackendError: backend 'facts2': device type 'acme' already has facts; "
+        "facts belong to a device type and only one backend registers them");
+  tr_status *annotated = tr_registry_annotate(r.reg, TR_STATUS(TR_VALUE, "boom"));
+  CHECK(tr_test::error_of(annotated) == "ValueError: boom; 3 backends failed to load (see tr_load_failures)");
+}
+
+TEST_CASE("device facts: registered reads, invalid facts, unregistered types") {
+  Reg r;
+  REQUIRE(tr_registry_load_builtin(r.reg, "facts", init_facts) == 1);
+  tr_device acme = {"acme", 0}, bad = {"bad", 1}, cpu = {"cpu", TR_DEVICE_NO_INDEX};
+  tr_device_facts f;
+  tr_test::ok(tr_registry_device_facts(r.reg, &acme, &f));
+  CHECK(f.arch == 90);
+  CHECK(f.sm_count == 132);
+  CHECK(tr_test::error_of(tr_registry_device_facts(r.reg, &bad, &f)) ==
+        "BackendError: the device facts read of 'bad' returned invalid facts for bad:1: sm_count -4, "
+        "smem_budget 0 (neither may be negative)");
+  tr_test::ok(tr_registry_device_facts(r.reg, &cpu, &f));
+  CHECK(f.arch == -1);
+  CHECK(f.calibration == nullptr);
+  CHECK(f.sm_count == 0);
+  CHECK(f.smem_budget == 0);
+}
+
+TEST_CASE("settlement: the op's target, then the process default, then detection") {
+  Reg r;
+  REQUIRE(tr_registry_load_builtin(r.reg, "cpu", init_cpu) == 1);
+  REQUIRE(tr_registry_load_builtin(r.reg, "quiet", init_quiet) == 1);
+  tr_device cpu = {"cpu", TR_DEVICE_NO_INDEX}, acme = {"acme", 0};
+  const char *t = nullptr;
+  tr_test::ok(tr_registry_settle(r.reg, nullptr, nullptr, &cpu, &t));
+  CHECK(std::string(t) == "torch_cpu");  // exactly one claim wins
+  tr_test::ok(tr_registry_settle(r.reg, nullptr, nullptr, &acme, &t));
+  CHECK(std::string(t) == TR_BUILTIN);  // none claims: the in-tree kernels
+  tr_test::ok(tr_registry_settle(r.reg, nullptr, "quiet", &cpu, &t));
+  CHECK(std::string(t) == "quiet");  // the default comes before detection
+  tr_test::ok(tr_registry_settle(r.reg, "torch_cpu", "quiet", &acme, &t));
+  CHECK(std::string(t) == "torch_cpu");  // the op's own target comes first
+  tr_test::ok(tr_registry_settle(r.reg, TR_BUILTIN, "quiet", &cpu, &t));
+  CHECK(std::string(t) == TR_BUILTIN);
+  CHECK(tr_test::error_of(tr_registry_settle(r.reg, "nope", nullptr, &cpu, &t)) ==
+        "UnknownTargetError: no backend registered target 'nope'; known targets: ['quiet', 'torch_cpu']");
+  CHECK(tr_test::error_of(tr_registry_settle(r.reg, nullptr, "gone", &cpu, &t)).find("target 'gone'") !=
+        std::string::npos);
+}
+
+TEST_CASE("settlement: two claims are ambiguous; a failing detector is a BackendError naming it") {
+  Reg r;
+  REQUIRE(tr_registry_load_builtin(r.reg, "cpu", init_cpu) == 1);
+  REQUIRE(tr_registry_load_builtin(r.reg, "other", init_second_cpu) == 1);
+  tr_device cpu = {"cpu", TR_DEVICE_NO_INDEX};
+  const char *t = nullptr;
+  CHECK(tr_test::error_of(tr_registry_settle(r.reg, nullptr, nullptr, &cpu, &t)) ==
+        "AmbiguousTargetError: targets ['other_cpu', 'torch_cpu'] all claim device cpu; name one "
+        "with the op's target or tr_set_default_target");
+  Reg f;
+  REQUIRE(tr_registry_load_builtin(f.reg, "flaky", init_broken_detector) == 1);
+  CHECK(tr_test::error_of(tr_registry_settle(f.reg, nullptr, nullptr, &cpu, &t)) ==
+        "BackendError: the detector of target 'flaky' failed on device cpu: ValueError: vendor "
+        "runtime missing");
+}
+
+TEST_CASE("targets are listed sorted, and per op those with a builder") {
+  Reg r;
+  REQUIRE(tr_registry_load_builtin(r.reg, "quiet", init_quiet) == 1);
+  REQUIRE(tr_registry_load_builtin(r.reg, "cpu", init_cpu) == 1);
+  CHECK(r.targets() == std::vector<std::string>{"quiet", "torch_cpu"});
+  CHECK(r.targets("RMSNormFwdOp") == std::vector<std::string>{"torch_cpu"});
+  char text[128];
+  tr_registry_targets_text(r.reg, "SoftmaxFwdOp", text, sizeof(text));
+  CHECK(std::string(text) == "[]");
+  tr_registry_targets_text(r.reg, nullptr, text, sizeof(text));
+  CHECK(std::string(text) == "['quiet', 'torch_cpu']");
+}
