@@ -1,0 +1,379 @@
+// runtime_test.cc: the op layer's contract, with test backends linked in (builtins) that record
+// what they were asked to build: settlement order, params by name, absent optional inputs,
+// contiguity and write-back, outputs that exist `when`, tuning, composition, threads.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/runtime_testing.h"
+
+using tr_test::HostTensor;
+using tr_test::Outputs;
+
+// What the test backends saw.
+static std::atomic<int> g_builds{0}, g_tunes{0};
+static std::vector<std::string> g_seen;  // one line per build: "op target inputs params"
+static int g_fail_tune = 0;
+
+static std::string describe(const tr_build_request *req) {
+  std::string s = std::string(req->op) + " " + req->target;
+  for (size_t i = 0; i < req->n_inputs; i++) {
+    char buf[128] = "None";
+    if (req->inputs[i]) tr_tensor_spec_format(req->inputs[i], buf, sizeof(buf));
+    s += std::string(" ") + buf;
+  }
+  for (size_t i = 0; i < req->n_params; i++) {
+    char buf[64];
+    tr_value_format(&req->params[i].value, buf, sizeof(buf));
+    s += std::string(" ") + req->params[i].name + "=" + buf;
+  }
+  return s;
+}
+
+static int64_t numel(const DLTensor *t) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < t->ndim; d++) n *= t->shape[d];
+  return n;
+}
+
+// Kernels: plain float32 loops over contiguous tensors.
+static tr_status *add_call(void *, DLTensor *const *in, size_t, DLTensor *const *out, size_t) {
+  const float *a = (const float *)in[0]->data, *b = (const float *)in[1]->data;
+  float *c = (float *)out[0]->data;
+  for (int64_t i = 0; i < numel(in[0]); i++) c[i] = a[i] + b[i];
+  return nullptr;
+}
+
+// RMSNorm stand-in: y = x (the tests here look at builds, not numbers).
+static tr_status *copy_call(void *, DLTensor *const *in, size_t, DLTensor *const *out, size_t) {
+  memcpy(out[0]->data, in[0]->data, (size_t)numel(in[0]) * 4);
+  return nullptr;
+}
+
+static tr_status *gemm_call(void *, DLTensor *const *in, size_t, DLTensor *const *out, size_t) {
+  // d[M,N] = a[M,K] @ b[N,K]^T (the Linear composition's trans_b)
+  int64_t M = in[0]->shape[0], K = in[0]->shape[1], N = in[1]->shape[0];
+  const float *a = (const float *)in[0]->data, *b = (const float *)in[1]->data;
+  float *d = (float *)out[0]->data;
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++) s += (double)a[m * K + k] * b[n * K + k];
+      d[m * N + n] = (float)s;
+    }
+  return nullptr;
+}
+
+// BatchNorm stand-in: writes running_mean[c] = 100 + c, y = x, mean/rstd = c when present.
+static tr_status *bn_call(void *, DLTensor *const *in, size_t, DLTensor *const *out, size_t n_out) {
+  if (in[1] != nullptr) {
+    float *rm = (float *)in[1]->data;
+    for (int64_t c = 0; c < in[1]->shape[0]; c++) rm[c] = 100.0f + (float)c;
+  }
+  memcpy(out[0]->data, in[0]->data, (size_t)numel(in[0]) * 4);
+  for (size_t o = 1; o < n_out; o++) {
+    if (out[o] == nullptr) continue;
+    for (int64_t c = 0; c < out[o]->shape[0]; c++) ((float *)out[o]->data)[c] = (float)c;
+  }
+  return nullptr;
+}
+
+static tr_status *tune(void *, const tr_device *) {
+  g_tunes++;
+  return g_fail_tune ? TR_STATUS(TR_COMPILE, "autotuner crashed") : nullptr;
+}
+
+template <tr_status *(*Call)(void *, DLTensor *const *, size_t, DLTensor *const *, size_t), bool Tunable>
+static tr_status *build(void *, const tr_build_request *req, tr_kernel *out) {
+  g_builds++;
+  g_seen.push_back(describe(req));
+  out->self = nullptr;
+  out->call = Call;
+  out->request_tune = Tunable ? tune : nullptr;
+  return nullptr;
+}
+
+static tr_status *claim_cpu(void *, const tr_device *d, int *claims) {
+  *claims = std::string(d->type) == "cpu";
+  return nullptr;
+}
+static tr_status *claim_nothing(void *, const tr_device *, int *claims) {
+  *claims = 0;
+  return nullptr;
+}
+
+static tr_status *init_testcpu(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "testcpu", claim_cpu, nullptr));
+  TR_RETURN_IF_ERROR(api->register_kernel_builder(api->host, "AddFwdOp", "testcpu", build<add_call, true>, nullptr));
+  TR_RETURN_IF_ERROR(api->register_kernel_builder(api->host, "GemmFwdOp", "testcpu", build<gemm_call, true>, nullptr));
+  TR_RETURN_IF_ERROR(api->register_kernel_builder(api->host, "RMSNormFwdOp", "testcpu", build<copy_call, false>, nullptr));
+  return api->register_kernel_builder(api->host, "BatchNormFwdOp", "testcpu", build<bn_call, true>, nullptr);
+}
+
+static tr_status *init_other(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "other", claim_nothing, nullptr));
+  return api->register_kernel_builder(api->host, "AddFwdOp", "other", build<add_call, true>, nullptr);
+}
+
+static tr_status *init_broken(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "broken", claim_nothing, nullptr));
+  return TR_STATUS(TR_VALUE, "no license");
+}
+
+struct Env {
+  tr_test::Warnings warnings;
+  tr_runtime *rt = nullptr;
+  explicit Env(bool with_broken = false) {
+    g_builds = 0;
+    g_tunes = 0;
+    g_seen.clear();
+    g_fail_tune = 0;
+    static const char *names[] = {"testcpu", "other", "broken"};
+    static const tr_backend_init_fn inits[] = {init_testcpu, init_other, init_broken};
+    tr_runtime_options o{};
+    o.manifest_dir = "manifest/spec";
+    o.backend_dirs = nullptr;
+    const char *none[] = {"/nonexistent"};
+    o.backend_dirs = none;
+    o.n_backend_dirs = 1;
+    o.builtin_names = names;
+    o.builtin_inits = inits;
+    o.n_builtins = with_broken ? 3 : 2;
+    o.warn = tr_test::Warnings::sink;
+    o.warn_ctx = &warnings;
+    tr_test::ok(tr_runtime_new(&o, &rt));
+  }
+  ~Env() { tr_runtime_destroy(&rt); }
+  tr_op *op(const char *name, std::vector<tr_named_value> params = {}, const char *target = nullptr) {
+    tr_op *made = nullptr;
+    tr_test::ok(tr_op_new(rt, name, params.data(), params.size(), target, &made));
+    return made;
+  }
+};
+
+TEST_CASE("the target: the op's own, then the process default, then detection") {
+  Env env;
+  HostTensor a({4}), b({4});
+  const DLTensor *in[] = {&a.t, &b.t};
+  Outputs out;
+  tr_op *detected = env.op("AddFwdOp");
+  tr_test::ok(tr_op_call(detected, in, 2, out.items, 1));
+  CHECK(std::string(tr_op_target(detected)) == "testcpu");
+  tr_test::ok(tr_set_default_target(env.rt, "other"));
+  CHECK(std::string(tr_default_target(env.rt)) == "other");
+  tr_op *by_default = env.op("AddFwdOp");
+  out.reset();
+  tr_test::ok(tr_op_call(by_default, in, 2, out.items, 1));
+  CHECK(std::string(tr_op_target(by_default)) == "other");
+  tr_op *own = env.op("AddFwdOp", {}, "testcpu");
+  out.reset();
+  tr_test::ok(tr_op_call(own, in, 2, out.items, 1));
+  CHECK(std::string(tr_op_target(own)) == "testcpu");
+  CHECK(tr_test::error_of(tr_set_default_target(env.rt, "nope")) ==
+        "UnknownTargetError: no backend registered target 'nope'; known targets: ['other', 'testcpu']");
+  CHECK(std::string(tr_default_target(env.rt)) == "other");  // a refused change leaves it
+  tr_test::ok(tr_set_default_target(env.rt, TR_BUILTIN));
+  tr_op *builtin = env.op("AddFwdOp");
+  out.reset();
+  CHECK(tr_test::error_of(tr_op_call(builtin, in, 2, out.items, 1)) ==
+        "OpNotAvailableError: AddFwdOp's in-tree kernels do not run on cpu; known targets for this "
+        "op: ['other', 'testcpu']");
+  tr_test::ok(tr_set_default_target(env.rt, nullptr));
+  CHECK(tr_default_target(env.rt) == nullptr);
+  for (tr_op *op : {detected, by_default, own, builtin}) tr_op_destroy(&op);
+}
+
+TEST_CASE("builders get params by manifest name (defaults applied) and None for an absent input") {
+  Env env;
+  int64_t n = 4;
+  tr_value shape;
+  tr_test::ok(tr_value_int_list(&n, 1, &shape));
+  tr_op *op = env.op("RMSNormFwdOp", {{"normalized_shape", shape}});
+  tr_value_clear(&shape);
+  HostTensor x({2, 4}), w({4});
+  const DLTensor *in[] = {&x.t, &w.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(op, in, 2, out.items, 1));
+  out.reset();
+  tr_test::ok(tr_op_call(op, in, 1, out.items, 1));  // no weight this time: a second build
+  REQUIRE(g_seen.size() == 2);
+  CHECK(g_seen[0] == "RMSNormFwdOp testcpu float32[2, 4] on cpu float32[4] on cpu "
+                     "normalized_shape=(4,) eps=None");
+  CHECK(g_seen[1] == "RMSNormFwdOp testcpu float32[2, 4] on cpu None normalized_shape=(4,) eps=None");
+  tr_op_destroy(&op);
+}
+
+TEST_CASE("a backend that fails to load is reported, and later errors count it") {
+  Env env(true);
+  REQUIRE(tr_load_failure_count(env.rt) == 1);
+  CHECK(std::string(tr_load_failure_backend(env.rt, 0)) == "broken");
+  CHECK(std::string(tr_load_failure_reason(env.rt, 0)) == "its init failed: ValueError: no license");
+  REQUIRE(env.warnings.lines.size() == 1);
+  CHECK(env.warnings.lines[0] == "backend 'broken' not loaded: its init failed: ValueError: no license");
+  const char *names[8];
+  CHECK(tr_registered_targets(env.rt, nullptr, names, 8) == 2);  // 'broken' rolled back
+  tr_op *op = env.op("SoftmaxFwdOp");
+  HostTensor x({3});
+  const DLTensor *in[] = {&x.t};
+  Outputs out;
+  CHECK(tr_test::error_of(tr_op_call(op, in, 1, out.items, 1)) ==
+        "OpNotAvailableError: target 'testcpu' registers no kernel builder for SoftmaxFwdOp; "
+        "targets that do: []. There is no fall back to the in-tree implementation: those kernels "
+        "do not run on this target's devices.; 1 backend failed to load (see tr_load_failures)");
+  tr_op_destroy(&op);
+}
+
+TEST_CASE("inputs the call does not write arrive contiguous; a contiguous: true mutated input is "
+          "copied and written back") {
+  Env env;
+  tr_value training = tr_value_bool(false);
+  tr_op *op = env.op("BatchNormFwdOp", {{"training", training}});
+  HostTensor x({2, 3, 2}), var({3});
+  HostTensor big({6}, {kDLCPU, 0}, 0.0f);
+  big.view({3}, {2});  // running_mean: every other element of a 6-element buffer
+  const DLTensor *in[] = {&x.t, &big.t, &var.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(op, in, 3, out.items, 3));
+  CHECK(big.data[0] == 100.0f);
+  CHECK(big.data[2] == 101.0f);
+  CHECK(big.data[4] == 102.0f);
+  CHECK(big.data[1] == 0.0f + 0.25f * 1 - 0.1f * 1);  // untouched between the strided elements
+  CHECK(out.items[1] == nullptr);  // mean and rstd exist only when training
+  CHECK(out.items[2] == nullptr);
+  tr_op_destroy(&op);
+  tr_op *train = env.op("BatchNormFwdOp", {{"training", tr_value_bool(true)}});
+  out.reset();
+  tr_test::ok(tr_op_call(train, in, 1, out.items, 3));  // training: running stats may be left out
+  REQUIRE(out.items[1] != nullptr);
+  CHECK(out.items[1]->dl_tensor.dtype.bits == 32);
+  CHECK(out.f(2)[2] == 2.0f);
+  tr_op_destroy(&train);
+}
+
+TEST_CASE("tuning: kernels without request_tune are not tuned, and the op warns once") {
+  Env env;
+  int64_t n = 4;
+  tr_value shape;
+  tr_test::ok(tr_value_int_list(&n, 1, &shape));
+  tr_op *op = env.op("RMSNormFwdOp", {{"normalized_shape", shape}});
+  tr_value_clear(&shape);
+  HostTensor x({2, 4}), x3({3, 4});
+  const DLTensor *in[] = {&x.t}, *in3[] = {&x3.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(op, in, 1, out.items, 1));
+  tr_test::ok(tr_op_request_tune(op));
+  out.reset();
+  tr_test::ok(tr_op_call(op, in3, 1, out.items, 1));  // built after the request: no tune either
+  tr_test::ok(tr_op_request_tune(op));
+  REQUIRE(env.warnings.lines.size() == 1);
+  CHECK(env.warnings.lines[0] == "RMSNormFwdOp: a kernel of target 'testcpu' has no request_tune; it is not tuned");
+  CHECK(g_tunes == 0);
+  tr_op_destroy(&op);
+}
+
+TEST_CASE("tuning: reaches every kernel once per request; a kernel whose tuning fails while it "
+          "is built is not memoised") {
+  Env env;
+  tr_op *op = env.op("AddFwdOp");
+  HostTensor a({4}), b({4}), c({5}), d({5});
+  const DLTensor *in[] = {&a.t, &b.t}, *in5[] = {&c.t, &d.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(op, in, 2, out.items, 1));
+  CHECK(g_tunes == 0);
+  tr_test::ok(tr_op_request_tune(op));
+  CHECK(g_tunes == 1);
+  tr_test::ok(tr_op_request_tune(op));  // idempotent: each request tunes again
+  CHECK(g_tunes == 2);
+  out.reset();
+  tr_test::ok(tr_op_call(op, in5, 2, out.items, 1));  // built after: tuned before its first call
+  CHECK(g_tunes == 3);
+  out.reset();
+  tr_test::ok(tr_op_call(op, in5, 2, out.items, 1));  // a memo hit does not tune again
+  CHECK(g_tunes == 3);
+  CHECK(g_builds == 2);
+  g_fail_tune = 1;
+  HostTensor e({6}), f({6});
+  const DLTensor *in6[] = {&e.t, &f.t};
+  out.reset();
+  CHECK(tr_test::error_of(tr_op_call(op, in6, 2, out.items, 1)) == "CompileError: autotuner crashed");
+  CHECK(tr_op_memo_count(op) == 0);  // the failed call dropped the memo
+  g_fail_tune = 0;
+  tr_test::ok(tr_op_call(op, in6, 2, out.items, 1));
+  CHECK(g_builds == 4);  // built again
+  tr_op_destroy(&op);
+}
+
+TEST_CASE("a composite op runs its composition; each sub-op settles its own target") {
+  Env env;
+  tr_op *linear = env.op("LinearFwdOp");
+  HostTensor x({2, 3, 4}), w({5, 4}), bias({5});
+  const DLTensor *in[] = {&x.t, &w.t, &bias.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(linear, in, 3, out.items, 1));
+  const DLTensor &y = out.items[0]->dl_tensor;
+  REQUIRE(y.ndim == 3);
+  CHECK(y.shape[0] == 2);
+  CHECK(y.shape[2] == 5);
+  for (int64_t r = 0; r < 6; r++) {
+    for (int64_t n = 0; n < 5; n++) {
+      double ref = bias.data[n];
+      for (int64_t k = 0; k < 4; k++) ref += (double)x.data[r * 4 + k] * w.data[n * 4 + k];
+      CHECK(out.f(0)[r * 5 + n] == Approx(ref).epsilon(1e-5));
+    }
+  }
+  REQUIRE(g_seen.size() == 2);
+  CHECK(g_seen[0].find("GemmFwdOp testcpu float32[6, 4] on cpu float32[5, 4] on cpu trans_a=False trans_b=True") == 0);
+  CHECK(g_seen[1].find("AddFwdOp testcpu float32[6, 5] on cpu float32[6, 5] on cpu") == 0);
+  CHECK(tr_op_target(linear) == nullptr);  // the composite itself settles nothing
+  out.reset();
+  tr_test::ok(tr_op_call(linear, in, 2, out.items, 1));  // no bias: the Add step is skipped
+  for (int64_t n = 0; n < 5; n++) {
+    double ref = 0;
+    for (int64_t k = 0; k < 4; k++) ref += (double)x.data[k] * w.data[n * 4 + k];
+    CHECK(out.f(0)[n] == Approx(ref).epsilon(1e-5));
+  }
+  tr_op_destroy(&linear);
+}
+
+TEST_CASE("an op not in the manifest, or a bad param, is refused at construction") {
+  Env env;
+  tr_op *op = nullptr;
+  CHECK(tr_test::error_of(tr_op_new(env.rt, "FrobFwdOp", nullptr, 0, nullptr, &op)) ==
+        "OpNotAvailableError: no op 'FrobFwdOp' in the manifest (10 ops; see 'tilerun ops')");
+  tr_named_value bad = {"alpha", tr_value_bool(true)};
+  CHECK(tr_test::error_of(tr_op_new(env.rt, "AddFwdOp", &bad, 1, nullptr, &op)) ==
+        "SignatureError(param): AddFwdOp: param 'alpha' expects float, got True (bool)");
+  CHECK(op == nullptr);
+}
+
+TEST_CASE("many threads may call one op instance at once") {
+  Env env;
+  tr_op *op = env.op("AddFwdOp");
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; t++) {
+    threads.emplace_back([&, t] {
+      HostTensor a({16 + t}), b({16 + t}, {kDLCPU, 0}, 1.0f);
+      const DLTensor *in[] = {&a.t, &b.t};
+      for (int i = 0; i < 2000; i++) {
+        Outputs out;
+        tr_status *s = tr_op_call(op, in, 2, out.items, 1);
+        if (s != nullptr) {
+          tr_status_destroy(&s);
+          wrong++;
+          continue;
+        }
+        for (int k = 0; k < 16 + t; k++) wrong += out.f(0)[k] != a.data[k] + b.data[k];
+      }
+    });
+  }
+  for (auto &th : threads) th.join();
+  CHECK(wrong == 0);
+  CHECK(tr_op_memo_count(op) == 4);
+  CHECK(g_builds == 4);
+  tr_op_destroy(&op);
+}
