@@ -24,11 +24,12 @@ fi
 
 echo "== 1/3 bazel test //..." >&2
 bazel test --noshow_progress "${filters[@]}" "$@" //...
-# The fuzz test is built with its own sanitizers and ran in step 1; steps 2 and 3 leave it out.
-no_fuzz=--test_tag_filters=-fuzz
-[ "${#filters[@]}" -gt 0 ] && no_fuzz=--test_tag_filters=-gpu,-fuzz
+# The fuzz and valgrind tests ran in step 1; steps 2 and 3 leave them out (valgrind cannot run
+# a sanitized binary, and the fuzzer has its own sanitizers).
+no_fuzz=--test_tag_filters=-fuzz,-valgrind
+[ "${#filters[@]}" -gt 0 ] && no_fuzz=--test_tag_filters=-gpu,-fuzz,-valgrind
 echo "== 2/3 bazel test --config=asan //... (AddressSanitizer + UBSan)" >&2
 bazel test --noshow_progress --config=asan "$no_fuzz" "$@" //...
 echo "== 3/3 bazel test //... with CUDA hidden (TILERUN_CUDA_PATH=none)" >&2
-bazel test --noshow_progress --repo_env=TILERUN_CUDA_PATH=none --test_tag_filters=-gpu,-fuzz //...
+bazel test --noshow_progress --repo_env=TILERUN_CUDA_PATH=none --test_tag_filters=-gpu,-fuzz,-valgrind //...
 echo "tilerun: all test steps passed" >&2

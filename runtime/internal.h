@@ -31,6 +31,7 @@ typedef struct kernel_entry {
   atomic_int refs; /* the memo's reference plus one per call in flight */
   tr_kernel kernel;
   tr_device device;
+  DLDevice dl_device; /* the same, as DLPack's: outputs are made on it */
   int32_t n_outputs;
   uint8_t output_present[TR_SIG_MAX_OUTPUTS];
   tr_tensor_spec outputs[TR_SIG_MAX_OUTPUTS];
@@ -63,7 +64,8 @@ tr_status *tr__device_from_dl(const tr_runtime *rt, DLDevice dl, tr_device *out)
 tr_status *tr__device_to_dl(const tr_runtime *rt, const tr_device *device, DLDevice *out);
 
 /* Tensors: allocation of outputs and contiguous copies on the call's device. */
-tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec,
+/* `dl`: the spec's device as DLPack's (NULL: looked up). */
+tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, const DLDevice *dl,
                             DLManagedTensor **out) TR_MUST_USE;
 /* A contiguous copy of `src` (or src itself when it already is): *out points at `src` or at
  * `*copy`, which the caller frees with its deleter when set. */

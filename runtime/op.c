@@ -160,6 +160,11 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   if (e == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "a memo entry of %s", tr_op_def_name(def));
   atomic_init(&e->refs, 1);
   e->device = check.device;
+  tr_status *dl_status = tr__device_to_dl(op->rt, &check.device, &e->dl_device);
+  if (dl_status != NULL) {
+    free(e);
+    return dl_status;
+  }
   e->n_outputs = check.n_outputs;
   memcpy(e->output_present, check.output_present, sizeof(e->output_present));
   memcpy(e->outputs, check.outputs, sizeof(e->outputs));
@@ -250,7 +255,7 @@ tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
   DLTensor *outs[TR_SIG_MAX_OUTPUTS] = {0};
   for (size_t o = 0; o < n_out && status == NULL; o++) {
     if (!e->output_present[o]) continue;
-    status = tr__alloc_tensor(op->rt, &e->outputs[o], &outputs[o]);
+    status = tr__alloc_tensor(op->rt, &e->outputs[o], &e->dl_device, &outputs[o]);
     if (status == NULL) outs[o] = &outputs[o]->dl_tensor;
   }
   if (status == NULL) status = launch(op, e, inputs, n_inputs, outs);

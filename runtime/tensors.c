@@ -24,7 +24,8 @@ static void delete_owned(DLManagedTensor *self) {
 
 #define CPU_ALIGN 64
 
-tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, DLManagedTensor **out) {
+tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, const DLDevice *dl,
+                            DLManagedTensor **out) {
   *out = NULL;
   size_t bytes = (size_t)tr_tensor_spec_numel(spec) * tr_dtype_bytes(spec->dtype);
   int is_cpu = strcmp(spec->device.type, "cpu") == 0;
@@ -38,14 +39,14 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, DL
     return TR_STATUS(TR_OP_NOT_AVAILABLE, "tilerun cannot allocate memory on %s: no backend "
                      "registered an allocator for device type '%s'", dev, spec->device.type);
   }
-  size_t header = (sizeof(owned) + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
-  owned *o = is_cpu ? aligned_alloc(CPU_ALIGN, header + (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN)
-                    : malloc(sizeof(owned));
+  /* CPU: one block holds the header and the data, the data aligned to CPU_ALIGN bytes. */
+  owned *o = malloc(is_cpu ? sizeof(owned) + CPU_ALIGN + bytes : sizeof(owned));
   if (o == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "allocating a tensor of %zu bytes on cpu", bytes);
-  memset(o, 0, sizeof(*o));
+  o->free_fn = NULL;
   DLTensor *t = &o->managed.dl_tensor;
   if (is_cpu) {
-    t->data = (char *)o + header;
+    uintptr_t data = ((uintptr_t)(o + 1) + CPU_ALIGN - 1) & ~(uintptr_t)(CPU_ALIGN - 1);
+    t->data = (void *)data;
   } else {
     t->data = alloc(ctx, &spec->device, bytes ? bytes : 1);
     if (t->data == NULL) {
@@ -58,11 +59,15 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, DL
     o->free_ctx = ctx;
   }
   o->device = spec->device;
-  memcpy(o->shape, spec->shape, sizeof(o->shape));
-  tr_status *status = tr__device_to_dl(rt, &spec->device, &t->device);
-  if (status != NULL) {
-    delete_owned(&o->managed);
-    return status;
+  memcpy(o->shape, spec->shape, (size_t)spec->rank * sizeof(int64_t));
+  if (dl != NULL) {
+    t->device = *dl;
+  } else {
+    tr_status *status = tr__device_to_dl(rt, &spec->device, &t->device);
+    if (status != NULL) {
+      delete_owned(&o->managed);
+      return status;
+    }
   }
   t->ndim = spec->rank;
   t->dtype = spec->dtype;
@@ -131,7 +136,7 @@ tr_status *tr__contiguous(const tr_runtime *rt, const tr_op *op, size_t input, c
   tr_device device;
   TR_RETURN_IF_ERROR(tr__device_from_dl(rt, src->device, &device));
   TR_RETURN_IF_ERROR(tr_tensor_spec_make(&device, src->dtype, src->ndim, src->shape, &spec));
-  TR_RETURN_IF_ERROR(tr__alloc_tensor(rt, &spec, copy));
+  TR_RETURN_IF_ERROR(tr__alloc_tensor(rt, &spec, &src->device, copy));
   tr_status *status = device_copy(rt, src, &(*copy)->dl_tensor);
   if (status != NULL) {
     (*copy)->deleter(*copy);

@@ -4,7 +4,7 @@
 
 /* The kernels know nothing of the runtime: every tensor is a pointer to its first element, laid
  * out row-major with no gaps, and the caller gives the sizes. The semantics are PyTorch's (the
- * manifest's ref_api for each op, manifest/spec/*.yaml).
+ * manifest's ref_api for each op, the files under manifest/spec).
  *
  * Common rules, true of every kernel below:
  * - Returns NULL on success. Otherwise a ValueError naming the argument that is unmet and the

@@ -1,6 +1,8 @@
 /* norm.c: RMS, layer, group and batch normalization kernels (forward), float32 arithmetic. */
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "backends/cpu/kernels/cpu_kernels.h"
 #include "backends/cpu/kernels/internal.h"
@@ -41,26 +43,21 @@ static void tr__span_affine(const void *x, void *y, tr__cpu_kind kind, int64_t o
   }
 }
 
-/* The checks every norm shares: threads, the dtype, and the sizes (with their product). */
+/* The checks every norm shares: threads, the dtype, and the sizes with their product (an
+ * overflow names the product so far: "N * C * spatial"). */
 static tr_status *tr__norm_check(const char *op, int threads, tr_dtype dtype, tr__cpu_kind *kind,
                                  int count, const char *const *names, const int64_t *sizes,
                                  int64_t *numel) {
   TR_RETURN_IF_ERROR(tr__cpu_check_threads(op, threads));
   TR_RETURN_IF_ERROR(tr__cpu_check_dtype(op, "dtype", dtype, TR__CPU_HALVES_F32, kind));
   for (int i = 0; i < count; i++) TR_RETURN_IF_ERROR(tr__cpu_check_size(op, names[i], sizes[i]));
-  int64_t total = 1;
-  char what[64] = "";
-  for (int i = 0; i < count; i++) {
-    /* names the product so far, e.g. "N * C * spatial" */
-    size_t used = 0;
-    what[0] = '\0';
-    for (int j = 0; j <= i; j++) {
-      used += (size_t)snprintf(what + used, sizeof what - used, "%s%s", j ? " * " : "",
-                               names[j]);
-      if (used >= sizeof what) break;
-    }
-    if (i > 0) TR_RETURN_IF_ERROR(tr__cpu_mul(op, what, total, sizes[i], &total));
-    else total = sizes[0];
+  char what[64];
+  snprintf(what, sizeof what, "%s", names[0]);
+  int64_t total = sizes[0];
+  for (int i = 1; i < count; i++) {
+    size_t used = strlen(what);
+    snprintf(what + used, sizeof what - used, " * %s", names[i]);
+    TR_RETURN_IF_ERROR(tr__cpu_mul(op, what, total, sizes[i], &total));
   }
   *numel = total;
   return NULL;
