@@ -9,6 +9,7 @@
 #include "platform/platform.h"
 #include "registry/discovery.h"
 #include "tilerun/status.h"
+#include "tilerun/tilerun.h"
 
 #define TR_VERSION "0.1.0"
 
@@ -29,6 +30,9 @@ static const char kUsage[] =
     "  manifest show OP\n"
     "             an op's signature and its workload rows as a table\n"
     "  backends   list the backends found along the search path, and the ones skipped\n"
+    "  targets [OP]\n"
+    "             load the backends and list the registered targets with the ops each\n"
+    "             serves (with OP: the targets that serve it), and the backends that failed\n"
     "  help       show this text\n"
     "\n"
     "options:\n"
@@ -219,6 +223,59 @@ static int list_backends(FILE *out, FILE *err) {
   return 0;
 }
 
+static void warn_to(void *ctx, const char *line) { fprintf((FILE *)ctx, "tilerun: warning: %s\n", line); }
+
+static int list_targets(const cli_options *opts, const char *op_name, FILE *out, FILE *err) {
+  tr_runtime_options o;
+  memset(&o, 0, sizeof(o));
+  o.manifest_dir = manifest_dir(opts);
+  o.warn = warn_to;
+  o.warn_ctx = err;
+  tr_runtime *rt = NULL;
+  tr_status *status = tr_runtime_new(&o, &rt);
+  if (status != NULL) return report(err, status);
+  tr_manifest *m = NULL;
+  if (load_manifest(opts, err, &m) != 0) {
+    tr_runtime_destroy(&rt);
+    return 1;
+  }
+  if (op_name != NULL && tr_manifest_find(m, op_name) == NULL) {
+    fprintf(err, "tilerun: no op '%s' in the manifest %s (see 'tilerun ops')\n", op_name, manifest_dir(opts));
+    tr_manifest_destroy(&m);
+    tr_runtime_destroy(&rt);
+    return 1;
+  }
+  const char *targets[64];
+  size_t n = tr_registered_targets(rt, op_name, targets, 64);
+  if (n > 64) n = 64;
+  if (op_name != NULL) fprintf(out, "targets serving %s: %zu\n", op_name, n);
+  else fprintf(out, "registered targets: %zu\n", n);
+  for (size_t t = 0; t < n; t++) {
+    fprintf(out, "  %-16s", targets[t]);
+    size_t served = 0;
+    for (size_t i = 0; i < tr_manifest_op_count(m); i++) {
+      const char *name = tr_op_def_name(tr_manifest_op_at(m, i));
+      const char *serving[64];
+      size_t k = tr_registered_targets(rt, name, serving, 64);
+      for (size_t j = 0; j < k && j < 64; j++) {
+        if (strcmp(serving[j], targets[t]) == 0) {
+          fprintf(out, "%s%s", served++ ? ", " : " ", name);
+          break;
+        }
+      }
+    }
+    fprintf(out, "%s\n", served ? "" : " (no ops: a detector only)");
+  }
+  size_t failed = tr_load_failure_count(rt);
+  fprintf(out, "load failures: %zu\n", failed);
+  for (size_t i = 0; i < failed; i++) {
+    fprintf(out, "  %-16s %s\n", tr_load_failure_backend(rt, i), tr_load_failure_reason(rt, i));
+  }
+  tr_manifest_destroy(&m);
+  tr_runtime_destroy(&rt);
+  return 0;
+}
+
 static int usage_error(FILE *err, const char *fmt, const char *arg) {
   fprintf(err, "tilerun: ");
   fprintf(err, fmt, arg);
@@ -266,6 +323,10 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     }
     return usage_error(err, "%s", "'manifest' takes 'check [FILES]' or 'show OP'");
   }
+  if (strcmp(command, "targets") == 0) {
+    if (n_positional > 1) return usage_error(err, "unexpected argument '%s'", positional[1]);
+    return list_targets(&opts, n_positional ? positional[0] : NULL, out, err);
+  }
   if (n_positional > 0) return usage_error(err, "unexpected argument '%s'", positional[0]);
   if (strcmp(command, "ops") == 0) return list_ops(&opts, out, err);
   if (strcmp(command, "backends") == 0) return list_backends(out, err);
@@ -276,5 +337,5 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     int rc_backends = list_backends(out, err);
     return rc != 0 ? rc : rc_backends;
   }
-  return usage_error(err, "unknown command '%s' (commands: run, ops, manifest, backends, help)", command);
+  return usage_error(err, "unknown command '%s' (commands: run, ops, manifest, backends, targets, help)", command);
 }

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,7 @@ TEST_CASE("usage errors name what was wrong and exit 2") {
   CHECK(r.err == "tilerun: no command given\nRun 'tilerun --help' for usage.\n");
   r = run({"frobnicate"});
   CHECK(r.rc == 2);
-  CHECK(r.err.find("tilerun: unknown command 'frobnicate' (commands: run, ops, manifest, backends, help)") == 0);
+  CHECK(r.err.find("tilerun: unknown command 'frobnicate' (commands: run, ops, manifest, backends, targets, help)") == 0);
   r = run({"ops", "--bogus"});
   CHECK(r.rc == 2);
   CHECK(r.err.find("tilerun: unknown option '--bogus'") == 0);
@@ -135,4 +136,25 @@ TEST_CASE("manifest show prints the signature and the workload rows") {
   r = run({"manifest", "frob"});
   CHECK(r.rc == 2);
   CHECK(r.err.find("tilerun: 'manifest' takes 'check [FILES]' or 'show OP'") == 0);
+}
+
+TEST_CASE("targets lists each registered target with the ops it serves, and load failures") {
+  tr_test::TempDir tmp;
+  std::string lib = std::filesystem::absolute("backends/example/libexample_backend.so").string();
+  tmp.write("example.yaml", "name: example\nlibrary: " + lib + "\n");
+  tmp.write("gone.yaml", "name: gone\nlibrary: /nonexistent/libgone.so\n");
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", tmp.path) == nullptr);
+  Run r = run({"targets", "--manifest", "manifest/spec"});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("registered targets: 1\n  example          AddFwdOp, RMSNormFwdOp\n") == 0);
+  CHECK(r.out.find("load failures: 1\n  gone             ") != std::string::npos);
+  CHECK(r.err.find("tilerun: warning: backend 'gone' (") == 0);
+  r = run({"targets", "AddFwdOp", "--manifest", "manifest/spec"});
+  CHECK(r.out.find("targets serving AddFwdOp: 1\n  example") == 0);
+  r = run({"targets", "SoftmaxFwdOp", "--manifest", "manifest/spec"});
+  CHECK(r.out.find("targets serving SoftmaxFwdOp: 0\n") == 0);
+  r = run({"targets", "NopeFwdOp", "--manifest", "manifest/spec"});
+  CHECK(r.rc == 1);
+  CHECK(r.err == "tilerun: no op 'NopeFwdOp' in the manifest manifest/spec (see 'tilerun ops')\n");
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
 }
