@@ -131,9 +131,9 @@ tr_status *tr_cpu_gqa_decode(const void *q, const void *k_cache, const void *v_c
                        (long long)b, (int)seqlens[b], (long long)S);
     }
   }
-  tr__gqa_ctx ctx = {q,        k_cache,  v_cache, seqlens,        o,
-                     heads,    heads_kv, dim,     S,              (float)softcap,
-                     (float)scale, kind};
+  tr__gqa_ctx ctx = {.q = q, .k = k_cache, .v = v_cache, .seqlens = seqlens, .o = o,
+                     .heads = heads, .heads_kv = heads_kv, .dim = dim, .S = S,
+                     .softcap = (float)softcap, .scale = (float)scale, .kind = kind};
   const int64_t g = heads / heads_kv;
   return tr__cpu_parallel_for(threads, B * heads_kv, g * (S > 0 ? S : 1) * dim, tr__gqa_groups,
                               &ctx);

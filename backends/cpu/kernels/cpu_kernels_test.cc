@@ -120,7 +120,9 @@ struct Buf {
 uint64_t base_seed() {
   static const uint64_t seed = [] {
     const char *text = std::getenv("TILERUN_TEST_SEED");
-    if (text != nullptr && *text != '\0') return static_cast<uint64_t>(std::strtoull(text, nullptr, 10));
+    if (text != nullptr && *text != '\0') {
+      return static_cast<uint64_t>(std::strtoull(text, nullptr, 10));
+    }
     std::random_device device;
     return (static_cast<uint64_t>(device()) << 32) ^ device();
   }();
@@ -262,6 +264,36 @@ TEST_CASE("float32 to float16 and bfloat16 rounds to nearest, ties to even") {
   CHECK(tr_cpu_f32_to_bf16(from_bits(0x7f800001)) != 0x7f80);  // low-payload nan: a nan
   CHECK(std::isnan(tr_cpu_bf16_to_f32(tr_cpu_f32_to_bf16(from_bits(0xff800001)))));
   CHECK(tr_cpu_f32_to_bf16(-INFINITY) == 0xff80);
+}
+
+// float32 to float16 by the definition: the nearest value, ties to the even pattern.
+uint16_t f16_by_definition(float f) {
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const double a = std::fabs(static_cast<double>(f));
+  if (a >= 65520.0) return sign | 0x7c00;  // at or past the midpoint of 65504 and 65536
+  uint16_t lo = 0, hi = 0x7bff;            // the largest pattern whose value is <= a
+  while (lo < hi) {
+    uint16_t mid = static_cast<uint16_t>((lo + hi + 1) / 2);
+    if (f16_value(mid) <= a) lo = mid; else hi = static_cast<uint16_t>(mid - 1);
+  }
+  const double below = f16_value(lo), above = lo == 0x7bff ? 65536.0 : f16_value(lo + 1);
+  const double d_below = a - below, d_above = above - a;
+  uint16_t pick = d_below < d_above ? lo : d_above < d_below ? lo + 1 : (lo & 1) ? lo + 1 : lo;
+  return sign | pick;
+}
+
+TEST_CASE("float32 to float16 agrees with the definition on random values") {
+  TR_SEEDED_RNG(rng);
+  std::uniform_int_distribution<uint32_t> exponent(95, 145), mantissa(0, 0x7fffff), coin(0, 1);
+  for (int i = 0; i < 300000; i++) {
+    // mostly the float16 range and just around it (subnormals, overflow), sometimes anything
+    uint32_t bits = (i % 8 == 0) ? static_cast<uint32_t>(rng())
+                                 : (coin(rng) << 31) | (exponent(rng) << 23) | mantissa(rng);
+    float f = from_bits(bits);
+    if (std::isnan(f)) continue;
+    INFO("float32 bits 0x" << std::hex << bits);
+    REQUIRE(tr_cpu_f32_to_f16(f) == f16_by_definition(f));
+  }
 }
 
 TEST_CASE("the default thread count is modest and positive") {
@@ -746,7 +778,8 @@ TEST_CASE("gqa_decode matches the float64 reference, with and without softcap") 
             for (int64_t t = 0; t < L; t++) {
               double dot = 0;
               for (int64_t d = 0; d < dim; d++) {
-                dot += q.get((b * heads + h) * dim + d) * k.get(((b * S + t) * hkv + kvh) * dim + d);
+                dot += q.get((b * heads + h) * dim + d) *
+                       k.get(((b * S + t) * hkv + kvh) * dim + d);
               }
               logit[t] = dot * scale;
               if (softcap > 0) logit[t] = softcap * std::tanh(logit[t] / softcap);

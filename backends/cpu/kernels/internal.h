@@ -2,6 +2,7 @@
 #ifndef TILERUN_BACKENDS_CPU_KERNELS_INTERNAL_H_
 #define TILERUN_BACKENDS_CPU_KERNELS_INTERNAL_H_
 
+#include <float.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -43,59 +44,51 @@ static inline float tr__cpu_bits_f32(uint32_t u) {
   return f;
 }
 
+/* The conversions are written without branches (every case computed, one selected) so that
+ * loops over them vectorise. */
+
 static inline float tr__cpu_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t em = h & 0x7fffu;
-  uint32_t bits;
-  if (em >= 0x7c00u) {
-    bits = 0x7f800000u | ((em & 0x3ffu) << 13); /* inf, nan (payload kept) */
-  } else if (em >= 0x0400u) {
-    bits = (em << 13) + 0x38000000u; /* normal: rebias the exponent by 127 - 15 */
-  } else {
-    bits = tr__cpu_f32_bits((float)em * 0x1p-24f); /* subnormal or zero: exact */
-  }
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7fffu;
+  const uint32_t normal = (em << 13) + 0x38000000u; /* rebias the exponent by 127 - 15 */
+  const uint32_t inf_nan = (em << 13) | 0x7f800000u;  /* payload kept */
+  const uint32_t subnormal = tr__cpu_f32_bits((float)em * 0x1p-24f); /* exact; zero too */
+  const uint32_t bits = em >= 0x7c00u ? inf_nan : em >= 0x0400u ? normal : subnormal;
   return tr__cpu_bits_f32(bits | sign);
 }
 
+/* Rounds to nearest, ties to even, with float32 arithmetic doing the rounding (the method of
+ * Maratyszcza's FP16 library, which PyTorch's c10::Half uses): scaling |f| by 2^112 * 2^-110
+ * makes values past float16's range inf; adding 2^(e + 13) (at least 2^-1, for results in the
+ * subnormal range) rounds away the bits float16 has no room for. Needs float32 arithmetic in
+ * round-to-nearest without flush-to-zero, as C11 on x86-64 and AArch64 has by default. */
+#if FLT_EVAL_METHOD != 0
+#error "tr__cpu_f32_to_f16 needs float arithmetic evaluated in float (x87: use -mfpmath=sse)"
+#endif
 static inline uint16_t tr__cpu_f32_to_f16(float f) {
-  uint32_t x = tr__cpu_f32_bits(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) {
-    if (ax == 0x7f800000u) return (uint16_t)(sign | 0x7c00u);
-    uint32_t payload = (ax >> 13) & 0x3ffu;
-    if (payload == 0) payload = 0x200u; /* keep it a nan */
-    return (uint16_t)(sign | 0x7c00u | payload);
-  }
-  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
-  if (ax < 0x38800000u) {                                    /* below 2^-14: subnormal */
-    if (ax < 0x33000000u) return (uint16_t)sign;             /* below 2^-25: to zero */
-    uint32_t e = ax >> 23;                                   /* 102 .. 112 */
-    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126u - e; /* 14 .. 24: the value in units of 2^-24 is m >> shift */
-    uint32_t r = m >> shift;
-    uint32_t rem = m & ((1u << shift) - 1u);
-    uint32_t half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (r & 1u))) r++;
-    return (uint16_t)(sign | r);
-  }
-  uint32_t r = (ax - 0x38000000u) >> 13;
-  uint32_t rem = ax & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++; /* a carry bumps the exponent */
-  return (uint16_t)(sign | r);
+  const uint32_t w = tr__cpu_f32_bits(f);
+  const uint32_t shl1_w = w + w; /* drops the sign */
+  const uint32_t sign = (w >> 16) & 0x8000u;
+  float base = ((f < 0 ? -f : f) * 0x1p+112f) * 0x1p-110f;
+  uint32_t bias = shl1_w & 0xff000000u;
+  bias = bias < 0x71000000u ? 0x71000000u : bias;
+  base = tr__cpu_bits_f32((bias >> 1) + 0x07800000u) + base;
+  const uint32_t bits = tr__cpu_f32_bits(base);
+  const uint32_t finite = ((bits >> 13) & 0x7c00u) + (bits & 0x0fffu);
+  const uint32_t payload = (w >> 13) & 0x3ffu;
+  const uint32_t nan = 0x7c00u | (payload != 0 ? payload : 0x200u); /* keep it a nan */
+  return (uint16_t)(sign | (shl1_w > 0xff000000u ? nan : finite));
 }
 
 static inline float tr__cpu_bf16_to_f32(uint16_t h) { return tr__cpu_bits_f32((uint32_t)h << 16); }
 
 static inline uint16_t tr__cpu_f32_to_bf16(float f) {
-  uint32_t x = tr__cpu_f32_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {
-    uint16_t h = (uint16_t)(x >> 16);
-    if ((h & 0x7fu) == 0) h |= 0x40u; /* keep it a nan */
-    return h;
-  }
-  x += 0x7fffu + ((x >> 16) & 1u); /* ties to even; a carry bumps the exponent, up to inf */
-  return (uint16_t)(x >> 16);
+  const uint32_t x = tr__cpu_f32_bits(f);
+  /* ties to even; a carry bumps the exponent, up to inf */
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  const uint32_t top = x >> 16;
+  const uint32_t nan = (top & 0x7fu) != 0 ? top : top | 0x40u; /* keep it a nan */
+  return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 /* ---- Rows: load into float32, store from float32 ------------------------------------------ */

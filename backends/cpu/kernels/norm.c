@@ -284,8 +284,12 @@ tr_status *tr_cpu_batch_norm(const void *x, void *running_mean, void *running_va
   int64_t numel;
   TR_RETURN_IF_ERROR(
       tr__norm_check("batch_norm", threads, dtype, &kind, 3, names, sizes, &numel));
-  int64_t count = N * spatial; /* <= numel, or C == 0 */
-  if (C == 0) TR_RETURN_IF_ERROR(tr__cpu_mul("batch_norm", "N * spatial", N, spatial, &count));
+  int64_t count; /* values per channel */
+  if (C > 0) {
+    count = numel / C;
+  } else {
+    TR_RETURN_IF_ERROR(tr__cpu_mul("batch_norm", "N * spatial", N, spatial, &count));
+  }
   if (training && count <= 1) {
     return TR_STATUS(TR_VALUE,
                      "batch_norm: training needs more than 1 value per channel, got N * spatial "
@@ -294,17 +298,20 @@ tr_status *tr_cpu_batch_norm(const void *x, void *running_mean, void *running_va
   }
   if (!training) {
     if (running_mean == NULL && C > 0) {
-      return TR_STATUS(TR_VALUE, "batch_norm: running_mean is required when not training, got NULL");
+      return TR_STATUS(TR_VALUE,
+                       "batch_norm: running_mean is required when not training, got NULL");
     }
     if (running_var == NULL && C > 0) {
-      return TR_STATUS(TR_VALUE, "batch_norm: running_var is required when not training, got NULL");
+      return TR_STATUS(TR_VALUE,
+                       "batch_norm: running_var is required when not training, got NULL");
     }
   }
   TR_RETURN_IF_ERROR(tr__cpu_check_ptr("batch_norm", "x", x, numel));
   TR_RETURN_IF_ERROR(tr__cpu_check_ptr("batch_norm", "y", y, numel));
   if (C == 0) return NULL;
-  tr__bn_ctx ctx = {x,        weight, bias,    running_mean, running_var, y,
-                    mean_out, rstd_out, N,     C,            spatial,     training,
-                    momentum, kind,   (float)eps};
+  tr__bn_ctx ctx = {.x = x, .w = weight, .b = bias, .rm = running_mean, .rv = running_var,
+                    .y = y, .mean_out = mean_out, .rstd_out = rstd_out, .N = N, .C = C,
+                    .spatial = spatial, .training = training != 0, .momentum = momentum,
+                    .kind = kind, .eps = (float)eps};
   return tr__cpu_parallel_for(threads, C, count == 0 ? 1 : count, tr__bn_channels, &ctx);
 }

@@ -1,0 +1,281 @@
+// cpu_backend_test.cc: the CPU backend through tilerun's caller API: discovered from its
+// descriptor, serving every op that builds kernels, each checked against a float64 reference on
+// fresh random inputs (the glue: params, defaults, shapes), and bad inputs named.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels/cpu_kernels.h"
+#include "runtime/runtime_testing.h"
+
+using tr_test::HostTensor;
+using tr_test::Outputs;
+
+struct Cpu {
+  tr_runtime *rt = nullptr;
+  Cpu() {
+    const char *dirs[] = {"backends/cpu"};
+    tr_runtime_options o{};
+    o.manifest_dir = "manifest/spec";
+    o.backend_dirs = dirs;
+    o.n_backend_dirs = 1;
+    tr_test::ok(tr_runtime_new(&o, &rt));
+  }
+  ~Cpu() { tr_runtime_destroy(&rt); }
+  tr_op *op(const char *name, std::vector<tr_named_value> params = {}) {
+    tr_op *made = nullptr;
+    tr_test::ok(tr_op_new(rt, name, params.data(), params.size(), nullptr, &made));
+    for (auto &p : params) tr_value_clear(&p.value);
+    return made;
+  }
+};
+
+static std::mt19937 &rng() {
+  static std::mt19937 g(std::random_device{}());
+  return g;
+}
+
+static HostTensor random(std::vector<int64_t> shape) {
+  HostTensor t(shape);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (float &v : t.data) v = n(rng());
+  return t;
+}
+
+static tr_value list(std::vector<int64_t> items) {
+  tr_value v;
+  tr_test::ok(tr_value_int_list(items.data(), items.size(), &v));
+  return v;
+}
+
+static void near(const float *got, const std::vector<double> &want, double rtol = 2e-5) {
+  for (size_t i = 0; i < want.size(); i++) {
+    INFO("element " << i);
+    REQUIRE(got[i] == Approx(want[i]).epsilon(rtol).margin(1e-6));
+  }
+}
+
+TEST_CASE("the cpu backend is discovered and serves every op that builds kernels") {
+  Cpu cpu;
+  const char *names[16];
+  REQUIRE(tr_registered_targets(cpu.rt, nullptr, names, 16) == 1);
+  CHECK(std::string(names[0]) == "cpu");
+  for (const char *op : {"RMSNormFwdOp", "LayerNormFwdOp", "GroupNormFwdOp", "BatchNormFwdOp",
+                         "SoftmaxFwdOp", "AddFwdOp", "GemmFwdOp", "RoPEFwdOp", "GQADecodeFwdOp"}) {
+    INFO(op);
+    CHECK(tr_registered_targets(cpu.rt, op, names, 16) == 1);
+  }
+  CHECK(tr_registered_targets(cpu.rt, "LinearFwdOp", names, 16) == 0);  // composite
+  CHECK(tr_load_failure_count(cpu.rt) == 0);
+}
+
+TEST_CASE("RMSNorm and LayerNorm, with their default eps") {
+  Cpu cpu;
+  HostTensor x = random({5, 33}), w = random({33}), b = random({33});
+  tr_op *rms = cpu.op("RMSNormFwdOp", {{"normalized_shape", list({33})}});
+  tr_op *ln = cpu.op("LayerNormFwdOp", {{"normalized_shape", list({33})}});
+  const DLTensor *rin[] = {&x.t, &w.t}, *lin[] = {&x.t, &w.t, &b.t};
+  Outputs r, l;
+  tr_test::ok(tr_op_call(rms, rin, 2, r.items, 1));
+  tr_test::ok(tr_op_call(ln, lin, 3, l.items, 1));
+  CHECK(std::string(tr_op_target(rms)) == "cpu");
+  std::vector<double> rw, lw;
+  for (int row = 0; row < 5; row++) {
+    double ss = 0, mean = 0, var = 0;
+    for (int i = 0; i < 33; i++) ss += (double)x.data[row * 33 + i] * x.data[row * 33 + i], mean += x.data[row * 33 + i];
+    mean /= 33;
+    for (int i = 0; i < 33; i++) var += (x.data[row * 33 + i] - mean) * (x.data[row * 33 + i] - mean);
+    var /= 33;
+    for (int i = 0; i < 33; i++) {
+      rw.push_back(x.data[row * 33 + i] / std::sqrt(ss / 33 + 1.1920928955078125e-07) * w.data[i]);
+      lw.push_back((x.data[row * 33 + i] - mean) / std::sqrt(var + 1e-5) * w.data[i] + b.data[i]);
+    }
+  }
+  near(r.f(0), rw);
+  near(l.f(0), lw, 5e-5);
+  tr_op_destroy(&rms);
+  tr_op_destroy(&ln);
+}
+
+TEST_CASE("Softmax over a middle axis; Add with alpha") {
+  Cpu cpu;
+  HostTensor x = random({3, 4, 5});
+  tr_op *sm = cpu.op("SoftmaxFwdOp", {{"dim", tr_value_int(1)}});
+  const DLTensor *in[] = {&x.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(sm, in, 1, out.items, 1));
+  std::vector<double> want(60);
+  for (int o = 0; o < 3; o++)
+    for (int i = 0; i < 5; i++) {
+      double sum = 0;
+      for (int d = 0; d < 4; d++) sum += std::exp((double)x.data[o * 20 + d * 5 + i]);
+      for (int d = 0; d < 4; d++) want[o * 20 + d * 5 + i] = std::exp((double)x.data[o * 20 + d * 5 + i]) / sum;
+    }
+  near(out.f(0), want);
+  HostTensor a = random({7, 3}), b = random({7, 3});
+  tr_op *add = cpu.op("AddFwdOp", {{"alpha", tr_value_float(-2.5)}});
+  const DLTensor *ab[] = {&a.t, &b.t};
+  Outputs sum;
+  tr_test::ok(tr_op_call(add, ab, 2, sum.items, 1));
+  std::vector<double> ws;
+  for (int i = 0; i < 21; i++) ws.push_back(a.data[i] - 2.5 * b.data[i]);
+  near(sum.f(0), ws);
+  tr_op_destroy(&sm);
+  tr_op_destroy(&add);
+}
+
+TEST_CASE("Gemm, transposed b") {
+  Cpu cpu;
+  HostTensor a = random({6, 9}), b = random({4, 9});
+  tr_op *gemm = cpu.op("GemmFwdOp", {{"trans_b", tr_value_bool(true)}});
+  const DLTensor *in[] = {&a.t, &b.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(gemm, in, 2, out.items, 1));
+  CHECK(out.items[0]->dl_tensor.shape[1] == 4);
+  std::vector<double> want;
+  for (int m = 0; m < 6; m++)
+    for (int n = 0; n < 4; n++) {
+      double s = 0;
+      for (int k = 0; k < 9; k++) s += (double)a.data[m * 9 + k] * b.data[n * 9 + k];
+      want.push_back(s);
+    }
+  near(out.f(0), want, 1e-4);
+  tr_op_destroy(&gemm);
+}
+
+TEST_CASE("GroupNorm and BatchNorm (training: mean and rstd out, running stats updated)") {
+  Cpu cpu;
+  HostTensor x = random({2, 4, 3});
+  tr_op *gn = cpu.op("GroupNormFwdOp", {{"num_groups", tr_value_int(2)}});
+  const DLTensor *gin[] = {&x.t};
+  Outputs g;
+  tr_test::ok(tr_op_call(gn, gin, 1, g.items, 1));
+  std::vector<double> want(24);
+  for (int n = 0; n < 2; n++)
+    for (int grp = 0; grp < 2; grp++) {
+      double mean = 0, var = 0;
+      for (int i = 0; i < 6; i++) mean += x.data[n * 12 + grp * 6 + i];
+      mean /= 6;
+      for (int i = 0; i < 6; i++) var += std::pow(x.data[n * 12 + grp * 6 + i] - mean, 2);
+      var /= 6;
+      for (int i = 0; i < 6; i++) want[n * 12 + grp * 6 + i] = (x.data[n * 12 + grp * 6 + i] - mean) / std::sqrt(var + 1e-5);
+    }
+  near(g.f(0), want, 5e-5);
+  HostTensor rm({4}), rv({4});
+  for (int c = 0; c < 4; c++) rm.data[c] = 0, rv.data[c] = 1;
+  tr_op *bn = cpu.op("BatchNormFwdOp", {{"training", tr_value_bool(true)}});
+  const DLTensor *bin[] = {&x.t, &rm.t, &rv.t};
+  Outputs b;
+  tr_test::ok(tr_op_call(bn, bin, 3, b.items, 3));
+  REQUIRE(b.items[1] != nullptr);
+  for (int c = 0; c < 4; c++) {
+    double mean = 0, var = 0;
+    for (int n = 0; n < 2; n++)
+      for (int s = 0; s < 3; s++) mean += x.data[n * 12 + c * 3 + s];
+    mean /= 6;
+    for (int n = 0; n < 2; n++)
+      for (int s = 0; s < 3; s++) var += std::pow(x.data[n * 12 + c * 3 + s] - mean, 2);
+    CHECK(b.f(1)[c] == Approx(mean).epsilon(1e-5).margin(1e-6));
+    CHECK(b.f(2)[c] == Approx(1 / std::sqrt(var / 6 + 1e-5)).epsilon(1e-5));
+    CHECK(rm.data[c] == Approx(0.1 * mean).epsilon(1e-5).margin(1e-6));     // momentum 0.1
+    CHECK(rv.data[c] == Approx(0.9 + 0.1 * var / 5).epsilon(1e-5));         // unbiased variance
+  }
+  tr_op_destroy(&gn);
+  tr_op_destroy(&bn);
+}
+
+TEST_CASE("RoPE (neox) and an out-of-range position, passed on as the kernel's ValueError") {
+  Cpu cpu;
+  HostTensor x = random({3, 2, 4}), cache = random({5, 4});
+  std::vector<int64_t> pos = {0, 4, 2};
+  int64_t pshape[] = {3};
+  DLTensor positions{pos.data(), {kDLCPU, 0}, 1, TR_INT64, pshape, nullptr, 0};
+  tr_op *rope = cpu.op("RoPEFwdOp");
+  const DLTensor *in[] = {&positions, &x.t, &cache.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(rope, in, 3, out.items, 1));
+  std::vector<double> want;
+  for (int t = 0; t < 3; t++)
+    for (int h = 0; h < 2; h++) {
+      const float *v = &x.data[(t * 2 + h) * 4];
+      const float *c = &cache.data[pos[t] * 4];
+      for (int i = 0; i < 2; i++) want.push_back((double)v[i] * c[i] - (double)v[i + 2] * c[2 + i]);
+      for (int i = 0; i < 2; i++) want.push_back((double)v[i + 2] * c[i] + (double)v[i] * c[2 + i]);
+    }
+  near(out.f(0), want);
+  pos[1] = 5;
+  out.reset();
+  CHECK(tr_test::error_of(tr_op_call(rope, in, 3, out.items, 1)) ==
+        "ValueError: rope: token 1 has position 5, out of range [0, 5) of the cache's rows");
+  tr_op_destroy(&rope);
+}
+
+TEST_CASE("GQA decode needs 16-bit inputs: float32 is refused by validation, naming it") {
+  Cpu cpu;
+  tr_op *gqa = cpu.op("GQADecodeFwdOp", {{"heads", tr_value_int(4)}, {"heads_kv", tr_value_int(2)},
+                                         {"dim", tr_value_int(8)}});
+  HostTensor q = random({1, 4, 8}), k = random({1, 6, 2, 8});
+  std::vector<int32_t> lens = {6};
+  int64_t lshape[] = {1};
+  DLTensor seqlens{lens.data(), {kDLCPU, 0}, 1, TR_INT32, lshape, nullptr, 0};
+  const DLTensor *in[] = {&q.t, &k.t, &k.t, &seqlens};
+  Outputs out;
+  CHECK(tr_test::error_of(tr_op_call(gqa, in, 4, out.items, 1)) ==
+        "SignatureError(dtype): GQADecodeFwdOp: input 'q' dtype float32 is not one of float16 | "
+        "bfloat16 (type variable T)");
+  tr_op_destroy(&gqa);
+}
+
+// A bfloat16 tensor of random values in host memory.
+struct Bf16 {
+  std::vector<uint16_t> bits;
+  std::vector<int64_t> shape;
+  DLTensor t{};
+  explicit Bf16(std::vector<int64_t> s) : shape(std::move(s)) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (int64_t i = 0; i < n; i++) bits.push_back(tr_cpu_f32_to_bf16(dist(rng())));
+    t = DLTensor{bits.data(), {kDLCPU, 0}, (int32_t)shape.size(), TR_BFLOAT16, shape.data(), nullptr, 0};
+  }
+  double at(int64_t i) const { return tr_cpu_bf16_to_f32(bits[(size_t)i]); }
+};
+
+TEST_CASE("GQA decode in bfloat16, with the default scale and a softcap") {
+  Cpu cpu;
+  const int B = 2, H = 4, HKV = 2, D = 8, S = 6;
+  tr_op *gqa = cpu.op("GQADecodeFwdOp", {{"heads", tr_value_int(H)}, {"heads_kv", tr_value_int(HKV)},
+                                         {"dim", tr_value_int(D)}, {"softcap", tr_value_float(2.0)}});
+  Bf16 q({B, H, D}), k({B, S, HKV, D}), v({B, S, HKV, D});
+  std::vector<int32_t> lens = {6, 3};
+  int64_t lshape[] = {B};
+  DLTensor seqlens{lens.data(), {kDLCPU, 0}, 1, TR_INT32, lshape, nullptr, 0};
+  const DLTensor *in[] = {&q.t, &k.t, &v.t, &seqlens};
+  Outputs out;
+  tr_test::ok(tr_op_call(gqa, in, 4, out.items, 1));
+  const uint16_t *o = static_cast<const uint16_t *>(out.items[0]->dl_tensor.data);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++) {
+      int kv = h / (H / HKV);
+      std::vector<double> p;
+      double mx = -1e300, sum = 0;
+      for (int s = 0; s < lens[b]; s++) {
+        double l = 0;
+        for (int d = 0; d < D; d++) l += q.at((b * H + h) * D + d) * k.at(((b * S + s) * HKV + kv) * D + d);
+        l = 2.0 * std::tanh(l / std::sqrt((double)D) / 2.0);
+        p.push_back(l);
+        mx = std::max(mx, l);
+      }
+      for (double &l : p) sum += (l = std::exp(l - mx));
+      for (int d = 0; d < D; d++) {
+        double want = 0;
+        for (int s = 0; s < lens[b]; s++) want += p[s] / sum * v.at(((b * S + s) * HKV + kv) * D + d);
+        INFO("b " << b << " h " << h << " d " << d);
+        CHECK(tr_cpu_bf16_to_f32(o[(b * H + h) * D + d]) == Approx(want).epsilon(1.6e-2).margin(2e-2));
+      }
+    }
+  tr_op_destroy(&gqa);
+}
