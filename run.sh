@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 ./tools/ensure-deps.sh
-echo "tilerun: building //tools:tilerun (the first build takes a few minutes)" >&2
-bazel build --noshow_progress //tools:tilerun
-exec bazel-bin/tools/tilerun run --manifest manifest/spec "$@"
+echo "tilerun: building //tools:tilerun and the CPU backend (the first build takes a few minutes)" >&2
+bazel build --noshow_progress -c opt //tools:tilerun //backends/cpu:installed
+# The CPU backend is found like any plugin: its descriptor and library sit in bazel-bin.
+bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+export TILERUN_BACKEND_PATH="$bin/backends/cpu${TILERUN_BACKEND_PATH:+:$TILERUN_BACKEND_PATH}"
+exec "$bin/tools/tilerun" run --manifest manifest/spec "$@"

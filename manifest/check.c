@@ -592,3 +592,17 @@ tr_status *tr_op_def_roofline(const tr_op_def *op, const tr_value *settled,
   if (op->bytes != NULL) TR_RETURN_IF_ERROR(tr_expr_eval(op->bytes, &env, bytes));
   return NULL;
 }
+
+tr_status *tr_op_def_input_fill(const tr_op_def *op, size_t i, const tr_value *settled,
+                                const tr_call_check *check, int *has, int64_t *max) {
+  *has = 0;
+  *max = 0;
+  if (i >= (size_t)op->n_inputs || op->inputs[i].fill == NULL) return NULL;
+  tr__eval_ctx ctx = {op, settled, check};
+  tr_expr_env env = tr__eval_env(&ctx);
+  double v = 0;
+  TR_RETURN_IF_ERROR(tr_expr_eval(op->inputs[i].fill, &env, &v));
+  *has = 1;
+  *max = (int64_t)v;
+  return NULL;
+}

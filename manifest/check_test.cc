@@ -80,6 +80,21 @@ TEST_CASE("ranks and named dims: Gemm, plain and transposed") {
         "trans_b ? [N, K] : [K, N] = (32, 64): axis 1 is 16, expected K = 64 from input 'a' axis 0");
 }
 
+TEST_CASE("fill: the largest value benchmarks put in an integer input") {
+  Bound gqa(op("GQADecodeFwdOp"), Params().i("heads", 8).i("heads_kv", 2).i("dim", 64));
+  tr_tensor_spec q = spec("cpu", "float16", {3, 8, 64}), k = spec("cpu", "float16", {3, 100, 2, 64});
+  tr_tensor_spec lens = spec("cpu", "int32", {3});
+  tr_call_check out;
+  REQUIRE(gqa.check({&q, &k, &k, &lens}, &out) == "");
+  int has = 0;
+  int64_t max = 0;
+  tr_test::ok(tr_op_def_input_fill(gqa.op, 3, gqa.settled, &out, &has, &max));
+  CHECK(has == 1);
+  CHECK(max == 100);  // S
+  tr_test::ok(tr_op_def_input_fill(gqa.op, 0, gqa.settled, &out, &has, &max));
+  CHECK(has == 0);
+}
+
 TEST_CASE("int params stand for dims: GQA decode") {
   Bound gqa(op("GQADecodeFwdOp"), Params().i("heads", 32).i("heads_kv", 8).i("dim", 128));
   tr_tensor_spec q = spec("cuda:0", "bfloat16", {4, 32, 128});

@@ -74,6 +74,8 @@ typedef struct input_decl {
   shape_decl shape;
   int optional, mutated, contiguous, device_cpu;
   int required_unless; /* a bool param, or -1 */
+  char *fill_text;     /* `fill`: the largest value a benchmark puts in an integer input */
+  tr_expr *fill;
 } input_decl;
 
 typedef struct output_decl {

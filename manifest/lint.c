@@ -80,6 +80,15 @@ static tr_status *lint_row(tr_lint_report *r, const tr_op_def *op, int row) {
     why = TR_STATUS(TR_MANIFEST, "roofline gives flops %g and bytes %g; both must be finite and "
                     ">= 0", flops, bytes);
   }
+  for (int i = 0; why == NULL && i < op->n_inputs; i++) {
+    int has = 0;
+    int64_t max = 0;
+    why = tr_op_def_input_fill(op, (size_t)i, settled, &check, &has, &max);
+    if (why == NULL && has && max < 0) {
+      why = TR_STATUS(TR_MANIFEST, "input '%s' fill '%s' gives %lld, below 0", op->inputs[i].name,
+                      op->inputs[i].fill_text, (long long)max);
+    }
+  }
   if (why == NULL && op->bytes != NULL && bytes == 0) {
     why = TR_STATUS(TR_MANIFEST, "roofline bytes is 0 for this row");
   }

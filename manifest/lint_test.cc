@@ -129,3 +129,16 @@ TEST_CASE("a composition whose result differs from the signature is a problem") 
   REQUIRE(problems.size() == 1);
   CHECK(problems[0].find("cannot view (4294967296,) as (4294967296, 4294967296)") != std::string::npos);
 }
+
+TEST_CASE("an integer input's fill evaluates on every row and is not negative") {
+  std::string text = "IndexFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                     "    params: {n: {type: int}}\n"
+                     "    inputs:\n      i: {dtype: int32, shape: \"[M]\", fill: \"n - 10\"}\n"
+                     "    outputs:\n      y: {dtype: int32, shape: \"[M]\"}\n"
+                     "  workloads:\n    - {label: ok, shapes: {i: [4]}, params: {n: 12}}\n"
+                     "    - {label: low, shapes: {i: [4]}, params: {n: 8}}\n"
+                     "  roofline: {flops: \"0\", bytes: \"bytes(i) * 2\"}\n";
+  auto problems = lint(text);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "F:12: IndexFwdOp: workload 'low': input 'i' fill 'n - 10' gives -2, below 0");
+}

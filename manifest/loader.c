@@ -553,7 +553,7 @@ static tr_status *load_inputs(loading *l, const yaml_node_t *node, uint32_t *bou
   if (node == NULL) return err_at(l, node, "signature has no 'inputs'");
   TR_RETURN_IF_ERROR(check_mapping(l, node, "'inputs'", NULL));
   static const char *const kKeys[] = {"dtype", "shape", "optional", "mutated", "contiguous",
-                                      "device", "required_unless", "doc", NULL};
+                                      "device", "required_unless", "fill", "doc", NULL};
   tr_op_def *op = l->op;
   int seen_optional = 0;
   FOR_PAIRS(l, node, pair) {
@@ -590,6 +590,11 @@ static tr_status *load_inputs(loading *l, const yaml_node_t *node, uint32_t *bou
       }
       if (!in->optional) return err_at(l, f, "%s: 'required_unless' needs optional: true", owner);
       in->required_unless = idx;
+    }
+    if ((f = tr_yaml_get(l->doc, v, "fill"))) { /* compiled once every dim is known */
+      const char *text;
+      TR_RETURN_IF_ERROR(scalar_text(l, f, "'fill'", &text));
+      if ((in->fill_text = dup_text(text)) == NULL) return OOM("fill");
     }
     if (in->optional) seen_optional = 1;
     else if (seen_optional) return err_at(l, k, "%s: a required input follows an optional one; optional inputs are trailing", owner);
@@ -736,6 +741,18 @@ static tr_status *load_constraints(loading *l, const yaml_node_t *node) {
     op->n_constraints++;
     c->params_only = 1;
     tr_expr_visit_refs(c->expr, only_params, &c->params_only);
+  }
+  return NULL;
+}
+
+static tr_status *load_fills(loading *l, const yaml_node_t *inputs) {
+  tr_op_def *op = l->op;
+  for (int i = 0; i < op->n_inputs; i++) {
+    if (op->inputs[i].fill_text == NULL) continue;
+    yaml_node_t *node = tr_yaml_get(l->doc, tr_yaml_get(l->doc, inputs, op->inputs[i].name), "fill");
+    char what[128];
+    snprintf(what, sizeof(what), "input '%s' fill", op->inputs[i].name);
+    TR_RETURN_IF_ERROR(compile_expr(l, node, what, &op->inputs[i].fill));
   }
   return NULL;
 }
@@ -1062,6 +1079,7 @@ static tr_status *load_entry(tr_yaml_doc *doc, const yaml_node_t *key, const yam
   TR_RETURN_IF_ERROR(load_inputs(&l, tr_yaml_get(doc, sig, "inputs"), &vars, &dims, &dtypes));
   TR_RETURN_IF_ERROR(load_outputs(&l, tr_yaml_get(doc, sig, "outputs"), vars, dims, dtypes));
   TR_RETURN_IF_ERROR(load_constraints(&l, tr_yaml_get(doc, sig, "constraints")));
+  TR_RETURN_IF_ERROR(load_fills(&l, tr_yaml_get(doc, sig, "inputs")));
   TR_RETURN_IF_ERROR(load_composition(&l, tr_yaml_get(doc, entry, "composition")));
   TR_RETURN_IF_ERROR(load_workloads(&l, tr_yaml_get(doc, entry, "workloads")));
   return load_roofline(&l, tr_yaml_get(doc, entry, "roofline"));
@@ -1260,6 +1278,8 @@ static void destroy_op(tr_op_def *op) {
     free(op->inputs[i].name);
     free(op->inputs[i].dtype.text);
     free(op->inputs[i].shape.text);
+    free(op->inputs[i].fill_text);
+    tr_expr_destroy(&op->inputs[i].fill);
   }
   for (int i = 0; i < op->n_outputs; i++) {
     free(op->outputs[i].name);

@@ -69,7 +69,7 @@ TEST_CASE("a small valid entry loads") {
 TEST_CASE("unknown keys are named with where they stand") {
   CHECK(load_error(entry("{}", "      x: {dtype: T, shape: \"[*B, N]\", optinal: true}\n", kY)) ==
         "ManifestError: F:8:39: TestFwdOp: unknown key 'optinal' in input 'x' (known: dtype, "
-        "shape, optional, mutated, contiguous, device, required_unless, doc)");
+        "shape, optional, mutated, contiguous, device, required_unless, fill, doc)");
   CHECK(load_error(std::string(kHeader) + "    parms: {}\n") ==
         "ManifestError: F:6:5: TestFwdOp: unknown key 'parms' in 'signature' (known: forall, "
         "params, inputs, outputs, constraints)");

@@ -121,6 +121,12 @@ tr_status *tr_op_def_workload(const tr_op_def *op, size_t i, const tr_device *de
                               tr_tensor_spec *specs, uint8_t *has, tr_named_value *params,
                               size_t *n_params) TR_MUST_USE;
 
+/* The largest value a benchmark or the main job should put in integer input `i` of a checked call
+ * (its `fill` expression: positions below the cache's rows, lengths up to the cache's): *has is 0
+ * when the input declares none. A fill that does not evaluate is a ValueError naming it. */
+tr_status *tr_op_def_input_fill(const tr_op_def *op, size_t i, const tr_value *settled,
+                                const tr_call_check *check, int *has, int64_t *max) TR_MUST_USE;
+
 /* The roofline of a checked call: flops and bytes (0 and 0 when the op declares none). */
 tr_status *tr_op_def_roofline(const tr_op_def *op, const tr_value *settled,
                               const tr_call_check *check, double *flops,

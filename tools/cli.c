@@ -1,5 +1,6 @@
 /* cli.c: the `tilerun` command: the main job, the manifest's ops and the installed backends. */
 #include "tools/cli.h"
+#include "tools/mainjob.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +21,9 @@ static const char kUsage[] =
     "(plugins) or the in-tree CUDA kernels.\n"
     "\n"
     "commands:\n"
-    "  run        the main job: the manifest's ops and the installed backends (it grows into\n"
-    "             running every op's workloads as the runtime lands)\n"
+    "  run        the main job: the manifest's ops, the installed backends, then each op's\n"
+    "             smallest workload row run on cpu through the runtime (build and call time,\n"
+    "             bandwidth against the roofline); --all runs every row up to --max-gb of traffic\n"
     "  ops        list the ops the manifest declares: name, family, reference API, where\n"
     "  manifest check [FILES]\n"
     "             lint spec files (default: every *.yaml of the manifest directory): they\n"
@@ -37,6 +39,8 @@ static const char kUsage[] =
     "\n"
     "options:\n"
     "  --manifest DIR   the spec directory (default: $TILERUN_MANIFEST_DIR, else ./manifest/spec)\n"
+    "  --all            run: every workload row, not only each op's smallest\n"
+    "  --max-gb N       run --all: skip rows moving more than N GB (default 1)\n"
     "\n"
     "environment:\n"
     "  TILERUN_MANIFEST_DIR   the spec directory, when --manifest is not given\n"
@@ -47,6 +51,8 @@ static const char kUsage[] =
 
 typedef struct cli_options {
   const char *manifest_dir;
+  int all_rows;
+  double max_gb;
 } cli_options;
 
 /* Prints a status to err as "tilerun: <Code>: <message>" and frees it; returns exit code 1. */
@@ -284,7 +290,7 @@ static int usage_error(FILE *err, const char *fmt, const char *arg) {
 }
 
 int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
-  cli_options opts = {NULL};
+  cli_options opts = {NULL, 0, 1.0};
   const char *command = NULL;
   char *positional[64];
   int n_positional = 0;
@@ -299,6 +305,14 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     } else if (strcmp(arg, "--manifest") == 0) {
       if (i + 1 >= argc) return usage_error(err, "%s needs a directory", arg);
       opts.manifest_dir = argv[++i];
+    } else if (strcmp(arg, "--all") == 0) {
+      opts.all_rows = 1;
+    } else if (strcmp(arg, "--max-gb") == 0) {
+      char *end = NULL;
+      if (i + 1 >= argc || (opts.max_gb = strtod(argv[i + 1], &end)) <= 0 || *end != '\0') {
+        return usage_error(err, "--max-gb needs a positive number, got '%s'", i + 1 < argc ? argv[i + 1] : "");
+      }
+      i++;
     } else if (arg[0] == '-') {
       return usage_error(err, "unknown option '%s'", arg);
     } else if (command == NULL) {
@@ -335,7 +349,10 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     int rc = list_ops(&opts, out, err);
     fprintf(out, "\n");
     int rc_backends = list_backends(out, err);
-    return rc != 0 ? rc : rc_backends;
+    if (rc != 0) return rc;
+    fprintf(out, "\n");
+    int rc_rows = tr_mainjob_run(manifest_dir(&opts), opts.all_rows, opts.max_gb * 1e9, out, err);
+    return rc_backends != 0 ? rc_backends : rc_rows;
   }
   return usage_error(err, "unknown command '%s' (commands: run, ops, manifest, backends, targets, help)", command);
 }

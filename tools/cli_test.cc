@@ -92,12 +92,26 @@ TEST_CASE("backends lists the search path and what was found there") {
   REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
 }
 
-TEST_CASE("run prints the ops and the backends") {
+TEST_CASE("run: the ops, the backends, and each op's smallest row run on the cpu backend") {
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "backends/cpu") == nullptr);
   Run r = run({"run", "--manifest", "manifest/spec"});
   CHECK(r.rc == 0);
   CHECK(r.out.find("the main job") != std::string::npos);
-  CHECK(r.out.find("RMSNormFwdOp") != std::string::npos);
-  CHECK(r.out.find("backend search path:") != std::string::npos);
+  CHECK(r.out.find("backends: 1 found\n  cpu") != std::string::npos);
+  CHECK(r.out.find("  RMSNormFwdOp     llama3.1-8b decode                     cpu") != std::string::npos);
+  CHECK(r.out.find("  LinearFwdOp      llama3.1-8b mlp up decode              (composite)") != std::string::npos);
+  CHECK(r.out.find("10 rows ran, 0 failed") != std::string::npos);
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "/nonexistent") == nullptr);
+  r = run({"run", "--manifest", "manifest/spec"});
+  CHECK(r.rc == 1);  // no backend: every row fails, each with its error
+  CHECK(r.out.find("RMSNormFwdOp     llama3.1-8b decode                     FAILED: OpNotAvailableError: "
+                   "RMSNormFwdOp's in-tree kernels do not run on cpu; known targets for this op: []") !=
+        std::string::npos);
+  CHECK(r.out.find("10 rows ran, 10 failed") != std::string::npos);
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
+  r = run({"run", "--max-gb", "zero"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: --max-gb needs a positive number, got 'zero'") == 0);
 }
 
 TEST_CASE("manifest check passes the shipped spec files and lists problems in broken ones") {
