@@ -53,6 +53,14 @@ struct tr_op {
   tr_op **steps; /* a composite op's sub-op instances, made at its first call */
 };
 
+/* The call's device made current while a kernel is built or tuned (cuda only). */
+typedef struct tr_device_guard {
+  int active;
+  int saved;
+} tr_device_guard;
+tr_status *tr__device_enter(const tr_device *device, tr_device_guard *guard) TR_MUST_USE;
+void tr__device_leave(tr_device_guard *guard);
+
 /* Runs backend discovery once. */
 tr_status *tr__runtime_discover(tr_runtime *rt);
 

@@ -104,7 +104,11 @@ static tr_status *tune_entry(tr_op *op, kernel_entry *e) {
     return NULL;
   }
   if (e->tuned) return NULL;
-  TR_RETURN_IF_ERROR(e->kernel.request_tune(e->kernel.self, &e->device));
+  tr_device_guard guard;
+  TR_RETURN_IF_ERROR(tr__device_enter(&e->device, &guard));
+  tr_status *status = e->kernel.request_tune(e->kernel.self, &e->device);
+  tr__device_leave(&guard);
+  TR_RETURN_IF_ERROR(status);
   e->tuned = 1;
   return NULL;
 }
@@ -171,7 +175,12 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   tr_build_request req = {tr_op_def_name(def), op->target, &check.device, ptrs, n_decl,
                           op->named, op->n_params};
   e->kernel.struct_size = sizeof(e->kernel);
-  tr_status *status = build(ctx, &req, &e->kernel);
+  tr_device_guard guard;
+  tr_status *status = tr__device_enter(&check.device, &guard);
+  if (status == NULL) {
+    status = build(ctx, &req, &e->kernel); /* with the call's device current */
+    tr__device_leave(&guard);
+  }
   if (status == NULL && e->kernel.call == NULL) {
     status = TR_STATUS(TR_BACKEND, "target '%s' built a kernel for %s with no call function",
                        op->target, tr_op_def_name(def));

@@ -114,6 +114,16 @@ static tr_status *init_testcpu(const tr_backend_api *api) {
   return api->register_kernel_builder(api->host, "BatchNormFwdOp", "testcpu", build<bn_call, true>, nullptr);
 }
 
+static tr_status *claim_cuda(void *, const tr_device *d, int *claims) {
+  *claims = std::string(d->type) == "cuda";
+  return nullptr;
+}
+
+static tr_status *init_gpu(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "testgpu", claim_cuda, nullptr));
+  return api->register_kernel_builder(api->host, "AddFwdOp", "testgpu", build<add_call, true>, nullptr);
+}
+
 static tr_status *init_other(const tr_backend_api *api) {
   TR_RETURN_IF_ERROR(api->register_detector(api->host, "other", claim_nothing, nullptr));
   return api->register_kernel_builder(api->host, "AddFwdOp", "other", build<add_call, true>, nullptr);
@@ -132,8 +142,8 @@ struct Env {
     g_tunes = 0;
     g_seen.clear();
     g_fail_tune = 0;
-    static const char *names[] = {"testcpu", "other", "broken"};
-    static const tr_backend_init_fn inits[] = {init_testcpu, init_other, init_broken};
+    static const char *names[] = {"testcpu", "other", "testgpu", "broken"};
+    static const tr_backend_init_fn inits[] = {init_testcpu, init_other, init_gpu, init_broken};
     tr_runtime_options o{};
     o.manifest_dir = "manifest/spec";
     o.backend_dirs = nullptr;
@@ -142,7 +152,7 @@ struct Env {
     o.n_backend_dirs = 1;
     o.builtin_names = names;
     o.builtin_inits = inits;
-    o.n_builtins = with_broken ? 3 : 2;
+    o.n_builtins = with_broken ? 4 : 3;
     o.warn = tr_test::Warnings::sink;
     o.warn_ctx = &warnings;
     tr_test::ok(tr_runtime_new(&o, &rt));
@@ -174,14 +184,15 @@ TEST_CASE("the target: the op's own, then the process default, then detection") 
   tr_test::ok(tr_op_call(own, in, 2, out.items, 1));
   CHECK(std::string(tr_op_target(own)) == "testcpu");
   CHECK(tr_test::error_of(tr_set_default_target(env.rt, "nope")) ==
-        "UnknownTargetError: no backend registered target 'nope'; known targets: ['other', 'testcpu']");
+        "UnknownTargetError: no backend registered target 'nope'; known targets: ['other', 'testcpu', "
+        "'testgpu']");
   CHECK(std::string(tr_default_target(env.rt)) == "other");  // a refused change leaves it
   tr_test::ok(tr_set_default_target(env.rt, TR_BUILTIN));
   tr_op *builtin = env.op("AddFwdOp");
   out.reset();
   CHECK(tr_test::error_of(tr_op_call(builtin, in, 2, out.items, 1)) ==
         "OpNotAvailableError: AddFwdOp's in-tree kernels do not run on cpu; known targets for this "
-        "op: ['other', 'testcpu']");
+        "op: ['other', 'testcpu', 'testgpu']");
   tr_test::ok(tr_set_default_target(env.rt, nullptr));
   CHECK(tr_default_target(env.rt) == nullptr);
   for (tr_op *op : {detected, by_default, own, builtin}) tr_op_destroy(&op);
@@ -215,7 +226,7 @@ TEST_CASE("a backend that fails to load is reported, and later errors count it")
   REQUIRE(env.warnings.lines.size() == 1);
   CHECK(env.warnings.lines[0] == "backend 'broken' not loaded: its init failed: ValueError: no license");
   const char *names[8];
-  CHECK(tr_registered_targets(env.rt, nullptr, names, 8) == 2);  // 'broken' rolled back
+  CHECK(tr_registered_targets(env.rt, nullptr, names, 8) == 3);  // 'broken' rolled back
   tr_op *op = env.op("SoftmaxFwdOp");
   HostTensor x({3});
   const DLTensor *in[] = {&x.t};
@@ -375,5 +386,20 @@ TEST_CASE("many threads may call one op instance at once") {
   CHECK(wrong == 0);
   CHECK(tr_op_memo_count(op) == 4);
   CHECK(g_builds == 4);
+  tr_op_destroy(&op);
+}
+
+TEST_CASE("a cuda call's build runs with its device made current; other device types are left "
+          "alone") {
+  // With no GPU (or no CUDA runtime) here, making cuda:0 current fails, and says so; the cpu
+  // builds above never touch CUDA. The GPU side of this rule is //runtime:device_guard_test.
+  Env env;
+  tr_op *op = env.op("AddFwdOp");
+  HostTensor a({4}, {kDLCUDA, 0}), b({4}, {kDLCUDA, 0});
+  const DLTensor *in[] = {&a.t, &b.t};
+  Outputs out;
+  std::string e = tr_test::error_of(tr_op_call(op, in, 2, out.items, 1));
+  CHECK(e.find("BackendError: making cuda:0 current: ") == 0);
+  CHECK(g_builds == 0);  // the builder never ran without its device current
   tr_op_destroy(&op);
 }

@@ -1,0 +1,54 @@
+/* device_guard.c: the call's device made current while a kernel is built or tuned, and the
+ * caller's restored after. Only `cuda` has a current device (the spec: a device not of the
+ * process's accelerator type is left alone); the CUDA runtime is found through the platform
+ * layer when a cuda kernel is first built, so the runtime builds and runs where CUDA is absent. */
+#include <string.h>
+
+#include "runtime/internal.h"
+
+typedef int (*cuda_get_fn)(int *device);
+typedef int (*cuda_set_fn)(int device);
+
+static tr_plat_once g_once = TR_PLAT_ONCE_INIT;
+static tr_plat_lib *g_cudart;
+static cuda_get_fn g_get;
+static cuda_set_fn g_set;
+static char g_error[512];
+
+static void load_cudart(void) {
+  static const char *const kNames[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
+  g_error[0] = '\0';
+  for (size_t i = 0; i < sizeof(kNames) / sizeof(kNames[0]) && g_cudart == NULL; i++) {
+    tr_status *failed = tr_plat_lib_open(kNames[i], &g_cudart);
+    if (failed != NULL) {
+      strncpy(g_error, tr_status_message(failed), sizeof(g_error) - 1);
+      tr_status_destroy(&failed);
+    }
+  }
+  if (g_cudart == NULL) return;
+  void *get = tr_plat_lib_symbol(g_cudart, "cudaGetDevice"), *set = tr_plat_lib_symbol(g_cudart, "cudaSetDevice");
+  memcpy(&g_get, &get, sizeof(g_get));
+  memcpy(&g_set, &set, sizeof(g_set));
+}
+
+tr_status *tr__device_enter(const tr_device *device, tr_device_guard *guard) {
+  guard->active = 0;
+  if (strcmp(device->type, "cuda") != 0) return NULL;
+  tr_plat_once_run(&g_once, load_cudart);
+  char dev[TR_DEVICE_FORMAT_MAX];
+  tr_device_format(device, dev, sizeof(dev));
+  if (g_get == NULL || g_set == NULL) {
+    return TR_STATUS(TR_BACKEND, "making %s current: the CUDA runtime (libcudart) could not be "
+                     "loaded: %s", dev, g_error[0] ? g_error : "cudaGetDevice/cudaSetDevice missing");
+  }
+  int rc = g_get(&guard->saved);
+  if (rc == 0) rc = g_set(device->index < 0 ? 0 : device->index);
+  if (rc != 0) return TR_STATUS(TR_BACKEND, "making %s current: CUDA error %d", dev, rc);
+  guard->active = 1;
+  return NULL;
+}
+
+void tr__device_leave(tr_device_guard *guard) {
+  if (guard->active && g_set != NULL) g_set(guard->saved);
+  guard->active = 0;
+}

@@ -1,0 +1,72 @@
+// device_guard_test.cc (needs a GPU): a cuda build runs with the call's device current, and the
+// caller's current device is restored afterwards; checked from inside a test builder.
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime.h>
+
+#include "runtime/runtime_testing.h"
+
+static int g_current_in_build = -1;
+
+static tr_status *noop(void *, DLTensor *const *, size_t, DLTensor *const *, size_t) { return nullptr; }
+
+static tr_status *build(void *, const tr_build_request *, tr_kernel *out) {
+  cudaGetDevice(&g_current_in_build);
+  out->call = noop;
+  return nullptr;
+}
+
+static tr_status *claim_cuda(void *, const tr_device *d, int *claims) {
+  *claims = std::string(d->type) == "cuda";
+  return nullptr;
+}
+
+static tr_status *init(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "guarded", claim_cuda, nullptr));
+  return api->register_kernel_builder(api->host, "AddFwdOp", "guarded", build, nullptr);
+}
+
+// The outputs are cuda memory tilerun cannot allocate before the CUDA issue: call_into with
+// caller-provided outputs.
+TEST_CASE("each cuda build sees its call's device current; the caller's is restored") {
+  int count = 0;
+  REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+  const char *names[] = {"guarded"};
+  const tr_backend_init_fn inits[] = {init};
+  const char *no_dirs[] = {"/nonexistent"};
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = no_dirs;
+  o.n_backend_dirs = 1;
+  o.builtin_names = names;
+  o.builtin_inits = inits;
+  o.n_builtins = 1;
+  tr_runtime *rt = nullptr;
+  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_op *op = nullptr;
+  tr_test::ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &op));
+  for (int d = count - 1; d >= 0; d--) {  // the last card first, so it differs from the caller's
+    REQUIRE(cudaSetDevice(0) == cudaSuccess);
+    float *buf = nullptr;
+    REQUIRE(cudaSetDevice(d) == cudaSuccess);
+    REQUIRE(cudaMalloc(&buf, 3 * 16 * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaSetDevice(0) == cudaSuccess);
+    int64_t shape[] = {16};
+    DLTensor a{buf, {kDLCUDA, d}, 1, TR_FLOAT32, shape, nullptr, 0}, b = a, c = a;
+    b.data = buf + 16;
+    c.data = buf + 32;
+    const DLTensor *in[] = {&a, &b};
+    DLTensor *out[] = {&c};
+    g_current_in_build = -1;
+    tr_test::ok(tr_op_call_into(op, in, 2, out, 1));
+    CHECK(g_current_in_build == d);
+    int now = -1;
+    REQUIRE(cudaGetDevice(&now) == cudaSuccess);
+    CHECK(now == 0);  // restored
+    cudaSetDevice(d);
+    cudaFree(buf);
+  }
+  CHECK(tr_op_memo_count(op) == (size_t)count);  // one build per card
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
