@@ -39,3 +39,16 @@ def tr_test(name, srcs, deps = [], copts = [], **kwargs):
         copts = TR_COPTS + copts,
         **kwargs
     )
+
+def tr_valgrind_test(name, test, data = [], **kwargs):
+    """Runs the test binary `test` again under valgrind's memcheck (tagged `valgrind`, so the
+    test command leaves it out of the sanitizer step)."""
+    native.sh_test(
+        name = name,
+        size = "medium",
+        srcs = ["//tools:valgrind_test.sh"],
+        args = ["$(rootpath %s)" % test],
+        data = [test] + data,
+        tags = ["valgrind"],
+        **kwargs
+    )

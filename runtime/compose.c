@@ -169,17 +169,9 @@ tr_status *tr__compose_call(tr_op *op, const DLTensor *const *inputs, size_t n_i
   const tr_op_def *def = op->def;
   size_t n_decl = tr_op_def_input_count(def);
   tr_tensor_spec specs[TR_SIG_MAX_INPUTS];
-  const tr_tensor_spec *ptrs[TR_SIG_MAX_INPUTS] = {0};
-  if (n_inputs > n_decl) n_inputs = n_decl + 1;
-  for (size_t i = 0; i < n_inputs && i < TR_SIG_MAX_INPUTS; i++) {
-    if (inputs[i] == NULL) continue;
-    tr_device device;
-    TR_RETURN_IF_ERROR(tr__device_from_dl(op->rt, inputs[i]->device, &device));
-    TR_RETURN_IF_ERROR(tr_tensor_spec_make(&device, inputs[i]->dtype, inputs[i]->ndim, inputs[i]->shape, &specs[i]));
-    ptrs[i] = &specs[i];
-  }
+  const tr_tensor_spec *ptrs[TR_SIG_MAX_INPUTS];
   tr_call_check check;
-  TR_RETURN_IF_ERROR(tr_op_def_check(def, op->settled, ptrs, n_inputs, &check));
+  TR_RETURN_IF_ERROR(tr__check_call(op, inputs, n_inputs, specs, ptrs, &check));
   tr_compose_plan plan;
   TR_RETURN_IF_ERROR(tr_op_def_compose_plan(def, op->settled, &check, &plan));
   tr_plat_mutex_lock(&op->lock);

@@ -122,27 +122,37 @@ static tr_status *in_tree(const tr_op *op, const tr_device *device) {
                    "this op: %s", tr_op_def_name(op->def), dev, known);
 }
 
+tr_status *tr__check_call(const tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
+                          tr_tensor_spec *specs, const tr_tensor_spec **ptrs, tr_call_check *check) {
+  const tr_op_def *def = op->def;
+  size_t n_decl = tr_op_def_input_count(def);
+  for (size_t i = 0; i < n_decl; i++) {
+    ptrs[i] = NULL;
+    if (i >= n_inputs || inputs[i] == NULL) continue;
+    tr_device device;
+    tr_status *status = tr__device_from_dl(op->rt, inputs[i]->device, &device);
+    if (status == NULL) {
+      status = tr_tensor_spec_make(&device, inputs[i]->dtype, inputs[i]->ndim, inputs[i]->shape, &specs[i]);
+    }
+    if (status != NULL) {
+      return tr_status_append(status, " (input '%s' of %s)", tr_op_def_input_name(def, i),
+                              tr_op_def_name(def));
+    }
+    ptrs[i] = &specs[i];
+  }
+  /* the check refuses more inputs than the signature has before it reads any */
+  return tr_op_def_check(def, op->settled, ptrs, n_inputs, check);
+}
+
 /* Validates, settles, builds and memoises; called with the op's lock held. */
 static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
                        const tr_memo_key *key, kernel_entry **out) {
   const tr_op_def *def = op->def;
   size_t n_decl = tr_op_def_input_count(def);
   tr_tensor_spec specs[TR_SIG_MAX_INPUTS];
-  const tr_tensor_spec *ptrs[TR_SIG_MAX_INPUTS] = {0};
-  if (n_inputs > n_decl) n_inputs = n_decl + 1; /* the check names the count */
-  for (size_t i = 0; i < n_inputs && i < TR_SIG_MAX_INPUTS; i++) {
-    if (inputs[i] == NULL) continue;
-    tr_device device;
-    tr_status *status = tr__device_from_dl(op->rt, inputs[i]->device, &device);
-    if (status == NULL) status = tr_tensor_spec_make(&device, inputs[i]->dtype, inputs[i]->ndim, inputs[i]->shape, &specs[i]);
-    if (status != NULL) {
-      return tr_status_append(status, " (input '%s' of %s)", i < n_decl ? tr_op_def_input_name(def, i) : "extra",
-                              tr_op_def_name(def));
-    }
-    ptrs[i] = &specs[i];
-  }
+  const tr_tensor_spec *ptrs[TR_SIG_MAX_INPUTS];
   tr_call_check check;
-  TR_RETURN_IF_ERROR(tr_op_def_check(def, op->settled, ptrs, n_inputs, &check));
+  TR_RETURN_IF_ERROR(tr__check_call(op, inputs, n_inputs, specs, ptrs, &check));
   if (op->target == NULL) {
     const char *target = NULL;
     TR_RETURN_IF_ERROR(tr_registry_settle(op->rt->registry, op->requested,

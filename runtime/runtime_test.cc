@@ -350,6 +350,21 @@ TEST_CASE("a composite op runs its composition; each sub-op settles its own targ
   tr_op_destroy(&linear);
 }
 
+TEST_CASE("a call with too many inputs names the count it got") {
+  Env env;
+  tr_op *op = env.op("AddFwdOp");
+  HostTensor a({4});
+  const DLTensor *in[] = {&a.t, &a.t, &a.t, &a.t, &a.t};
+  Outputs out;
+  CHECK(tr_test::error_of(tr_op_call(op, in, 5, out.items, 1)) ==
+        "SignatureError(shape): AddFwdOp: takes 2 inputs (a, b), got 5");
+  tr_op *linear = env.op("LinearFwdOp");
+  CHECK(tr_test::error_of(tr_op_call(linear, in, 4, out.items, 1)) ==
+        "SignatureError(shape): LinearFwdOp: takes 3 inputs (x, weight, bias), got 4");
+  tr_op_destroy(&op);
+  tr_op_destroy(&linear);
+}
+
 TEST_CASE("an op not in the manifest, or a bad param, is refused at construction") {
   Env env;
   tr_op *op = nullptr;
