@@ -8,6 +8,7 @@
 
 #include "core/internal.h"
 #include "platform/platform.h"
+#include "selector/selector.h"
 
 typedef struct detector_entry {
   char *target;
@@ -45,6 +46,13 @@ typedef struct alloc_entry {
   int owner;
 } alloc_entry;
 
+typedef struct ktype_entry {
+  char *op;
+  const tr_kernel_type *type;
+  const char *key; /* the type's key, read when it was registered */
+  int owner;
+} ktype_entry;
+
 typedef struct failure_entry {
   tr_load_failure f;
   char *storage;
@@ -59,6 +67,7 @@ struct tr_registry {
   ARRAY(facts_entry) facts;
   ARRAY(dltype_entry) dltypes;
   ARRAY(alloc_entry) allocs;
+  ARRAY(ktype_entry) ktypes;
   ARRAY(failure_entry) failures;
   ARRAY(tr_plat_lib *) libs;
   int owner;           /* the backend now registering (its pass), for rollback */
@@ -210,6 +219,36 @@ static tr_status *api_register_allocator(void *host, const char *device_type, tr
   return NULL;
 }
 
+static tr_status *api_register_kernel_type(void *host, const char *op, const tr_kernel_type *type) {
+  tr_registry *reg = host;
+  if (op == NULL || type == NULL || type->key == NULL) {
+    return TR_STATUS(TR_BACKEND, "backend '%s': register_kernel_type needs an op and a kernel type with a key", reg->backend);
+  }
+  const char *key = type->key;
+  for (size_t i = 0; i < reg->ktypes.count; i++) {
+    if (strcmp(reg->ktypes.items[i].op, op) == 0 && strcmp(reg->ktypes.items[i].key, key) == 0) {
+      return TR_STATUS(TR_BACKEND, "backend '%s': %s already has a kernel type '%s'", reg->backend, op, key);
+    }
+  }
+  ktype_entry e = {dup_text(op), type, key, reg->owner};
+  if (e.op == NULL || !PUSH(reg->ktypes, e)) {
+    free(e.op);
+    return OOM();
+  }
+  return NULL;
+}
+
+size_t tr_registry_kernel_types(const tr_registry *reg, const char *op, const tr_kernel_type **types,
+                                size_t max) {
+  size_t n = 0;
+  for (size_t i = 0; i < reg->ktypes.count; i++) {
+    if (strcmp(reg->ktypes.items[i].op, op) != 0) continue;
+    if (n < max) types[n] = reg->ktypes.items[i].type;
+    n++;
+  }
+  return n;
+}
+
 /* ---- loading ---- */
 
 /* Removes every entry the given owner registered. */
@@ -229,12 +268,15 @@ static void rollback(tr_registry *reg, int owner) {
 #define FREE_DETECTOR(e) free((e)->target)
 #define FREE_BUILDER(e) (free((e)->op), free((e)->target))
 #define FREE_TYPE(e) free((e)->device_type)
+#define FREE_KTYPE(e) free((e)->op)
   DROP(reg->detectors, FREE_DETECTOR);
   DROP(reg->builders, FREE_BUILDER);
   DROP(reg->facts, FREE_TYPE);
   DROP(reg->dltypes, FREE_TYPE);
   DROP(reg->allocs, FREE_TYPE);
+  DROP(reg->ktypes, FREE_KTYPE);
 #undef DROP
+#undef FREE_KTYPE
 #undef FREE_DETECTOR
 #undef FREE_BUILDER
 #undef FREE_TYPE
@@ -285,6 +327,7 @@ static tr_status *run_init(tr_registry *reg, const char *name, tr_backend_init_f
   api.register_device_facts = api_register_device_facts;
   api.register_device_type = api_register_device_type;
   api.register_allocator = api_register_allocator;
+  api.register_kernel_type = api_register_kernel_type;
   tr_status *failed = init(&api);
   tr_status *copy = NULL;
   if (failed != NULL) {
@@ -365,6 +408,7 @@ void tr_registry_destroy(tr_registry **registry_p) {
   for (size_t i = 0; i < reg->facts.count; i++) free(reg->facts.items[i].device_type);
   for (size_t i = 0; i < reg->dltypes.count; i++) free(reg->dltypes.items[i].device_type);
   for (size_t i = 0; i < reg->allocs.count; i++) free(reg->allocs.items[i].device_type);
+  for (size_t i = 0; i < reg->ktypes.count; i++) free(reg->ktypes.items[i].op);
   for (size_t i = 0; i < reg->failures.count; i++) free(reg->failures.items[i].storage);
   /* Plugins stay loaded until the registry goes: kernels they built may still be released. */
   for (size_t i = 0; i < reg->libs.count; i++) tr_plat_lib_close(&reg->libs.items[i]);
@@ -373,6 +417,7 @@ void tr_registry_destroy(tr_registry **registry_p) {
   free(reg->facts.items);
   free(reg->dltypes.items);
   free(reg->allocs.items);
+  free(reg->ktypes.items);
   free(reg->failures.items);
   free(reg->libs.items);
   free(reg);

@@ -88,6 +88,11 @@ const char *tr_registry_device_type_for_dl(const tr_registry *registry, int32_t 
 /* The DLPack device type registered for a device type name; -1 when none. */
 int32_t tr_registry_dl_for_device_type(const tr_registry *registry, const char *device_type);
 
+/* The kernel types plugins added to an op's in-tree interfaces (register_kernel_type): fills up
+ * to `max` and returns the count. */
+size_t tr_registry_kernel_types(const tr_registry *registry, const char *op,
+                                const tr_kernel_type **types, size_t max);
+
 /* The allocator registered for a device type; 0 when none. */
 int tr_registry_allocator(const tr_registry *registry, const char *device_type, tr_alloc_fn *alloc,
                           tr_free_fn *free_fn, tr_copy_fn *copy, void **ctx);

@@ -8,6 +8,7 @@
 
 #include "core/test_support.h"
 #include "registry/registry.h"
+#include "selector/selector_testing.h"
 
 struct Reg {
   std::vector<std::string> warnings;
@@ -211,4 +212,55 @@ TEST_CASE("targets are listed sorted, and per op those with a builder") {
   CHECK(std::string(text) == "[]");
   tr_registry_targets_text(r.reg, nullptr, text, sizeof(text));
   CHECK(std::string(text) == "['quiet', 'torch_cpu']");
+}
+
+// A plugin's own GQA decode implementation for batch 2, added to the in-tree interface.
+static const tr_kernel_type *vendor_bs2() {
+  static const int32_t archs[] = {90};
+  static tr_kernel_type t = {sizeof(tr_kernel_type), "acme_decode_bs2", tr_test::gqa_decode_interface(), nullptr,
+                             archs, 1, 0, nullptr, nullptr,
+                             [](const tr_kernel_type *, const tr_call_spec *c, char *, size_t) -> const char * {
+                               return tr_call_spec_int(c, "batch") == 2 ? nullptr : "serves batch 2 only";
+                             },
+                             nullptr, tr_test::test_factory, nullptr, nullptr};
+  return &t;
+}
+static tr_status *init_vendor_type(const tr_backend_api *api) {
+  return api->register_kernel_type(api->host, "GQADecodeFwdOp", vendor_bs2());
+}
+static tr_status *init_vendor_type_twice(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_kernel_type(api->host, "GQADecodeFwdOp", vendor_bs2()));
+  return api->register_kernel_type(api->host, "GQADecodeFwdOp", vendor_bs2());
+}
+static tr_status *facts90(void *, const tr_device *, tr_device_facts *out) {
+  *out = tr_device_facts{90, nullptr, 132, 232448};
+  return nullptr;
+}
+
+TEST_CASE("register_kernel_type: a plugin's implementation takes part in in-tree selection") {
+  Reg r;
+  CHECK(tr_registry_load_builtin(r.reg, "twice", init_vendor_type_twice) == 0);  // rolled back
+  CHECK(std::string(tr_registry_failure_at(r.reg, 0)->reason) ==
+        "its init failed: BackendError: backend 'twice': GQADecodeFwdOp already has a kernel type "
+        "'acme_decode_bs2'");
+  const tr_kernel_type *external[4];
+  CHECK(tr_registry_kernel_types(r.reg, "GQADecodeFwdOp", external, 4) == 0);
+  REQUIRE(tr_registry_load_builtin(r.reg, "vendor", init_vendor_type) == 1);
+  REQUIRE(tr_registry_kernel_types(r.reg, "GQADecodeFwdOp", external, 4) == 1);
+  CHECK(tr_registry_kernel_types(r.reg, "GemmFwdOp", external, 4) == 0);
+  const tr_kernel_interface *ifaces[] = {tr_test::gqa_decode_interface()};
+  const tr_kernel_type *types[] = {tr_test::gqa_decode(), tr_test::gqa_decode_bs1(),
+                                   tr_test::gqa_decode_long_context(), external[0]};
+  tr_selector *sel = nullptr;
+  tr_test::ok(tr_selector_new("GQADecodeFwdOp", ifaces, 1, types, 4, facts90, nullptr, &sel));
+  auto key = [&](int64_t batch) {
+    tr_test::Call c(tr_test::attention_call(), "cuda:0", {{"batch", tr_value_int(batch)}, {"seqlen_kv", tr_value_int(512)}});
+    const char *k = nullptr;
+    tr_test::ok(tr_selector_key_for(sel, "GQADecodeDenseFwdInterface", &c.spec, &k));
+    return std::string(k);
+  };
+  CHECK(key(2) == "acme_decode_bs2");   // beats the general implementation, like an in-tree one
+  CHECK(key(1) == "gqa_dense_decode_bs1");
+  CHECK(key(3) == "gqa_dense_decode");
+  tr_selector_destroy(&sel);
 }

@@ -8,11 +8,21 @@
 
 typedef int (*cuda_get_fn)(int *device);
 typedef int (*cuda_set_fn)(int device);
+typedef int (*cuda_attr_fn)(int *value, int attr, int device);
+
+/* cudaDeviceAttr values (driver_types.h, CUDA 12 and 13). */
+enum {
+  kAttrSharedMemoryPerBlockOptin = 97,
+  kAttrMultiProcessorCount = 16,
+  kAttrComputeCapabilityMajor = 75,
+  kAttrComputeCapabilityMinor = 76,
+};
 
 static tr_plat_once g_once = TR_PLAT_ONCE_INIT;
 static tr_plat_lib *g_cudart;
 static cuda_get_fn g_get;
 static cuda_set_fn g_set;
+static cuda_attr_fn g_attr;
 static char g_error[512];
 
 static void load_cudart(void) {
@@ -27,8 +37,10 @@ static void load_cudart(void) {
   }
   if (g_cudart == NULL) return;
   void *get = tr_plat_lib_symbol(g_cudart, "cudaGetDevice"), *set = tr_plat_lib_symbol(g_cudart, "cudaSetDevice");
+  void *attr = tr_plat_lib_symbol(g_cudart, "cudaDeviceGetAttribute");
   memcpy(&g_get, &get, sizeof(g_get));
   memcpy(&g_set, &set, sizeof(g_set));
+  memcpy(&g_attr, &attr, sizeof(g_attr));
 }
 
 tr_status *tr__device_enter(const tr_device *device, tr_device_guard *guard) {
@@ -51,4 +63,25 @@ tr_status *tr__device_enter(const tr_device *device, tr_device_guard *guard) {
 void tr__device_leave(tr_device_guard *guard) {
   if (guard->active && g_set != NULL) g_set(guard->saved);
   guard->active = 0;
+}
+
+tr_status *tr__cuda_facts(const tr_device *device, tr_device_facts *out) {
+  tr_plat_once_run(&g_once, load_cudart);
+  char dev[TR_DEVICE_FORMAT_MAX];
+  tr_device_format(device, dev, sizeof(dev));
+  if (g_attr == NULL) {
+    return TR_STATUS(TR_BACKEND, "reading the facts of %s: the CUDA runtime (libcudart) could not "
+                     "be loaded: %s", dev, g_error[0] ? g_error : "cudaDeviceGetAttribute missing");
+  }
+  int index = device->index < 0 ? 0 : device->index, major = 0, minor = 0, sms = 0, smem = 0;
+  int rc = g_attr(&major, kAttrComputeCapabilityMajor, index);
+  if (rc == 0) rc = g_attr(&minor, kAttrComputeCapabilityMinor, index);
+  if (rc == 0) rc = g_attr(&sms, kAttrMultiProcessorCount, index);
+  if (rc == 0) rc = g_attr(&smem, kAttrSharedMemoryPerBlockOptin, index);
+  if (rc != 0) return TR_STATUS(TR_BACKEND, "reading the facts of %s: CUDA error %d", dev, rc);
+  out->arch = major * 10 + minor;
+  out->calibration = NULL;
+  out->sm_count = sms;
+  out->smem_budget = smem;
+  return NULL;
 }

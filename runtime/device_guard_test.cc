@@ -70,3 +70,24 @@ TEST_CASE("each cuda build sees its call's device current; the caller's is resto
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
 }
+
+TEST_CASE("cuda facts are read from the device") {
+  const char *no_dirs[] = {"/nonexistent"};
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = no_dirs;
+  o.n_backend_dirs = 1;
+  tr_runtime *rt = nullptr;
+  tr_test::ok(tr_runtime_new(&o, &rt));
+  cudaDeviceProp prop;
+  REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
+  tr_device cuda0 = {"cuda", 0};
+  tr_device_facts f;
+  tr_test::ok(tr_device_facts_of(rt, &cuda0, &f));
+  CHECK(f.arch == prop.major * 10 + prop.minor);
+  CHECK(f.sm_count == prop.multiProcessorCount);
+  CHECK(f.smem_budget == (int64_t)prop.sharedMemPerBlockOptin);
+  CHECK(f.calibration == nullptr);
+  printf("cuda:0 facts: arch %d, sm_count %d, smem_budget %lld\n", f.arch, f.sm_count, (long long)f.smem_budget);
+  tr_runtime_destroy(&rt);
+}

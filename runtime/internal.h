@@ -61,6 +61,10 @@ typedef struct tr_device_guard {
 tr_status *tr__device_enter(const tr_device *device, tr_device_guard *guard) TR_MUST_USE;
 void tr__device_leave(tr_device_guard *guard);
 
+/* A cuda device's facts, read from the device: arch = major*10+minor, SM count, the opt-in shared
+ * memory per block; calibration none. */
+tr_status *tr__cuda_facts(const tr_device *device, tr_device_facts *out) TR_MUST_USE;
+
 /* Runs backend discovery once. */
 tr_status *tr__runtime_discover(tr_runtime *rt);
 

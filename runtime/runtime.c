@@ -161,3 +161,9 @@ tr_status *tr__device_to_dl(const tr_runtime *rt, const tr_device *device, DLDev
   }
   return tr_device_to_dl(device, out);
 }
+
+tr_status *tr_device_facts_of(tr_runtime *rt, const tr_device *device, tr_device_facts *out) {
+  TR_RETURN_IF_ERROR(tr__runtime_discover(rt));
+  if (strcmp(device->type, "cuda") == 0) return tr__cuda_facts(device, out);
+  return tr_registry_device_facts(rt->registry, device, out);
+}

@@ -418,3 +418,14 @@ TEST_CASE("a cuda call's build runs with its device made current; other device t
   CHECK(g_builds == 0);  // the builder never ran without its device current
   tr_op_destroy(&op);
 }
+
+TEST_CASE("device facts: an unregistered type reports -1 / none / 0 / 0") {
+  Env env;
+  tr_device cpu = {"cpu", TR_DEVICE_NO_INDEX};
+  tr_device_facts f = {7, "x", 7, 7};
+  tr_test::ok(tr_device_facts_of(env.rt, &cpu, &f));
+  CHECK(f.arch == -1);
+  CHECK(f.calibration == nullptr);
+  CHECK(f.sm_count == 0);
+  CHECK(f.smem_budget == 0);
+}

@@ -35,6 +35,9 @@ extern "C" {
 #define TR_BACKEND_INIT_SYMBOL "tilerun_backend_init"
 #define TR_BACKEND_ABI_SYMBOL "tilerun_backend_abi"
 
+/* An implementation of an in-tree kernel interface (selector/selector.h defines it). */
+typedef struct tr_kernel_type tr_kernel_type;
+
 /* The four facts kernel selection reads about a device (kernel-selection spec). */
 typedef struct tr_device_facts {
   int32_t arch;            /* -1: unknown */
@@ -128,6 +131,10 @@ typedef struct tr_backend_api {
   tr_status *(*register_device_type)(void *host, const char *device_type, int32_t dl_device_type);
   tr_status *(*register_allocator)(void *host, const char *device_type, tr_alloc_fn alloc,
                                    tr_free_fn free_fn, tr_copy_fn copy, void *ctx);
+  /* Adds an implementation to one of an in-tree op's kernel interfaces; it takes part in
+   * selection exactly like the in-tree ones. The type must outlive the registry (a static in the
+   * plugin); registering a key twice for one op is an error. */
+  tr_status *(*register_kernel_type)(void *host, const char *op, const tr_kernel_type *type);
 } tr_backend_api;
 
 /* The function a backend exports as TR_BACKEND_INIT_SYMBOL. */

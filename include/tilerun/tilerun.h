@@ -91,6 +91,13 @@ size_t tr_registered_targets(tr_runtime *runtime, const char *op_name, const cha
 tr_status *tr_set_default_target(tr_runtime *runtime, const char *target) TR_MUST_USE;
 const char *tr_default_target(tr_runtime *runtime);
 
+/* The facts kernel selection reads about a device: `cuda` read from the device (arch =
+ * major*10+minor, SM count, opt-in shared memory per block, no calibration); a type a backend
+ * registered facts for asks its read (a BackendError naming the read when it fails or returns
+ * negative counts); any other type -1 / none / 0 / 0. Read only once a target is settled. */
+tr_status *tr_device_facts_of(tr_runtime *runtime, const tr_device *device,
+                              tr_device_facts *out) TR_MUST_USE;
+
 /* Backends that failed to load: how many, and each one's name, descriptor and reason. */
 size_t tr_load_failure_count(tr_runtime *runtime);
 const char *tr_load_failure_backend(tr_runtime *runtime, size_t i);

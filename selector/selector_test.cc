@@ -1,0 +1,283 @@
+// selector_test.cc: the kernel-selection spec's worked examples, one test per applicability range
+// and per boundary, and every error of its table 5 with its message fragment. Device facts are
+// given explicitly (key_for), so nothing depends on the machine.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "selector/selector_testing.h"
+
+using namespace tr_test;
+
+static tr_status *facts_none(void *, const tr_device *, tr_device_facts *out) {
+  *out = tr_device_facts{-1, nullptr, 0, 0};  // an unregistered device type
+  return nullptr;
+}
+
+struct Sel {
+  tr_selector *sel = nullptr;
+  Sel(std::vector<const tr_kernel_interface *> ifaces, std::vector<const tr_kernel_type *> types,
+      tr_facts_fn facts = facts_none) {
+    ok(tr_selector_new("TestFwdOp", ifaces.data(), ifaces.size(), types.data(), types.size(), facts, nullptr, &sel));
+  }
+  ~Sel() { tr_selector_destroy(&sel); }
+  std::string key(const char *iface, const Call &c) {
+    const char *k = nullptr;
+    tr_status *s = tr_selector_key_for(sel, iface, &c.spec, &k);
+    return s ? error_of(s) : std::string(k);
+  }
+};
+
+static std::string new_error(std::vector<const tr_kernel_interface *> ifaces,
+                             std::vector<const tr_kernel_type *> types) {
+  tr_selector *sel = nullptr;
+  std::string e = error_of(tr_selector_new("TestFwdOp", ifaces.data(), ifaces.size(), types.data(),
+                                           types.size(), facts_none, nullptr, &sel));
+  CHECK(sel == nullptr);
+  return e;
+}
+
+static Sel gqa() {
+  return Sel({gqa_decode_interface()}, {gqa_decode(), gqa_decode_bs1(), gqa_decode_long_context()});
+}
+
+static Call decode(int64_t batch, int64_t kv, int32_t arch) {
+  return Call(attention_call(), "cuda:0", {{"batch", tr_value_int(batch)}, {"seqlen_kv", tr_value_int(kv)}}, arch);
+}
+
+static const char *kGqa = "GQADecodeDenseFwdInterface";
+
+TEST_CASE("GQA decode, the spec's table 2: batch-1 decode on each architecture") {
+  Sel s = gqa();
+  CHECK(s.key(kGqa, decode(1, 4096, 90)) == "gqa_dense_decode_long_context");  // row 1
+  CHECK(s.key(kGqa, decode(1, 512, 90)) == "gqa_dense_decode_bs1");            // row 2
+  CHECK(s.key(kGqa, decode(1, 4096, 80)) == "gqa_dense_decode_long_context");  // row 3
+  CHECK(s.key(kGqa, decode(1, 512, 80)) == "gqa_dense_decode");                // row 4
+}
+
+TEST_CASE("GQA decode: each range and each boundary between ranges") {
+  Sel s = gqa();
+  CHECK(s.key(kGqa, decode(1, 1023, 90)) == "gqa_dense_decode_bs1");            // just short of long
+  CHECK(s.key(kGqa, decode(1, 1024, 90)) == "gqa_dense_decode_long_context");   // long begins
+  CHECK(s.key(kGqa, decode(2, 4096, 90)) == "gqa_dense_decode");                // batch 2: general
+  CHECK(s.key(kGqa, decode(1, 1023, 89)) == "gqa_dense_decode");                // bs1 not on SM89
+  CHECK(s.key(kGqa, decode(1, 1024, 89)) == "gqa_dense_decode_long_context");
+  Call fp16_softcap(attention_call(), "cuda:0",
+                    {{"batch", tr_value_int(1)}, {"seqlen_kv", tr_value_int(4096)}, {"softcap", tr_value_float(30.0)}}, 90);
+  CHECK(s.key(kGqa, fp16_softcap) == "gqa_dense_decode_bs1");  // long-context refuses a softcap
+  Call heads64(attention_call(), "cuda:0",
+               {{"batch", tr_value_int(1)}, {"seqlen_kv", tr_value_int(4096)}, {"heads", tr_value_int(64)}}, 80);
+  CHECK(s.key(kGqa, heads64) == "gqa_dense_decode");
+}
+
+TEST_CASE("availability filters before precedence; no available implementation lists each reason") {
+  Sel s = gqa();
+  CHECK(s.key(kGqa, decode(1, 4096, 75)) ==
+        "SelectionError: TestFwdOp: no implementation serves this call AttentionCall(batch=1, "
+        "seqlen_kv=4096, heads=32, heads_kv=4, dim=128, dtype=float16, softcap=0.0, "
+        "fuse_rope=False, arch=75, sm_count=132, device=cuda:0); gqa_dense_decode: not available "
+        "on arch 75 (supports 80 89 90); gqa_dense_decode_bs1: not available on arch 75 (supports "
+        "90); gqa_dense_decode_long_context: not available on arch 75 (supports 80 89 90)");
+  // An empty cache: bs1's own range (batch 1) holds, but its base's refusal applies too.
+  Call zero(attention_call(), "cuda:0", {{"batch", tr_value_int(1)}, {"seqlen_kv", tr_value_int(0)}}, 90);
+  CHECK(s.key(kGqa, zero).find("; gqa_dense_decode: not a dense decode call; gqa_dense_decode_bs1: "
+                               "not a dense decode call; gqa_dense_decode_long_context: does not "
+                               "serve this call") != std::string::npos);
+}
+
+TEST_CASE("a device type with no facts: an implementation with supported_archs is never available") {
+  Sel s = gqa();
+  Call acme(attention_call(), "cuda:0", {{"batch", tr_value_int(1)}, {"seqlen_kv", tr_value_int(512)}});
+  // no stated facts: derived from the device; this provider knows none (-1)
+  CHECK(s.key(kGqa, acme).find("not available on arch -1") != std::string::npos);
+}
+
+TEST_CASE("BatchNorm: two interfaces on one call spec; training returns mean and rstd") {
+  Sel s({batch_norm_train_interface(), batch_norm_infer_interface()},
+        {batch_norm_train(), batch_norm_train_whole(), batch_norm_infer()});
+  Call small(batch_norm_call(), "cuda:0", {{"n", tr_value_int(8)}, {"c", tr_value_int(64)}, {"spatial", tr_value_int(16)}}, 90);
+  Call big(batch_norm_call(), "cuda:0", {{"n", tr_value_int(32)}, {"c", tr_value_int(64)}, {"spatial", tr_value_int(3136)}}, 90);
+  CHECK(s.key("BatchNormTrainFwdInterface", small) == "fwd_train_whole");   // within one block
+  CHECK(s.key("BatchNormTrainFwdInterface", big) == "fwd_train_kernel");    // the general one
+  CHECK(s.key("BatchNormInferFwdInterface", big) == "fwd_infer_kernel");
+  CHECK(batch_norm_train_interface()->n_returns == 3);
+  CHECK(std::string(batch_norm_train_interface()->returns[1]) == "mean");
+  CHECK(std::string(batch_norm_train_interface()->returns[2]) == "rstd");
+  CHECK(batch_norm_infer_interface()->n_returns == 1);
+  Call edge(batch_norm_call(), "cuda:0", {{"n", tr_value_int(1)}, {"c", tr_value_int(4)}, {"spatial", tr_value_int(4096)}}, 90);
+  Call past(batch_norm_call(), "cuda:0", {{"n", tr_value_int(1)}, {"c", tr_value_int(4)}, {"spatial", tr_value_int(4097)}}, 90);
+  CHECK(s.key("BatchNormTrainFwdInterface", edge) == "fwd_train_whole");   // the boundary: 4096
+  CHECK(s.key("BatchNormTrainFwdInterface", past) == "fwd_train_kernel");
+}
+
+static tr_status *facts_sm90(void *, const tr_device *, tr_device_facts *out) {
+  *out = tr_device_facts{90, nullptr, 132, 232448};
+  return nullptr;
+}
+
+TEST_CASE("LayerNorm: one implementation; its factory runs once per build identity") {
+  builds() = 0;
+  Sel s({layer_norm_interface()}, {layer_norm()}, facts_sm90);
+  Call a(layer_norm_call(), "cuda:0", {{"n", tr_value_int(4096)}});
+  Call b(layer_norm_call(), "cuda:1", {{"n", tr_value_int(4096)}});  // same identity (n, eps, dtype)
+  Call c(layer_norm_call(), "cuda:0", {{"n", tr_value_int(8192)}});
+  tr_selected out;
+  ok(tr_selector_kernel_for(s.sel, "LayerNormFwdInterface", &a.spec, &out));
+  CHECK(std::string(out.key) == "layer_norm");
+  const tr_kernel *first = out.kernel;
+  ok(tr_selector_kernel_for(s.sel, "LayerNormFwdInterface", &b.spec, &out));
+  CHECK(out.kernel == first);
+  CHECK(builds() == 1);
+  ok(tr_selector_kernel_for(s.sel, "LayerNormFwdInterface", &c.spec, &out));
+  CHECK(builds() == 2);
+  CHECK(s.key("LayerNormFwdInterface", Call(layer_norm_call(), "cuda:0", {{"n", tr_value_int(64)}}, 75))
+            .find("not available on arch 75 (supports 80 86 89 90)") != std::string::npos);
+}
+
+TEST_CASE("GEMM: a k too narrow to vectorise is refused during selection") {
+  Sel s({gemm_interface()}, {gemm()});
+  Call narrow(gemm_call(), "cuda:0", {{"m", tr_value_int(64)}, {"n", tr_value_int(64)}, {"k", tr_value_int(1)},
+                                      {"trans_b", tr_value_bool(true)}}, 90);
+  CHECK(s.key("GemmFwdInterface", narrow).find("k must span at least one 16-byte vector (8 elements of 2 bytes), got k=1") !=
+        std::string::npos);
+  Call edge(gemm_call(), "cuda:0", {{"m", tr_value_int(64)}, {"n", tr_value_int(64)}, {"k", tr_value_int(8)}}, 90);
+  Call below(gemm_call(), "cuda:0", {{"m", tr_value_int(64)}, {"n", tr_value_int(64)}, {"k", tr_value_int(7)}}, 90);
+  CHECK(s.key("GemmFwdInterface", edge) == "gemm");
+  CHECK(s.key("GemmFwdInterface", below).find("no implementation serves this call") != std::string::npos);
+}
+
+// ---- table 5 ----
+
+TEST_CASE("table 5, rows 1-5: checks when the op is constructed") {
+  tr_kernel_type not_a_kernel = *gemm();
+  not_a_kernel.key = "plain";
+  not_a_kernel.factory = nullptr;
+  CHECK(new_error({gemm_interface()}, {&not_a_kernel}).find("does not implement GemmFwdInterface") != std::string::npos);
+
+  tr_kernel_type bad_forward = *layer_norm();
+  static const char *args[] = {"x", "w", nullptr};
+  bad_forward.forward_args = args;
+  CHECK(new_error({layer_norm_interface()}, {&bad_forward}) ==
+        "SelectionError: TestFwdOp: kernel type 'layer_norm': forward does not take "
+        "LayerNormFwdInterface's arguments (x, weight, bias)");
+
+  tr_kernel_type second_general = *gqa_decode();
+  second_general.key = "gqa_other_general";
+  CHECK(new_error({gqa_decode_interface()}, {gqa_decode(), &second_general}) ==
+        "SelectionError: TestFwdOp: GQADecodeDenseFwdInterface has more than one general "
+        "implementation: gqa_dense_decode, gqa_other_general");
+
+  tr_kernel_type bs1_back = *gqa_decode_bs1();
+  static const char *back[] = {"gqa_dense_decode_long_context", nullptr};
+  bs1_back.preferred_over = back;
+  CHECK(new_error({gqa_decode_interface()}, {gqa_decode(), &bs1_back, gqa_decode_long_context()}) ==
+        "SelectionError: TestFwdOp: preferences form a cycle through gqa_dense_decode_bs1 -> "
+        "gqa_dense_decode_long_context -> gqa_dense_decode_bs1");
+
+  CHECK(new_error({gqa_decode_interface()}, {gqa_decode(), gemm()}) ==
+        "SelectionError: TestFwdOp: keys implement none of its kernel interfaces: gemm (implements "
+        "GemmFwdInterface)");
+}
+
+TEST_CASE("table 5, rows 6-8: no key runs on the device type, none serves, ambiguity") {
+  Sel s = gqa();
+  Call cpu(attention_call(), "cpu", {{"batch", tr_value_int(1)}, {"seqlen_kv", tr_value_int(4096)}});
+  CHECK(s.key(kGqa, cpu) == "OpNotAvailableError: TestFwdOp's in-tree kernels do not run on cpu: no "
+                            "implementation of GQADecodeDenseFwdInterface runs on device type 'cpu'");
+  CHECK(s.key(kGqa, decode(1, 4096, 70)).find("no implementation serves this call") != std::string::npos);
+  tr_kernel_type undeclared = *gqa_decode_long_context();
+  undeclared.preferred_over = nullptr;  // overlaps bs1 at batch 1 and kv >= 1024, undeclared
+  Sel amb({gqa_decode_interface()}, {gqa_decode(), gqa_decode_bs1(), &undeclared});
+  CHECK(amb.key(kGqa, decode(1, 4096, 90)) ==
+        "SelectionError: TestFwdOp: dispatch is ambiguous for AttentionCall(batch=1, seqlen_kv=4096, "
+        "heads=32, heads_kv=4, dim=128, dtype=float16, softcap=0.0, fuse_rope=False, arch=90, "
+        "sm_count=132, device=cuda:0): gqa_dense_decode_bs1, gqa_dense_decode_long_context all apply "
+        "and none is preferred over the others; declare preferred_over");
+  CHECK(amb.key(kGqa, decode(1, 512, 90)) == "gqa_dense_decode_bs1");  // no overlap there: fine
+}
+
+TEST_CASE("table 5, rows 9-11: the call spec's type, a mutable field, stated device facts") {
+  Sel s = gqa();
+  Call wrong(gemm_call(), "cuda:0", {{"m", tr_value_int(1)}, {"n", tr_value_int(1)}, {"k", tr_value_int(8)}}, 90);
+  CHECK(s.key(kGqa, wrong) == "SelectionError: TestFwdOp: GQADecodeDenseFwdInterface takes a "
+                              "AttentionCall call spec, got a GemmCall");
+  static const tr_call_field fields[] = {{"sizes", TR_VALUE_INT_LIST, 1, 0, {}}};
+  static const tr_call_spec_type listy = {"ListyCall", 1, fields};
+  static const char *args[] = {"x"};
+  static const tr_kernel_interface iface = {"ListyFwdInterface", &listy, 1, args, 0, nullptr, ""};
+  tr_kernel_type listy_type = *gemm();
+  listy_type.interface = &iface;
+  listy_type.refusal = nullptr;
+  Sel m({&iface}, {&listy_type});
+  int64_t sizes[] = {1, 2};
+  tr_value list;
+  ok(tr_value_int_list(sizes, 2, &list));
+  Call lc(&listy, "cuda:0", {{"sizes", list}}, 90);
+  tr_value_clear(&list);
+  CHECK(m.key("ListyFwdInterface", lc) == "SelectionError: TestFwdOp: ListyCall.sizes is mutable, so "
+                                         "ListyCall cannot key a dispatch cache; make the field immutable");
+  tr_selected out;
+  Call stated = decode(1, 512, 90);
+  CHECK(error_of(tr_selector_kernel_for(s.sel, kGqa, &stated.spec, &out)) ==
+        "SelectionError: TestFwdOp: this call spec states ['arch', 'sm_count']; device facts are "
+        "derived from its device, and only key_for accepts them stated");
+}
+
+TEST_CASE("kernel_for: a repeated call spec is a cache hit; unknown interfaces are named") {
+  builds() = 0;
+  Sel s({gqa_decode_interface()}, {gqa_decode(), gqa_decode_bs1(), gqa_decode_long_context()}, facts_sm90);
+  Call c(attention_call(), "cuda:0", {{"batch", tr_value_int(1)}, {"seqlen_kv", tr_value_int(512)}});
+  tr_selected out;
+  ok(tr_selector_kernel_for(s.sel, kGqa, &c.spec, &out));
+  CHECK(std::string(out.key) == "gqa_dense_decode_bs1");
+  for (int i = 0; i < 10; i++) ok(tr_selector_kernel_for(s.sel, kGqa, &c.spec, &out));
+  tr_selector_stats st = tr_selector_get_stats(s.sel);
+  CHECK(st.selections == 1);
+  CHECK(st.hits == 10);
+  CHECK(st.builds == 1);
+  CHECK(builds() == 1);
+  CHECK(error_of(tr_selector_kernel_for(s.sel, "NopeFwdInterface", &c.spec, &out)) ==
+        "SelectionError: TestFwdOp has no kernel interface 'NopeFwdInterface'; its interfaces: "
+        "GQADecodeDenseFwdInterface");
+}
+
+TEST_CASE("lints: interface names; an op holding kernels declares interfaces") {
+  for (const char *ok_name : {"GQADecodeDenseFwdInterface", "BatchNormTrainFwdInterface", "LayerNormFwdInterface",
+                              "GemmBwdInterface"}) {
+    CHECK(tr_interface_name_ok(ok_name));
+  }
+  for (const char *bad : {"GemmInterface", "gemmFwdInterface", "Gemm_FwdInterface", "FwdInterface", "GemmFwd"}) {
+    INFO(bad);
+    CHECK_FALSE(tr_interface_name_ok(bad));
+  }
+  CHECK(error_of(tr_selector_inventory_check("GemmFwdOp", 0, 2)) ==
+        "SelectionError: GemmFwdOp holds 2 kernel types but does not declare interfaces: declare interfaces");
+  CHECK(tr_selector_inventory_check("AddFwdOp", 0, 0) == nullptr);
+  tr_kernel_interface misnamed = *gemm_interface();
+  misnamed.name = "GemmKernels";
+  CHECK(new_error({&misnamed}, {}) == "SelectionError: TestFwdOp: interface name 'GemmKernels' does "
+                                      "not have the form {Name}{Variant}{Fwd|Bwd}Interface");
+}
+
+TEST_CASE("call specs: defaults, typed fields, hashing, printing, bad fields named") {
+  Call a(attention_call(), "cuda:0", {{"batch", tr_value_int(2)}, {"seqlen_kv", tr_value_int(10)}});
+  Call b(attention_call(), "cuda:0", {{"seqlen_kv", tr_value_int(10)}, {"batch", tr_value_int(2)}});
+  Call c(attention_call(), "cuda:1", {{"batch", tr_value_int(2)}, {"seqlen_kv", tr_value_int(10)}});
+  CHECK(tr_call_spec_equal(&a.spec, &b.spec));
+  CHECK(tr_call_spec_hash(&a.spec) == tr_call_spec_hash(&b.spec));
+  CHECK_FALSE(tr_call_spec_equal(&a.spec, &c.spec));
+  CHECK(tr_call_spec_hash(&a.spec) != tr_call_spec_hash(&c.spec));
+  CHECK(tr_call_spec_int(&a.spec, "heads") == 32);  // a default
+  tr_device d;
+  ok(tr_device_parse("cuda:0", &d));
+  tr_call_spec spec;
+  tr_named_value missing[] = {{"batch", tr_value_int(1)}};
+  CHECK(error_of(tr_call_spec_init(&spec, attention_call(), &d, missing, 1)) ==
+        "ValueError: AttentionCall.seqlen_kv (int) is required");
+  tr_named_value typo[] = {{"bach", tr_value_int(1)}};
+  CHECK(error_of(tr_call_spec_init(&spec, attention_call(), &d, typo, 1)) == "ValueError: AttentionCall has no field 'bach'");
+  tr_named_value wrong[] = {{"batch", tr_value_float(1.5)}, {"seqlen_kv", tr_value_int(1)}};
+  CHECK(error_of(tr_call_spec_init(&spec, attention_call(), &d, wrong, 2)) ==
+        "ValueError: AttentionCall.batch is int, got 1.5 (float)");
+}
