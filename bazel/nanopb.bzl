@@ -1,10 +1,11 @@
 """nanopb.bzl: a .proto plus its .options into a C library, through Debian's nanopb generator."""
 
-def tr_nanopb_library(name, proto, options = None, deps = [], **kwargs):
+def tr_nanopb_library(name, proto, options = None, deps = [], imports = [], **kwargs):
     """Generates <base>.pb.h and <base>.pb.c beside the .proto (in the output tree) and compiles
-    them. Include the header as "<package>/<base>.pb.h"."""
+    them. Include the header as "<package>/<base>.pb.h". `imports`: the .proto files it imports
+    (from the same package; their libraries go in deps)."""
     base = proto.rsplit(".", 1)[0]
-    srcs = [proto] + ([options] if options else [])
+    srcs = [proto] + ([options] if options else []) + imports
     opt = "-f $(location %s)" % options if options else ""
     native.genrule(
         name = name + "_gen",

@@ -188,6 +188,27 @@ const char *tr_plat_path_separator_list(void);
  * fail. Thread-safe. */
 const char *tr_plat_path_separator_dir(void);
 
+/* ---- child processes ---- */
+
+typedef struct tr_plat_process tr_plat_process;
+
+/* Starts `argv[0]` (a path) with arguments `argv` (NULL-terminated), inheriting the environment
+ * and the standard streams. A program that cannot be started is an IOError naming it. The caller
+ * waits for it (tr_plat_process_wait) or kills it. */
+tr_status *tr_plat_process_spawn(const char *const *argv, tr_plat_process **out) TR_MUST_USE;
+
+/* Asks the process to stop (SIGTERM), or kills it outright (`hard`: SIGKILL). */
+void tr_plat_process_kill(tr_plat_process *process, int hard);
+
+/* Waits for the process to end (at most `timeout_ms`; 0: forever), frees the handle and sets
+ * *process_p to NULL; returns its exit status (128 + signal when killed), or -1 when it did not
+ * end in time (it is then killed hard and reaped). */
+int tr_plat_process_wait(tr_plat_process **process_p, uint32_t timeout_ms);
+
+/* Sets *flag to 1 when the process is asked to stop (SIGTERM or SIGINT on POSIX), so a serving
+ * loop can end cleanly. One flag per process; a later call replaces it. */
+void tr_plat_on_terminate(volatile int *flag);
+
 #ifdef __cplusplus
 }
 #endif

@@ -400,3 +400,24 @@ TEST_CASE("list_files gives the full paths of the names with a suffix, sorted") 
   tr_status_destroy(&s);
   free(dir);
 }
+
+TEST_CASE("child processes: exit status, kill, a program that cannot start") {
+  const char *ok_argv[] = {"/bin/sh", "-c", "exit 3", nullptr};
+  tr_plat_process *p = nullptr;
+  REQUIRE(tr_plat_process_spawn(ok_argv, &p) == nullptr);
+  CHECK(tr_plat_process_wait(&p, 5000) == 3);
+  CHECK(p == nullptr);
+  const char *sleeper[] = {"/bin/sleep", "30", nullptr};
+  REQUIRE(tr_plat_process_spawn(sleeper, &p) == nullptr);
+  tr_plat_process_kill(p, 0);
+  CHECK(tr_plat_process_wait(&p, 5000) == 128 + 15);
+  REQUIRE(tr_plat_process_spawn(sleeper, &p) == nullptr);
+  uint64_t start = tr_plat_now_ns();
+  CHECK(tr_plat_process_wait(&p, 100) == -1);  // did not end in time: killed and reaped
+  CHECK(tr_plat_now_ns() - start < 2000000000ull);
+  const char *missing[] = {"/nonexistent/program", nullptr};
+  tr_status *s = tr_plat_process_spawn(missing, &p);
+  REQUIRE(s != nullptr);
+  CHECK(std::string(tr_status_message(s)).find("cannot start '/nonexistent/program': ") == 0);
+  tr_status_destroy(&s);
+}

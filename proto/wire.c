@@ -1,8 +1,8 @@
 /* wire.c: nanopb encoding of statuses and envelopes, translating nanopb's errors once. */
 #include "proto/wire.h"
 
-#include <pb_decode.h>
-#include <pb_encode.h>
+#include "proto/codec.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -32,25 +32,33 @@ tr_status *tr_wire_status_to(const tilerun_Status *msg) {
 
 tr_status *tr_wire_encode_envelope(const tilerun_Envelope *env, uint8_t *buf, size_t size,
                                    size_t *out_size) {
-  pb_ostream_t stream = pb_ostream_from_buffer(buf, size);
-  if (!pb_encode(&stream, tilerun_Envelope_fields, env)) {
-    size_t needed = 0;
-    pb_get_encoded_size(&needed, tilerun_Envelope_fields, env);
-    return TR_STATUS(TR_TRANSPORT, "encoding an envelope: %s (buffer %zu bytes, needs %zu)",
-                     PB_GET_ERROR(&stream), size, needed);
-  }
-  *out_size = stream.bytes_written;
-  return NULL;
+  return tr_codec_encode(tilerun_Envelope_fields, env, buf, size, out_size, "an envelope");
 }
 
 tr_status *tr_wire_decode_envelope(const uint8_t *buf, size_t size, tilerun_Envelope *out) {
-  pb_istream_t stream = pb_istream_from_buffer(buf, size);
   memset(out, 0, sizeof(*out));
-  if (!pb_decode(&stream, tilerun_Envelope_fields, out)) {
-    tr_status *status = TR_STATUS(TR_TRANSPORT, "decoding an envelope of %zu bytes: %s", size,
-                                  PB_GET_ERROR(&stream));
-    memset(out, 0, sizeof(*out));
-    return status;
+  tr_status *status = tr_codec_decode(tilerun_Envelope_fields, buf, size, out, "an envelope");
+  if (status != NULL) memset(out, 0, sizeof(*out));
+  return status;
+}
+
+void tr_wire_reply_envelope(const tilerun_Envelope *request, const char *component,
+                            const tr_status *status, tilerun_Envelope *reply) {
+  memset(reply, 0, sizeof(*reply));
+  reply->request_id = request->request_id;
+  reply->trace_id = request->trace_id;
+  snprintf(reply->component, sizeof(reply->component), "%s", component);
+  if (status != NULL) {
+    reply->has_status = true;
+    tr_wire_status_from(status, &reply->status);
   }
-  return NULL;
+}
+
+void tr_wire_request_envelope(const char *component, uint64_t deadline_unix_ns, tilerun_Envelope *out) {
+  static _Atomic uint64_t next_id = 1;
+  memset(out, 0, sizeof(*out));
+  out->request_id = next_id++;
+  out->trace_id = out->request_id;
+  out->deadline_unix_ns = deadline_unix_ns;
+  snprintf(out->component, sizeof(out->component), "%s", component);
 }

@@ -30,6 +30,15 @@ tr_status *tr_wire_encode_envelope(const tilerun_Envelope *env, uint8_t *buf, si
 tr_status *tr_wire_decode_envelope(const uint8_t *buf, size_t size,
                                    tilerun_Envelope *out) TR_MUST_USE;
 
+/* A reply's envelope from its request's: the same request and trace ids, the component's name,
+ * and `status` (NULL: success) carried in it. Cannot fail. */
+void tr_wire_reply_envelope(const tilerun_Envelope *request, const char *component,
+                            const tr_status *status, tilerun_Envelope *reply);
+
+/* A request's envelope: a fresh request id, the component, the deadline (0: none). */
+void tr_wire_request_envelope(const char *component, uint64_t deadline_unix_ns,
+                              tilerun_Envelope *out);
+
 #ifdef __cplusplus
 }
 #endif

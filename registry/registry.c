@@ -487,14 +487,18 @@ void tr_registry_targets_text(const tr_registry *reg, const char *op, char *buf,
   names_text(names, n < 256 ? n : 256, buf, size);
 }
 
-int tr_registry_has_target(const tr_registry *reg, const char *target) {
+const char *tr_registry_target_name(const tr_registry *reg, const char *target) {
   for (size_t i = 0; i < reg->detectors.count; i++) {
-    if (strcmp(reg->detectors.items[i].target, target) == 0) return 1;
+    if (strcmp(reg->detectors.items[i].target, target) == 0) return reg->detectors.items[i].target;
   }
   for (size_t i = 0; i < reg->builders.count; i++) {
-    if (strcmp(reg->builders.items[i].target, target) == 0) return 1;
+    if (strcmp(reg->builders.items[i].target, target) == 0) return reg->builders.items[i].target;
   }
-  return 0;
+  return NULL;
+}
+
+int tr_registry_has_target(const tr_registry *reg, const char *target) {
+  return tr_registry_target_name(reg, target) != NULL;
 }
 
 int tr_registry_builder(const tr_registry *reg, const char *op, const char *target,
@@ -516,18 +520,7 @@ static tr_status *named_target(const tr_registry *reg, const char *name, const c
     *out = TR_BUILTIN;
     return NULL;
   }
-  for (size_t i = 0; i < reg->detectors.count; i++) {
-    if (strcmp(reg->detectors.items[i].target, name) == 0) {
-      *out = reg->detectors.items[i].target;
-      return NULL;
-    }
-  }
-  for (size_t i = 0; i < reg->builders.count; i++) {
-    if (strcmp(reg->builders.items[i].target, name) == 0) {
-      *out = reg->builders.items[i].target;
-      return NULL;
-    }
-  }
+  if ((*out = tr_registry_target_name(reg, name)) != NULL) return NULL;
   char known[1024];
   tr_registry_targets_text(reg, NULL, known, sizeof(known));
   return TR_STATUS(TR_UNKNOWN_TARGET, "no backend registered target '%s'; known targets: %s", name, known);

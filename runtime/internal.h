@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 
+#include "components/pipeline/pipeline.h"
 #include "manifest/manifest.h"
 #include "memo/memo.h"
 #include "platform/platform.h"
@@ -22,6 +23,7 @@ struct tr_runtime {
   const tr_backend_init_fn *builtin_inits;
   size_t n_builtins;
   const char *default_target; /* NULL, TR_BUILTIN or a registry-owned name */
+  tr_pipeline *pipeline;      /* the components the miss path goes through */
   void (*warn)(void *ctx, const char *line);
   void *warn_ctx;
 };

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "components/settle/settle.h"
+#include "components/validate/validate.h"
 #include "manifest/compose.h"
 #include "runtime/internal.h"
 
@@ -144,6 +146,60 @@ tr_status *tr__check_call(const tr_op *op, const DLTensor *const *inputs, size_t
   return tr_op_def_check(def, op->settled, ptrs, n_inputs, check);
 }
 
+/* The validate component: the call's specs checked against the manifest, through the
+ * pipeline. */
+static tr_status *validate_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
+                                tr_tensor_spec *specs, const tr_tensor_spec **ptrs, tr_validated *out) {
+  const tr_op_def *def = op->def;
+  size_t n_decl = tr_op_def_input_count(def);
+  if (n_inputs > n_decl) { /* named by the manifest's own check, before any tensor is read */
+    tr_call_check check;
+    return tr_op_def_check(def, op->settled, NULL, n_inputs, &check);
+  }
+  for (size_t i = 0; i < n_decl; i++) {
+    ptrs[i] = NULL;
+    if (i >= n_inputs || inputs[i] == NULL) continue;
+    tr_device device;
+    tr_status *status = tr__device_from_dl(op->rt, inputs[i]->device, &device);
+    if (status == NULL) status = tr_tensor_spec_make(&device, inputs[i]->dtype, inputs[i]->ndim, inputs[i]->shape, &specs[i]);
+    if (status != NULL) {
+      return tr_status_append(status, " (input '%s' of %s)", tr_op_def_input_name(def, i), tr_op_def_name(def));
+    }
+    ptrs[i] = &specs[i];
+  }
+  uint8_t request[TR_VALIDATE_MAX], reply[TR_VALIDATE_MAX];
+  size_t request_size = 0, reply_size = 0;
+  TR_RETURN_IF_ERROR(tr_validate_encode(tr_op_def_name(def), op->named, op->n_params, ptrs, n_decl,
+                                        request, sizeof(request), &request_size));
+  TR_RETURN_IF_ERROR(tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_VALIDATE, request, request_size,
+                                      reply, sizeof(reply), &reply_size));
+  return tr_validate_decode(reply, reply_size, out);
+}
+
+/* The settle component: the op's target, through the pipeline; the name it answers must be a
+ * target this process registered (it builds and launches here). */
+static tr_status *settle_call(tr_op *op, const tr_device *device) {
+  uint8_t request[512], reply[4096];
+  size_t request_size = 0, reply_size = 0;
+  char target[32];
+  TR_RETURN_IF_ERROR(tr_settle_encode(tr_op_def_name(op->def), op->requested, tr_default_target(op->rt),
+                                      device, request, sizeof(request), &request_size));
+  TR_RETURN_IF_ERROR(tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_SETTLE, request, request_size, reply,
+                                      sizeof(reply), &reply_size));
+  TR_RETURN_IF_ERROR(tr_settle_decode(reply, reply_size, target));
+  if (strcmp(target, TR_BUILTIN) == 0) {
+    op->target = TR_BUILTIN;
+    return NULL;
+  }
+  const char *here = tr_registry_target_name(op->rt->registry, target);
+  if (here == NULL) {
+    return TR_STATUS(TR_BACKEND, "the settle component answered target '%s' for %s, which this process "
+                     "has not registered", target, tr_op_def_name(op->def));
+  }
+  op->target = here;
+  return NULL;
+}
+
 /* Validates, settles, builds and memoises; called with the op's lock held. */
 static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
                        const tr_memo_key *key, kernel_entry **out) {
@@ -151,14 +207,11 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   size_t n_decl = tr_op_def_input_count(def);
   tr_tensor_spec specs[TR_SIG_MAX_INPUTS];
   const tr_tensor_spec *ptrs[TR_SIG_MAX_INPUTS];
-  tr_call_check check;
-  TR_RETURN_IF_ERROR(tr__check_call(op, inputs, n_inputs, specs, ptrs, &check));
-  if (op->target == NULL) {
-    const char *target = NULL;
-    TR_RETURN_IF_ERROR(tr_registry_settle(op->rt->registry, op->requested,
-                                          tr_default_target(op->rt), &check.device, &target));
-    op->target = target;
-  }
+  tr_validated check;
+  TR_RETURN_IF_ERROR(validate_call(op, inputs, n_inputs, specs, ptrs, &check));
+  tr_status *settled = op->target == NULL ? settle_call(op, &check.device) : NULL;
+  tr_validated_clear(&check); /* the op keeps its own settled params */
+  TR_RETURN_IF_ERROR(settled);
   if (strcmp(op->target, TR_BUILTIN) == 0) return in_tree(op, &check.device);
   tr_build_kernel_fn build;
   void *ctx;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "components/settle/settle.h"
+#include "components/validate/validate.h"
 #include "runtime/internal.h"
 
 static void default_warn(void *ctx, const char *line) {
@@ -56,6 +58,15 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
       rt->n_backend_dirs = i + 1;
     }
   }
+  if (status == NULL) {
+    tr_pipeline_config config;
+    const char *file = o->pipeline_file ? o->pipeline_file : tr_plat_getenv("TILERUN_PIPELINE");
+    if (file != NULL && file[0] != '\0') status = tr_pipeline_config_load(file, &config);
+    else tr_pipeline_config_default(&config);
+    tr_component_handler handlers[TR_COMPONENT_COUNT] = {tr_validate_handle, tr_settle_handle, NULL, NULL, NULL};
+    void *contexts[TR_COMPONENT_COUNT] = {rt->manifest, rt->registry, NULL, NULL, NULL};
+    if (status == NULL) status = tr_pipeline_new(&config, handlers, contexts, &rt->pipeline);
+  }
   if (status != NULL) {
     tr_runtime_destroy(&rt);
     return status;
@@ -68,6 +79,7 @@ void tr_runtime_destroy(tr_runtime **runtime_p) {
   if (runtime_p == NULL || *runtime_p == NULL) return;
   tr_runtime *rt = *runtime_p;
   *runtime_p = NULL;
+  tr_pipeline_destroy(&rt->pipeline); /* its actors read the manifest and the registry */
   tr_manifest_destroy(&rt->manifest);
   tr_registry_destroy(&rt->registry);
   if (rt->backend_dirs != NULL) tr_plat_free_names(&rt->backend_dirs, rt->n_backend_dirs);

@@ -1,6 +1,7 @@
 /* cli.c: the `tilerun` command: the main job, the manifest's ops and the installed backends. */
 #include "tools/cli.h"
 #include "tools/mainjob.h"
+#include "tools/serve.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,15 +36,22 @@ static const char kUsage[] =
     "  targets [OP]\n"
     "             load the backends and list the registered targets with the ops each\n"
     "             serves (with OP: the targets that serve it), and the backends that failed\n"
+    "  serve COMPONENT --endpoint E [--curve-secret KEY]\n"
+    "             host one component (validate, settle) at an ipc:// or tcp:// endpoint until\n"
+    "             SIGTERM; a pipeline file places the component there (placement: process)\n"
     "  help       show this text\n"
     "\n"
     "options:\n"
     "  --manifest DIR   the spec directory (default: $TILERUN_MANIFEST_DIR, else ./manifest/spec)\n"
     "  --all            run: every workload row, not only each op's smallest\n"
     "  --max-gb N       run --all: skip rows moving more than N GB (default 1)\n"
+    "  --pipeline FILE  run, targets: the pipeline file placing the components\n"
+    "  --endpoint E     serve: where to listen (tcp://:PORT binds loopback)\n"
+    "  --curve-secret K serve: require CurveZMQ with this secret key (40 Z85 characters)\n"
     "\n"
     "environment:\n"
     "  TILERUN_MANIFEST_DIR   the spec directory, when --manifest is not given\n"
+    "  TILERUN_PIPELINE       the pipeline file, when --pipeline is not given\n"
     "  TILERUN_BACKEND_PATH   extra backend directories, ':'-separated, searched before\n"
     "                         " TR_INSTALL_PREFIX "/lib/tilerun/backends\n"
     "\n"
@@ -53,6 +61,9 @@ typedef struct cli_options {
   const char *manifest_dir;
   int all_rows;
   double max_gb;
+  const char *pipeline;
+  const char *endpoint;
+  const char *curve_secret;
 } cli_options;
 
 /* Prints a status to err as "tilerun: <Code>: <message>" and frees it; returns exit code 1. */
@@ -235,6 +246,7 @@ static int list_targets(const cli_options *opts, const char *op_name, FILE *out,
   tr_runtime_options o;
   memset(&o, 0, sizeof(o));
   o.manifest_dir = manifest_dir(opts);
+  o.pipeline_file = opts->pipeline;
   o.warn = warn_to;
   o.warn_ctx = err;
   tr_runtime *rt = NULL;
@@ -290,7 +302,7 @@ static int usage_error(FILE *err, const char *fmt, const char *arg) {
 }
 
 int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
-  cli_options opts = {NULL, 0, 1.0};
+  cli_options opts = {NULL, 0, 1.0, NULL, NULL, NULL};
   const char *command = NULL;
   char *positional[64];
   int n_positional = 0;
@@ -305,6 +317,11 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     } else if (strcmp(arg, "--manifest") == 0) {
       if (i + 1 >= argc) return usage_error(err, "%s needs a directory", arg);
       opts.manifest_dir = argv[++i];
+    } else if (strcmp(arg, "--pipeline") == 0 || strcmp(arg, "--endpoint") == 0 ||
+               strcmp(arg, "--curve-secret") == 0) {
+      if (i + 1 >= argc) return usage_error(err, "%s needs a value", arg);
+      const char **slot = arg[2] == 'p' ? &opts.pipeline : arg[2] == 'e' ? &opts.endpoint : &opts.curve_secret;
+      *slot = argv[++i];
     } else if (strcmp(arg, "--all") == 0) {
       opts.all_rows = 1;
     } else if (strcmp(arg, "--max-gb") == 0) {
@@ -337,6 +354,11 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     }
     return usage_error(err, "%s", "'manifest' takes 'check [FILES]' or 'show OP'");
   }
+  if (strcmp(command, "serve") == 0) {
+    if (n_positional != 1) return usage_error(err, "%s", "serve takes one component (validate, settle)");
+    if (opts.endpoint == NULL) return usage_error(err, "%s", "serve needs --endpoint (ipc://PATH or tcp://:PORT)");
+    return tr_serve_main(positional[0], opts.endpoint, manifest_dir(&opts), opts.curve_secret, out, err);
+  }
   if (strcmp(command, "targets") == 0) {
     if (n_positional > 1) return usage_error(err, "unexpected argument '%s'", positional[1]);
     return list_targets(&opts, n_positional ? positional[0] : NULL, out, err);
@@ -351,8 +373,8 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     int rc_backends = list_backends(out, err);
     if (rc != 0) return rc;
     fprintf(out, "\n");
-    int rc_rows = tr_mainjob_run(manifest_dir(&opts), opts.all_rows, opts.max_gb * 1e9, out, err);
+    int rc_rows = tr_mainjob_run(manifest_dir(&opts), opts.pipeline, opts.all_rows, opts.max_gb * 1e9, out, err);
     return rc_backends != 0 ? rc_backends : rc_rows;
   }
-  return usage_error(err, "unknown command '%s' (commands: run, ops, manifest, backends, targets, help)", command);
+  return usage_error(err, "unknown command '%s' (commands: run, ops, manifest, backends, targets, serve, help)", command);
 }

@@ -157,12 +157,14 @@ static int run_row(tr_runtime *rt, const row_run *r, FILE *out) {
   return failed;
 }
 
-int tr_mainjob_run(const char *manifest_dir, int all_rows, double max_bytes, FILE *out, FILE *err) {
+int tr_mainjob_run(const char *manifest_dir, const char *pipeline, int all_rows, double max_bytes,
+                   FILE *out, FILE *err) {
   tr_manifest *m = NULL;
   tr_runtime *rt = NULL;
   tr_runtime_options o;
   memset(&o, 0, sizeof(o));
   o.manifest_dir = manifest_dir;
+  o.pipeline_file = pipeline;
   tr_status *status = tr_manifest_load_dir(manifest_dir, &m);
   if (status == NULL) status = tr_runtime_new(&o, &rt);
   if (status != NULL) {

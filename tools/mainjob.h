@@ -12,8 +12,10 @@ extern "C" {
 /* Runs, for every op, its smallest workload row (by roofline bytes) or, with `all_rows`, every
  * row up to `max_bytes` of roofline traffic, on cpu tensors through tr_op_call: prints op, row,
  * target, build time, call time and achieved bandwidth. A row that fails is printed with its
- * error and counted. Returns 0 when every row ran, 1 otherwise. */
-int tr_mainjob_run(const char *manifest_dir, int all_rows, double max_bytes, FILE *out, FILE *err);
+ * error and counted. `pipeline`: a pipeline file, or NULL. Returns 0 when every row ran, 1
+ * otherwise. */
+int tr_mainjob_run(const char *manifest_dir, const char *pipeline, int all_rows, double max_bytes,
+                   FILE *out, FILE *err);
 
 #ifdef __cplusplus
 }

@@ -36,6 +36,9 @@ typedef struct tr_runtime_options {
   const char *const *builtin_names;
   const tr_backend_init_fn *builtin_inits;
   size_t n_builtins;
+  /* The pipeline file placing the components (components/pipeline/pipeline.h); NULL:
+   * $TILERUN_PIPELINE, else every component inline. */
+  const char *pipeline_file;
   /* Warnings (a backend that failed to load; an untunable kernel): NULL writes them to stderr. */
   void (*warn)(void *ctx, const char *line);
   void *warn_ctx;

@@ -1,0 +1,173 @@
+/* pipeline.c: pipeline files, and the pipeline: each component inline (a direct call), in a
+ * thread (an actor on inproc://) or in a process (a client of `tilerun serve`). */
+#include "components/pipeline/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "components/pipeline/transport.h"
+#include "manifest/yaml_doc.h"
+
+static const char *const kNames[TR_COMPONENT_COUNT] = {"validate", "settle", "select", "build", "launch"};
+
+const char *tr_component_name(tr_component_id id) {
+  return (int)id >= 0 && id < TR_COMPONENT_COUNT ? kNames[id] : NULL;
+}
+
+int tr_component_id_of(const char *name) {
+  for (int i = 0; i < TR_COMPONENT_COUNT; i++) {
+    if (strcmp(kNames[i], name) == 0) return i;
+  }
+  return -1;
+}
+
+void tr_pipeline_config_default(tr_pipeline_config *out) {
+  memset(out, 0, sizeof(*out));
+  out->deadline_ms = 3000;
+}
+
+static tr_status *load_component(tr_yaml_doc *doc, yaml_node_t *node, tr_component_config *c, const char *name) {
+  if (node->type != YAML_MAPPING_NODE) return tr_yaml_error_at(doc, node, "component '%s': a mapping is expected", name);
+  for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = tr_yaml_node(doc, p->key), *v = tr_yaml_node(doc, p->value);
+    const char *key = tr_yaml_scalar(k), *value = tr_yaml_scalar(v);
+    if (key == NULL || value == NULL) return tr_yaml_error_at(doc, k, "component '%s': keys and values are strings", name);
+    if (strcmp(key, "placement") == 0) {
+      if (strcmp(value, "inline") == 0) c->placement = TR_PLACE_INLINE;
+      else if (strcmp(value, "thread") == 0) c->placement = TR_PLACE_THREAD;
+      else if (strcmp(value, "process") == 0) c->placement = TR_PLACE_PROCESS;
+      else return tr_yaml_error_at(doc, v, "component '%s': placement '%s' is not inline, thread or process", name, value);
+    } else if (strcmp(key, "endpoint") == 0) {
+      if (strncmp(value, "ipc://", 6) != 0 && strncmp(value, "tcp://", 6) != 0) {
+        return tr_yaml_error_at(doc, v, "component '%s': endpoint '%s' is not ipc:// or tcp://", name, value);
+      }
+      if (strlen(value) >= sizeof(c->endpoint)) return tr_yaml_error_at(doc, v, "component '%s': endpoint too long", name);
+      strcpy(c->endpoint, value);
+    } else if (strcmp(key, "implementation") == 0) {
+      if (strcmp(value, "builtin") != 0) {
+        return tr_yaml_error_at(doc, v, "component '%s': implementation '%s' is not known here (known: builtin)", name, value);
+      }
+    } else if (strcmp(key, "curve_server_key") == 0) {
+      if (strlen(value) != 40) return tr_yaml_error_at(doc, v, "component '%s': curve_server_key must be 40 Z85 characters", name);
+      strcpy(c->curve_server_key, value);
+    } else {
+      return tr_yaml_error_at(doc, k, "component '%s': unknown key '%s' (known: implementation, placement, "
+                              "endpoint, curve_server_key)", name, key);
+    }
+  }
+  if (c->placement == TR_PLACE_PROCESS && c->endpoint[0] == '\0') {
+    return tr_yaml_error_at(doc, node, "component '%s': placement process needs an endpoint", name);
+  }
+  return NULL;
+}
+
+tr_status *tr_pipeline_config_load(const char *path, tr_pipeline_config *out) {
+  tr_pipeline_config_default(out);
+  tr_yaml_doc *doc = NULL;
+  TR_RETURN_IF_ERROR(tr_yaml_load_file(path, &doc));
+  tr_status *status = NULL;
+  yaml_node_t *root = tr_yaml_root(doc);
+  if (root == NULL || root->type != YAML_MAPPING_NODE) {
+    status = tr_yaml_error_at(doc, root, "a pipeline file is a mapping with 'components' (and 'deadline_ms')");
+  }
+  for (yaml_node_pair_t *p = status ? NULL : root->data.mapping.pairs.start; status == NULL && p < root->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = tr_yaml_node(doc, p->key), *v = tr_yaml_node(doc, p->value);
+    const char *key = tr_yaml_scalar(k);
+    if (key != NULL && strcmp(key, "deadline_ms") == 0) {
+      const char *text = tr_yaml_scalar(v);
+      char *end = NULL;
+      long ms = text ? strtol(text, &end, 10) : 0;
+      if (text == NULL || *end != '\0' || ms <= 0 || ms > 3600000) {
+        status = tr_yaml_error_at(doc, v, "deadline_ms must be a number of milliseconds from 1 to 3600000, got '%s'", text ? text : "?");
+      }
+      out->deadline_ms = (uint32_t)ms;
+    } else if (key != NULL && strcmp(key, "components") == 0 && v->type == YAML_MAPPING_NODE) {
+      for (yaml_node_pair_t *c = v->data.mapping.pairs.start; status == NULL && c < v->data.mapping.pairs.top; c++) {
+        yaml_node_t *ck = tr_yaml_node(doc, c->key);
+        const char *name = tr_yaml_scalar(ck);
+        int id = name ? tr_component_id_of(name) : -1;
+        if (id < 0) {
+          status = tr_yaml_error_at(doc, ck, "unknown component '%s' (components: validate, settle, select, build, launch)", name ? name : "?");
+        } else {
+          status = load_component(doc, tr_yaml_node(doc, c->value), &out->components[id], name);
+        }
+      }
+    } else {
+      status = tr_yaml_error_at(doc, k, "unknown key '%s' in a pipeline file (known: components, deadline_ms)", key ? key : "?");
+    }
+  }
+  tr_yaml_doc_destroy(&doc);
+  return status;
+}
+
+typedef struct channel {
+  tr_placement placement;
+  tr_component_handler handler;
+  void *ctx;
+  tr_server *server; /* thread */
+  tr_client *client; /* thread, process */
+} channel;
+
+struct tr_pipeline {
+  channel channels[TR_COMPONENT_COUNT];
+};
+
+tr_status *tr_pipeline_new(const tr_pipeline_config *config, const tr_component_handler *handlers,
+                           void *const *contexts, tr_pipeline **out) {
+  *out = NULL;
+  tr_pipeline *p = calloc(1, sizeof(*p));
+  if (p == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "a pipeline");
+  tr_status *status = NULL;
+  for (int i = 0; i < TR_COMPONENT_COUNT && status == NULL; i++) {
+    channel *ch = &p->channels[i];
+    const tr_component_config *c = &config->components[i];
+    ch->placement = c->placement;
+    ch->handler = handlers[i];
+    ch->ctx = contexts[i];
+    tr_transport_options opts;
+    memset(&opts, 0, sizeof(opts));
+    opts.component = kNames[i];
+    opts.deadline_ms = config->deadline_ms;
+    if (c->placement == TR_PLACE_THREAD) {
+      if (ch->handler == NULL) continue;
+      char endpoint[96];
+      snprintf(endpoint, sizeof(endpoint), "inproc://tilerun-%s-%p", kNames[i], (void *)p);
+      status = tr_server_start(endpoint, ch->handler, ch->ctx, &opts, &ch->server);
+      if (status == NULL) status = tr_client_new(endpoint, &opts, &ch->client);
+    } else if (c->placement == TR_PLACE_PROCESS) {
+      if (c->curve_server_key[0]) opts.curve_server_public = c->curve_server_key;
+      status = tr_client_new(c->endpoint, &opts, &ch->client);
+    }
+  }
+  if (status != NULL) {
+    tr_pipeline_destroy(&p);
+    return status;
+  }
+  *out = p;
+  return NULL;
+}
+
+void tr_pipeline_destroy(tr_pipeline **pipeline_p) {
+  if (pipeline_p == NULL || *pipeline_p == NULL) return;
+  tr_pipeline *p = *pipeline_p;
+  *pipeline_p = NULL;
+  for (int i = 0; i < TR_COMPONENT_COUNT; i++) {
+    tr_client_destroy(&p->channels[i].client);
+    tr_server_stop(&p->channels[i].server);
+  }
+  free(p);
+}
+
+tr_status *tr_pipeline_call(tr_pipeline *p, tr_component_id id, const uint8_t *request,
+                            size_t request_size, uint8_t *reply, size_t reply_cap, size_t *reply_size) {
+  channel *ch = &p->channels[id];
+  if (ch->placement == TR_PLACE_INLINE) {
+    if (ch->handler == NULL) return TR_STATUS(TR_TRANSPORT, "component '%s' has no implementation here", kNames[id]);
+    return ch->handler(ch->ctx, request, request_size, reply, reply_cap, reply_size);
+  }
+  if (ch->client == NULL) return TR_STATUS(TR_TRANSPORT, "component '%s' has no implementation here", kNames[id]);
+  return tr_client_call(ch->client, request, request_size, reply, reply_cap, reply_size);
+}
+
+tr_placement tr_pipeline_placement(const tr_pipeline *p, tr_component_id id) { return p->channels[id].placement; }

@@ -1,0 +1,82 @@
+/* pipeline.h: the five components wired by configuration: for each its implementation and its
+ * placement (inline: the caller's thread, no thread switch; thread: an actor on an inproc://
+ * socket; process: an ipc:// or tcp:// endpoint hosted by `tilerun serve`), read from a pipeline
+ * file (YAML). A call hands a request's bytes to a component and gets the reply's bytes back. */
+#ifndef TILERUN_COMPONENTS_PIPELINE_H_
+#define TILERUN_COMPONENTS_PIPELINE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tilerun/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tr_component_id {
+  TR_COMPONENT_VALIDATE,
+  TR_COMPONENT_SETTLE,
+  TR_COMPONENT_SELECT,
+  TR_COMPONENT_BUILD,
+  TR_COMPONENT_LAUNCH,
+  TR_COMPONENT_COUNT
+} tr_component_id;
+
+typedef enum tr_placement { TR_PLACE_INLINE, TR_PLACE_THREAD, TR_PLACE_PROCESS } tr_placement;
+
+/* "validate", "settle", ...; NULL for an id out of range. */
+const char *tr_component_name(tr_component_id id);
+/* The id of a component name; -1 when unknown. */
+int tr_component_id_of(const char *name);
+
+typedef struct tr_component_config {
+  tr_placement placement;
+  char endpoint[256];       /* process: where `tilerun serve` listens */
+  char curve_server_key[41]; /* process over tcp: the server's public key (Z85), or "" */
+} tr_component_config;
+
+typedef struct tr_pipeline_config {
+  uint32_t deadline_ms; /* per call; default 3000 */
+  tr_component_config components[TR_COMPONENT_COUNT];
+} tr_pipeline_config;
+
+/* The default pipeline: every component inline, deadline 3000 ms. */
+void tr_pipeline_config_default(tr_pipeline_config *out);
+
+/* Reads a pipeline file. Every problem is a ManifestError naming file, line and column (an
+ * unknown component or key, a placement other than inline/thread/process, a process placement
+ * without an endpoint, an endpoint of another scheme); an unreadable file is an IOError. */
+tr_status *tr_pipeline_config_load(const char *path, tr_pipeline_config *out) TR_MUST_USE;
+
+/* The handler a component runs: request bytes in, reply bytes out (see each component's header:
+ * components/validate/validate.h ...). */
+typedef tr_status *(*tr_component_handler)(void *ctx, const uint8_t *request, size_t request_size,
+                                           uint8_t *reply, size_t reply_cap, size_t *reply_size);
+
+typedef struct tr_pipeline tr_pipeline;
+
+/* Makes a pipeline: inline components call `handlers[i]` (with `contexts[i]`) directly; thread
+ * components start an actor around the same handler (returning once it is ready); process
+ * components connect to their endpoint (which need not be up yet). A handler may be NULL for a
+ * component the caller never uses. */
+tr_status *tr_pipeline_new(const tr_pipeline_config *config, const tr_component_handler *handlers,
+                           void *const *contexts, tr_pipeline **out) TR_MUST_USE;
+
+/* Stops the actors (waiting for them) and closes the connections. */
+void tr_pipeline_destroy(tr_pipeline **pipeline_p);
+
+/* Calls a component. Thread-safe: many threads may call one pipeline at once; replies are
+ * matched to requests. A component that does not answer within the deadline is a
+ * TransportError naming it and its endpoint. */
+tr_status *tr_pipeline_call(tr_pipeline *pipeline, tr_component_id id, const uint8_t *request,
+                            size_t request_size, uint8_t *reply, size_t reply_cap,
+                            size_t *reply_size) TR_MUST_USE;
+
+tr_placement tr_pipeline_placement(const tr_pipeline *pipeline, tr_component_id id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TILERUN_COMPONENTS_PIPELINE_H_ */
