@@ -396,7 +396,9 @@ static tr_status *tr__server_open(const char *endpoint, tr_handler_fn handler, v
                          s->cfg.component, resolved);
     }
   }
-  if (status == NULL) status = tr__socket_open(ZMQ_ROUTER, s->cfg.component, resolved, &s->router);
+  if (status == NULL) {
+    status = tr__socket_open(ZMQ_ROUTER, s->cfg.component, resolved, &s->router);
+  }
   if (status == NULL && s->cfg.curve) {
     int on = 1;
     status = tr__setsockopt(s->router, ZMQ_CURVE_SERVER, "ZMQ_CURVE_SERVER", &on, sizeof on,
@@ -530,7 +532,9 @@ tr_status *tr_server_start(const char *endpoint, tr_handler_fn handler, void *ct
     status = TR_STATUS(TR_TRANSPORT, "cannot bind the pipe of component '%s' to %s: %s",
                        s->cfg.component, pipe_name, zmq_strerror(zmq_errno()));
   }
-  if (status == NULL) status = tr__socket_open(ZMQ_PAIR, s->cfg.component, pipe_name, &s->pipe_child);
+  if (status == NULL) {
+    status = tr__socket_open(ZMQ_PAIR, s->cfg.component, pipe_name, &s->pipe_child);
+  }
   if (status == NULL && zmq_connect(s->pipe_child, pipe_name) != 0) {
     status = TR_STATUS(TR_TRANSPORT, "cannot connect the pipe of component '%s' to %s: %s",
                        s->cfg.component, pipe_name, zmq_strerror(zmq_errno()));

@@ -127,9 +127,9 @@ void tr_server_stop(tr_server **server_p);
 
 /* Runs a server in the calling thread: binds as tr_server_start does, then answers requests
  * until *stop becomes nonzero (read at least every 100 ms while no handler runs; set it from a
- * signal handler or another thread). Returns NULL after a requested stop; fails as tr_server_start does, and with
- * TR_TRANSPORT when polling the socket fails (naming the endpoint and ZeroMQ's reason). For
- * `tilerun serve`. Thread-safe (each call runs its own server). The caller frees a returned
+ * signal handler or another thread). Returns NULL after a requested stop; fails as
+ * tr_server_start does, and with TR_TRANSPORT when polling the socket fails (naming the
+ * endpoint and ZeroMQ's reason). For `tilerun serve`. Thread-safe (each call runs its own server). The caller frees a returned
  * status. */
 tr_status *tr_server_run(const char *endpoint, tr_handler_fn handler, void *ctx,
                          const tr_transport_options *opts, volatile int *stop) TR_MUST_USE;
