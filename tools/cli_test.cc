@@ -53,7 +53,7 @@ TEST_CASE("usage errors name what was wrong and exit 2") {
   CHECK(r.err == "tilerun: no command given\nRun 'tilerun --help' for usage.\n");
   r = run({"frobnicate"});
   CHECK(r.rc == 2);
-  CHECK(r.err.find("tilerun: unknown command 'frobnicate' (commands: run, ops, manifest, backends, targets, help)") == 0);
+  CHECK(r.err.find("tilerun: unknown command 'frobnicate' (commands: run, ops, manifest, backends, targets, serve, help)") == 0);
   r = run({"ops", "--bogus"});
   CHECK(r.rc == 2);
   CHECK(r.err.find("tilerun: unknown option '--bogus'") == 0);
@@ -171,4 +171,32 @@ TEST_CASE("targets lists each registered target with the ops it serves, and load
   CHECK(r.rc == 1);
   CHECK(r.err == "tilerun: no op 'NopeFwdOp' in the manifest manifest/spec (see 'tilerun ops')\n");
   REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
+}
+
+TEST_CASE("serve: usage errors, and a component that cannot be served") {
+  Run r = run({"serve", "validate"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: serve needs --endpoint (ipc://PATH or tcp://:PORT)") == 0);
+  r = run({"serve", "--endpoint", "ipc:///tmp/x"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: serve takes one component (validate, settle)") == 0);
+  r = run({"serve", "launch", "--endpoint", "ipc:///tmp/x"});
+  CHECK(r.rc == 2);
+  CHECK(r.err == "tilerun serve: component 'launch' cannot be served out of process in this build "
+                 "(served: validate, settle)\n");
+  r = run({"serve", "settle", "--endpoint", "ftp://x"});
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("tilerun serve: ValueError: ") == 0);
+  r = run({"serve", "settle", "--endpoint", "tcp://:45999", "--curve-secret", "short"});
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("the Curve secret key must be 40 Z85 characters, got 5 characters") != std::string::npos);
+}
+
+TEST_CASE("run --pipeline: a bad pipeline file is named with file, line and column") {
+  tr_test::TempDir dir;
+  std::string file = dir.write("p.yaml", "components:\n  validate: {placement: far}\n");
+  Run r = run({"run", "--manifest", "manifest/spec", "--pipeline", file});
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("ManifestError: " + file + ":2:25: component 'validate': placement 'far' is not "
+                   "inline, thread or process") != std::string::npos);
 }
