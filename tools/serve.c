@@ -78,9 +78,8 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   }
   g_stop = 0;
   tr_plat_on_terminate(&g_stop);
-  fprintf(out, "serving %s at %s%s%s\n", component, resolved, curve_secret ? " (CurveZMQ, server key " : "",
-          curve_secret ? public_key : "");
-  if (curve_secret) fprintf(out, ")\n");
+  if (curve_secret) fprintf(out, "serving %s at %s (CurveZMQ, server key %s)\n", component, resolved, public_key);
+  else fprintf(out, "serving %s at %s\n", component, resolved);
   fflush(out);
   status = tr_server_run(resolved, handler, ctx, &opts, &g_stop);
   tr_manifest_destroy(&m);

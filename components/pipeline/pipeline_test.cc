@@ -1,0 +1,146 @@
+// pipeline_test.cc: pipeline files, the load test (8 caller threads x 10,000 calls through one
+// pipeline with thread placements, every reply matched to its request), and CurveZMQ through a
+// pipeline file.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "components/pipeline/pipeline_testing.h"
+#include "components/pipeline/transport.h"
+#include "components/settle/settle.h"
+#include "components/validate/validate.h"
+#include "platform/test_support.h"
+
+using namespace tr_test;
+
+static std::string load_error(const std::string &text) {
+  TempDir dir;
+  std::string file = dir.write("p.yaml", text);
+  tr_pipeline_config config;
+  std::string e = error_of(tr_pipeline_config_load(file.c_str(), &config));
+  size_t at = e.find(file);
+  if (at != std::string::npos) e.replace(at, file.size(), "F");
+  return e;
+}
+
+TEST_CASE("pipeline files: placements, endpoints, deadline; errors with file, line and column") {
+  TempDir dir;
+  std::string file = dir.write("p.yaml", "deadline_ms: 750\ncomponents:\n"
+                                         "  validate: {implementation: builtin, placement: thread}\n"
+                                         "  settle: {placement: process, endpoint: \"tcp://:45123\"}\n");
+  tr_pipeline_config c;
+  ok(tr_pipeline_config_load(file.c_str(), &c));
+  CHECK(c.deadline_ms == 750);
+  CHECK(c.components[TR_COMPONENT_VALIDATE].placement == TR_PLACE_THREAD);
+  CHECK(c.components[TR_COMPONENT_SETTLE].placement == TR_PLACE_PROCESS);
+  CHECK(std::string(c.components[TR_COMPONENT_SETTLE].endpoint) == "tcp://:45123");
+  CHECK(c.components[TR_COMPONENT_BUILD].placement == TR_PLACE_INLINE);  // unnamed: inline
+  CHECK(load_error("components:\n  lanch: {placement: inline}\n") ==
+        "ManifestError: F:2:3: unknown component 'lanch' (components: validate, settle, select, build, launch)");
+  CHECK(load_error("components:\n  settle: {placement: process}\n") ==
+        "ManifestError: F:2:11: component 'settle': placement process needs an endpoint");
+  CHECK(load_error("components:\n  settle: {placement: process, endpoint: \"http://x\"}\n") ==
+        "ManifestError: F:2:42: component 'settle': endpoint 'http://x' is not ipc:// or tcp://");
+  CHECK(load_error("components:\n  settle: {placment: thread}\n") ==
+        "ManifestError: F:2:12: component 'settle': unknown key 'placment' (known: implementation, "
+        "placement, endpoint, curve_server_key)");
+  CHECK(load_error("deadline_ms: -5\n") ==
+        "ManifestError: F:1:14: deadline_ms must be a number of milliseconds from 1 to 3600000, got '-5'");
+  CHECK(load_error("deadlines: 5\n") ==
+        "ManifestError: F:1:1: unknown key 'deadlines' in a pipeline file (known: components, deadline_ms)");
+}
+
+static tr_manifest *manifest() {
+  static tr_manifest *m = [] {
+    tr_manifest *loaded = nullptr;
+    ok(tr_manifest_load_dir("manifest/spec", &loaded));
+    return loaded;
+  }();
+  return m;
+}
+
+TEST_CASE("load: 8 caller threads x 10,000 calls through thread placements, each reply its own") {
+  tr_pipeline_config config;
+  tr_pipeline_config_default(&config);
+  config.components[TR_COMPONENT_VALIDATE].placement = TR_PLACE_THREAD;
+  tr_component_handler handlers[TR_COMPONENT_COUNT] = {tr_validate_handle};
+  void *contexts[TR_COMPONENT_COUNT] = {manifest()};
+  tr_pipeline *p = nullptr;
+  ok(tr_pipeline_new(&config, handlers, contexts, &p));
+  std::atomic<int> wrong{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; t++) {
+    threads.emplace_back([&, t] {
+      std::vector<uint8_t> request(TR_VALIDATE_MAX), reply(TR_VALIDATE_MAX);
+      tr_device cpu = {"cpu", TR_DEVICE_NO_INDEX};
+      for (int i = 0; i < 10000; i++) {
+        int64_t shape[2] = {t + 1, i + 1};  // a call no other request makes
+        tr_tensor_spec a;
+        if (tr_tensor_spec_make(&cpu, TR_FLOAT32, 2, shape, &a) != nullptr) abort();
+        const tr_tensor_spec *in[] = {&a, &a};
+        size_t n = 0, m = 0;
+        tr_status *s = tr_validate_encode("AddFwdOp", nullptr, 0, in, 2, request.data(), request.size(), &n);
+        if (s == nullptr) s = tr_pipeline_call(p, TR_COMPONENT_VALIDATE, request.data(), n, reply.data(), reply.size(), &m);
+        tr_validated v;
+        if (s == nullptr) s = tr_validate_decode(reply.data(), m, &v);
+        if (s != nullptr) {
+          tr_status_destroy(&s);
+          failed++;
+          continue;
+        }
+        wrong += !(v.n_outputs == 1 && v.outputs[0].rank == 2 && v.outputs[0].shape[0] == t + 1 &&
+                   v.outputs[0].shape[1] == i + 1);
+        tr_validated_clear(&v);
+      }
+    });
+  }
+  for (auto &th : threads) th.join();
+  CHECK(failed == 0);
+  CHECK(wrong == 0);
+  tr_pipeline_destroy(&p);
+}
+
+TEST_CASE("CurveZMQ through a pipeline file: the server's key is needed") {
+  if (!tr_curve_available()) FAIL("libzmq here has no CurveZMQ");
+  char pub[TR_CURVE_KEY_SIZE], sec[TR_CURVE_KEY_SIZE];
+  ok(tr_curve_keypair(pub, sec));
+  int port = 42000 + (int)(tr_plat_now_ns() % 8000);
+  std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
+  const char *argv[] = {"tools/tilerun", "serve", "validate", "--endpoint", endpoint.c_str(),
+                        "--manifest", "manifest/spec", "--curve-secret", sec, nullptr};
+  tr_plat_process *server = nullptr;
+  ok(tr_plat_process_spawn(argv, &server));
+  auto call = [&](const char *key) {
+    tr_pipeline_config config;
+    tr_pipeline_config_default(&config);
+    config.deadline_ms = 700;
+    tr_component_config &c = config.components[TR_COMPONENT_VALIDATE];
+    c.placement = TR_PLACE_PROCESS;
+    snprintf(c.endpoint, sizeof(c.endpoint), "%s", endpoint.c_str());
+    snprintf(c.curve_server_key, sizeof(c.curve_server_key), "%s", key);
+    tr_component_handler handlers[TR_COMPONENT_COUNT] = {nullptr};
+    void *contexts[TR_COMPONENT_COUNT] = {nullptr};
+    tr_pipeline *p = nullptr;
+    ok(tr_pipeline_new(&config, handlers, contexts, &p));
+    uint8_t bad[] = {0xff};
+    std::vector<uint8_t> reply(1024);
+    size_t n = 0;
+    tr_status *s = tr_pipeline_call(p, TR_COMPONENT_VALIDATE, bad, 1, reply.data(), reply.size(), &n);
+    std::string text = s ? tr_status_message(s) : "";
+    tr_status_destroy(&s);
+    tr_pipeline_destroy(&p);
+    return text;
+  };
+  std::string keyed;
+  for (int tries = 0; tries < 20; tries++) {  // until the server is up
+    keyed = call(pub);
+    if (keyed.find("did not answer") == std::string::npos) break;
+  }
+  CHECK(keyed.find("decoding a ValidateRequest") != std::string::npos);  // it answered
+  CHECK(call("") == "component 'validate' at " + endpoint + " did not answer within 700 ms");
+  tr_plat_process_kill(server, 0);
+  CHECK(tr_plat_process_wait(&server, 5000) == 0);
+}
