@@ -1,5 +1,6 @@
 /* cli.c: the `tilerun` command: the main job, the manifest's ops and the installed backends. */
 #include "tools/cli.h"
+#include "tools/bench.h"
 #include "tools/mainjob.h"
 #include "tools/serve.h"
 
@@ -39,6 +40,9 @@ static const char kUsage[] =
     "  serve COMPONENT --endpoint E [--curve-secret KEY]\n"
     "             host one component (validate, settle) at an ipc:// or tcp:// endpoint until\n"
     "             SIGTERM; a pipeline file places the component there (placement: process)\n"
+    "  bench pipeline [--iters N]\n"
+    "             a memo-miss and a memo-hit call with validate and settle inline, in threads\n"
+    "             and in serve processes over ipc and tcp, beside the raw ZeroMQ round trip\n"
     "  help       show this text\n"
     "\n"
     "options:\n"
@@ -58,6 +62,7 @@ static const char kUsage[] =
     "exit status: 0 success, 1 the command failed (the message says why), 2 bad usage.\n";
 
 typedef struct cli_options {
+  long iters;
   const char *manifest_dir;
   int all_rows;
   double max_gb;
@@ -302,7 +307,7 @@ static int usage_error(FILE *err, const char *fmt, const char *arg) {
 }
 
 int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
-  cli_options opts = {NULL, 0, 1.0, NULL, NULL, NULL};
+  cli_options opts = {2000, NULL, 0, 1.0, NULL, NULL, NULL};
   const char *command = NULL;
   char *positional[64];
   int n_positional = 0;
@@ -322,6 +327,12 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
       if (i + 1 >= argc) return usage_error(err, "%s needs a value", arg);
       const char **slot = arg[2] == 'p' ? &opts.pipeline : arg[2] == 'e' ? &opts.endpoint : &opts.curve_secret;
       *slot = argv[++i];
+    } else if (strcmp(arg, "--iters") == 0) {
+      char *end = NULL;
+      if (i + 1 >= argc || (opts.iters = strtol(argv[i + 1], &end, 10)) <= 0 || *end != '\0') {
+        return usage_error(err, "--iters needs a positive number, got '%s'", i + 1 < argc ? argv[i + 1] : "");
+      }
+      i++;
     } else if (strcmp(arg, "--all") == 0) {
       opts.all_rows = 1;
     } else if (strcmp(arg, "--max-gb") == 0) {
@@ -354,6 +365,12 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     }
     return usage_error(err, "%s", "'manifest' takes 'check [FILES]' or 'show OP'");
   }
+  if (strcmp(command, "bench") == 0) {
+    if (n_positional != 1 || strcmp(positional[0], "pipeline") != 0) {
+      return usage_error(err, "%s", "bench takes 'pipeline'");
+    }
+    return tr_bench_pipeline(argv[0], manifest_dir(&opts), opts.iters, out, err);
+  }
   if (strcmp(command, "serve") == 0) {
     if (n_positional != 1) return usage_error(err, "%s", "serve takes one component (validate, settle)");
     if (opts.endpoint == NULL) return usage_error(err, "%s", "serve needs --endpoint (ipc://PATH or tcp://:PORT)");
@@ -376,5 +393,5 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     int rc_rows = tr_mainjob_run(manifest_dir(&opts), opts.pipeline, opts.all_rows, opts.max_gb * 1e9, out, err);
     return rc_backends != 0 ? rc_backends : rc_rows;
   }
-  return usage_error(err, "unknown command '%s' (commands: run, ops, manifest, backends, targets, serve, help)", command);
+  return usage_error(err, "unknown command '%s' (commands: run, ops, manifest, backends, targets, serve, bench, help)", command);
 }

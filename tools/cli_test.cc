@@ -53,7 +53,7 @@ TEST_CASE("usage errors name what was wrong and exit 2") {
   CHECK(r.err == "tilerun: no command given\nRun 'tilerun --help' for usage.\n");
   r = run({"frobnicate"});
   CHECK(r.rc == 2);
-  CHECK(r.err.find("tilerun: unknown command 'frobnicate' (commands: run, ops, manifest, backends, targets, serve, help)") == 0);
+  CHECK(r.err.find("tilerun: unknown command 'frobnicate' (commands: run, ops, manifest, backends, targets, serve, bench, help)") == 0);
   r = run({"ops", "--bogus"});
   CHECK(r.rc == 2);
   CHECK(r.err.find("tilerun: unknown option '--bogus'") == 0);

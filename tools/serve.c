@@ -34,10 +34,19 @@ static tr_status *load_backends(tr_registry *reg) {
   return status;
 }
 
+/* The benchmark's echo: the raw round trip of a transport, through a real process. */
+static tr_status *echo(void *ctx, const uint8_t *req, size_t n, uint8_t *reply, size_t cap, size_t *size) {
+  (void)ctx;
+  if (n > cap) n = cap;
+  memcpy(reply, req, n);
+  *size = n;
+  return NULL;
+}
+
 int tr_serve_main(const char *component, const char *endpoint, const char *manifest_dir,
                   const char *curve_secret, FILE *out, FILE *err) {
-  int id = tr_component_id_of(component);
-  if (id != TR_COMPONENT_VALIDATE && id != TR_COMPONENT_SETTLE) {
+  int id = strcmp(component, "echo") == 0 ? TR_COMPONENT_COUNT : tr_component_id_of(component);
+  if (id != TR_COMPONENT_VALIDATE && id != TR_COMPONENT_SETTLE && id != TR_COMPONENT_COUNT) {
     fprintf(err, "tilerun serve: component '%s' cannot be served out of process in this build "
             "(served: validate, settle)\n", component);
     return 2;
@@ -47,7 +56,10 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   tr_status *status = NULL;
   tr_handler_fn handler;
   void *ctx;
-  if (id == TR_COMPONENT_VALIDATE) {
+  if (id == TR_COMPONENT_COUNT) {
+    handler = echo;
+    ctx = NULL;
+  } else if (id == TR_COMPONENT_VALIDATE) {
     status = tr_manifest_load_dir(manifest_dir, &m);
     handler = tr_validate_handle;
     ctx = m;

@@ -8,7 +8,8 @@
 extern "C" {
 #endif
 
-/* Hosts `component` (validate or settle) at `endpoint` until SIGTERM/SIGINT: loads the manifest
+/* Hosts `component` (validate or settle; or echo, which answers every request with its own bytes:
+ * the benchmark's raw round trip) at `endpoint` until SIGTERM/SIGINT: loads the manifest
  * from `manifest_dir` (validate) or the backends from the search path (settle). `curve_secret`
  * (40 Z85 characters, or NULL) makes it require CurveZMQ; its public key is printed. Prints
  * "serving <component> at <endpoint>" once ready. Returns the exit status. */

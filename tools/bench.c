@@ -1,0 +1,196 @@
+/* bench.c: `tilerun bench pipeline`: a memo-miss call and a memo-hit call with validate and
+ * settle placed inline, in threads, and in `tilerun serve` processes over ipc and tcp, beside the
+ * raw ZeroMQ round trip of each transport (a 64-byte echo), all in one run. */
+#include "tools/bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "components/pipeline/transport.h"
+#include "platform/platform.h"
+#include "tilerun/tilerun.h"
+
+static int compare(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, long n) {
+  qsort(v, (size_t)n, sizeof(double), compare);
+  return v[n / 2];
+}
+
+static tr_status *echo(void *ctx, const uint8_t *req, size_t n, uint8_t *reply, size_t cap, size_t *size) {
+  (void)ctx;
+  if (n > cap) n = cap;
+  memcpy(reply, req, n);
+  *size = n;
+  return NULL;
+}
+
+/* The median microseconds of a 64-byte round trip to an echo server at `endpoint`: a thread in
+ * this process for inproc, a `tilerun serve echo` process (started here from `self`) otherwise,
+ * as the components it is compared with are placed. */
+static tr_status *round_trip(const char *self, const char *endpoint, long iters, double *us) {
+  tr_server *server = NULL;
+  tr_plat_process *process = NULL;
+  tr_client *client = NULL;
+  tr_transport_options opts;
+  memset(&opts, 0, sizeof(opts));
+  opts.component = "echo";
+  if (strncmp(endpoint, "inproc://", 9) == 0) {
+    TR_RETURN_IF_ERROR(tr_server_start(endpoint, echo, NULL, &opts, &server));
+  } else {
+    const char *argv[] = {self, "serve", "echo", "--endpoint", endpoint, NULL};
+    TR_RETURN_IF_ERROR(tr_plat_process_spawn(argv, &process));
+    tr_plat_sleep_ns(300 * 1000 * 1000ull);
+  }
+  tr_status *status = tr_client_new(server ? tr_server_endpoint(server) : endpoint, &opts, &client);
+  double *samples = calloc((size_t)iters, sizeof(double));
+  uint8_t msg[64] = {1}, reply[64];
+  for (long i = 0; status == NULL && i < iters + 100; i++) {
+    size_t n = 0;
+    uint64_t start = tr_plat_now_ns();
+    status = tr_client_call(client, msg, sizeof(msg), reply, sizeof(reply), &n);
+    if (i >= 100) samples[i - 100] = (double)(tr_plat_now_ns() - start) / 1e3; /* 100 warm-ups */
+  }
+  if (status == NULL) *us = median(samples, iters);
+  free(samples);
+  tr_client_destroy(&client);
+  tr_server_stop(&server);
+  tr_plat_process_kill(process, 0);
+  tr_plat_process_wait(&process, 5000);
+  return status;
+}
+
+typedef struct placement_run {
+  const char *name;
+  const char *pipeline; /* file text; NULL: all inline */
+  double miss_us, hit_us, rt_us;
+  int ok;
+} placement_run;
+
+/* Misses and hits of AddFwdOp (1 element, cpu) through a runtime with `pipeline_file`. */
+static tr_status *measure(const char *manifest_dir, const char *pipeline_file, long iters, double *miss_us,
+                          double *hit_us) {
+  tr_runtime_options o;
+  memset(&o, 0, sizeof(o));
+  o.manifest_dir = manifest_dir;
+  o.pipeline_file = pipeline_file;
+  tr_runtime *rt = NULL;
+  TR_RETURN_IF_ERROR(tr_runtime_new(&o, &rt));
+  float a = 1, b = 2;
+  int64_t shape[1] = {1};
+  DLTensor ta = {&a, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0}, tb = ta;
+  tb.data = &b;
+  const DLTensor *in[2] = {&ta, &tb};
+  double *miss = calloc((size_t)iters, sizeof(double)), *hit = calloc((size_t)iters, sizeof(double));
+  tr_status *status = NULL;
+  tr_op *kept = NULL;
+  for (long i = 0; status == NULL && i < iters + 20; i++) {
+    tr_op *op = NULL;
+    status = tr_op_new(rt, "AddFwdOp", NULL, 0, NULL, &op);
+    DLManagedTensor *out[1] = {NULL};
+    uint64_t t0 = tr_plat_now_ns();
+    if (status == NULL) status = tr_op_call(op, in, 2, out, 1); /* a fresh op: the miss */
+    uint64_t t1 = tr_plat_now_ns();
+    if (out[0]) out[0]->deleter(out[0]);
+    if (i >= 20) miss[i - 20] = (double)(t1 - t0) / 1e3; /* 20 warm-ups */
+    if (kept == NULL) kept = op;
+    else tr_op_destroy(&op);
+  }
+  /* Hits: batches of 1000 calls on one op, so no miss's wait sits between two hits. */
+  for (long i = 0; status == NULL && i < iters; i++) {
+    uint64_t t0 = tr_plat_now_ns();
+    for (int k = 0; k < 1000 && status == NULL; k++) {
+      DLManagedTensor *out[1] = {NULL};
+      status = tr_op_call(kept, in, 2, out, 1);
+      if (out[0]) out[0]->deleter(out[0]);
+    }
+    hit[i] = (double)(tr_plat_now_ns() - t0) / 1e6; /* us per call */
+  }
+  tr_op_destroy(&kept);
+  if (status == NULL) {
+    *miss_us = median(miss, iters);
+    *hit_us = median(hit, iters);
+  }
+  free(miss);
+  free(hit);
+  tr_runtime_destroy(&rt);
+  return status;
+}
+
+int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FILE *out, FILE *err) {
+  char *dir = NULL;
+  tr_status *status = tr_plat_make_temp_dir("tr-bench", &dir);
+  if (status != NULL) {
+    fprintf(err, "tilerun bench: %s\n", tr_status_message(status));
+    tr_status_destroy(&status);
+    return 1;
+  }
+  int port = 40000 + (int)(tr_plat_now_ns() % 20000);
+  char ipc_v[300], ipc_s[300], tcp_v[64], tcp_s[64];
+  snprintf(ipc_v, sizeof(ipc_v), "ipc://%s/validate.sock", dir);
+  snprintf(ipc_s, sizeof(ipc_s), "ipc://%s/settle.sock", dir);
+  snprintf(tcp_v, sizeof(tcp_v), "tcp://127.0.0.1:%d", port);
+  snprintf(tcp_s, sizeof(tcp_s), "tcp://127.0.0.1:%d", port + 1);
+  const char *endpoints[4][2] = {{NULL, NULL}, {NULL, NULL}, {ipc_v, ipc_s}, {tcp_v, tcp_s}};
+  const char *names[4] = {"inline", "thread (inproc)", "process (ipc)", "process (tcp)"};
+  const char *rt_endpoints[4] = {NULL, "inproc://tr-bench-echo", NULL, NULL};
+  char rt_ipc[300], rt_tcp[64];
+  snprintf(rt_ipc, sizeof(rt_ipc), "ipc://%s/echo.sock", dir);
+  snprintf(rt_tcp, sizeof(rt_tcp), "tcp://127.0.0.1:%d", port + 2);
+  rt_endpoints[2] = rt_ipc;
+  rt_endpoints[3] = rt_tcp;
+  double miss[4] = {0}, hit[4] = {0}, rt[4] = {0};
+  int failures = 0;
+  for (int p = 0; p < 4; p++) {
+    char file[300], text[1024];
+    snprintf(file, sizeof(file), "%s/pipeline%d.yaml", dir, p);
+    if (p == 0) snprintf(text, sizeof(text), "components: {}\n");
+    else if (p == 1) snprintf(text, sizeof(text), "components:\n  validate: {placement: thread}\n  settle: {placement: thread}\n");
+    else snprintf(text, sizeof(text), "components:\n  validate: {placement: process, endpoint: \"%s\"}\n"
+                  "  settle: {placement: process, endpoint: \"%s\"}\n", endpoints[p][0], endpoints[p][1]);
+    tr_plat_process *servers[2] = {NULL, NULL};
+    status = tr_plat_write_file(file, text, strlen(text));
+    for (int c = 0; status == NULL && p >= 2 && c < 2; c++) {
+      const char *argv[] = {self, "serve", c ? "settle" : "validate", "--endpoint", endpoints[p][c],
+                            "--manifest", manifest_dir, NULL};
+      status = tr_plat_process_spawn(argv, &servers[c]);
+    }
+    if (status == NULL && p >= 2) tr_plat_sleep_ns(300 * 1000 * 1000ull); /* the servers bind */
+    if (status == NULL) status = measure(manifest_dir, file, iters, &miss[p], &hit[p]);
+    if (status == NULL && p > 0) status = round_trip(self, rt_endpoints[p], iters * 4, &rt[p]);
+    for (int c = 0; c < 2; c++) {
+      tr_plat_process_kill(servers[c], 0);
+      tr_plat_process_wait(&servers[c], 5000);
+    }
+    if (status != NULL) {
+      fprintf(err, "tilerun bench: %s: %s\n", names[p], tr_status_message(status));
+      tr_status_destroy(&status);
+      failures++;
+    }
+  }
+  fprintf(out, "pipeline benchmark: AddFwdOp, 1-element float32 on cpu (CPU backend), validate and settle "
+          "placed as shown\n(build, select and launch inline); median of %ld calls each, microseconds\n", iters);
+  fprintf(out, "%-18s %10s %10s %12s %28s\n", "placement", "miss", "hit", "round trip", "miss goal");
+  for (int p = 0; p < 4; p++) {
+    char goal[64];
+    if (p == 0) {
+      snprintf(goal, sizeof(goal), "< 20 + build: %s", miss[0] - hit[0] < 20 ? "ok" : "MISSED");
+    } else {
+      double limit = miss[0] + 2 * rt[p] + 10; /* two hops: validate and settle */
+      snprintf(goal, sizeof(goal), "<= %.1f: %s", limit, miss[p] <= limit ? "ok" : "MISSED");
+    }
+    if (p == 0) fprintf(out, "%-18s %10.2f %10.3f %12s %28s\n", names[p], miss[p], hit[p], "-", goal);
+    else fprintf(out, "%-18s %10.2f %10.3f %12.2f %28s\n", names[p], miss[p], hit[p], rt[p], goal);
+  }
+  fprintf(out, "hit path: %.3f to %.3f us across placements (it never crosses a component)\n",
+          hit[0] < hit[1] ? hit[0] : hit[1], hit[2] > hit[3] ? hit[2] : hit[3]);
+  fprintf(out, "(the miss includes the CPU backend's build and one launch; goal through thread or process: "
+          "the inline miss plus one round trip per hop (2) plus 10 us)\n");
+  tr_status *rm = tr_plat_remove_tree(dir);
+  tr_status_destroy(&rm);
+  free(dir);
+  return failures ? 1 : 0;
+}
