@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "components/pipeline/stages.h"
 #include "components/pipeline/transport.h"
 #include "manifest/yaml_doc.h"
 
@@ -45,16 +46,28 @@ static tr_status *load_component(tr_yaml_doc *doc, yaml_node_t *node, tr_compone
       if (strlen(value) >= sizeof(c->endpoint)) return tr_yaml_error_at(doc, v, "component '%s': endpoint too long", name);
       strcpy(c->endpoint, value);
     } else if (strcmp(key, "implementation") == 0) {
-      if (strcmp(value, "builtin") != 0) {
-        return tr_yaml_error_at(doc, v, "component '%s': implementation '%s' is not known here (known: builtin)", name, value);
+      if (strcmp(value, "builtin") == 0) c->implementation = TR_IMPL_BUILTIN;
+      else if (strcmp(value, "trace") == 0) c->implementation = TR_IMPL_TRACE;
+      else if (strcmp(value, "pinned") == 0 && strcmp(name, "select") == 0) c->implementation = TR_IMPL_PINNED;
+      else {
+        return tr_yaml_error_at(doc, v, "component '%s': implementation '%s' is not known here (known: builtin, "
+                                "trace%s)", name, value, strcmp(name, "select") == 0 ? ", pinned" : "");
       }
+    } else if (strcmp(key, "path") == 0 || strcmp(key, "pins") == 0) {
+      if (strlen(value) >= sizeof(c->option_path)) return tr_yaml_error_at(doc, v, "component '%s': %s too long", name, key);
+      strcpy(c->option_path, value);
     } else if (strcmp(key, "curve_server_key") == 0) {
       if (strlen(value) != 40) return tr_yaml_error_at(doc, v, "component '%s': curve_server_key must be 40 Z85 characters", name);
       strcpy(c->curve_server_key, value);
     } else {
       return tr_yaml_error_at(doc, k, "component '%s': unknown key '%s' (known: implementation, placement, "
-                              "endpoint, curve_server_key)", name, key);
+                              "endpoint, curve_server_key, path, pins)", name, key);
     }
+  }
+  if (c->implementation != TR_IMPL_BUILTIN && c->option_path[0] == '\0') {
+    return tr_yaml_error_at(doc, node, "component '%s': implementation %s needs %s", name,
+                            c->implementation == TR_IMPL_TRACE ? "trace" : "pinned",
+                            c->implementation == TR_IMPL_TRACE ? "a path (the trace file)" : "pins (the pins file)");
   }
   if (c->placement == TR_PLACE_PROCESS && c->endpoint[0] == '\0') {
     return tr_yaml_error_at(doc, node, "component '%s': placement process needs an endpoint", name);
@@ -102,6 +115,9 @@ tr_status *tr_pipeline_config_load(const char *path, tr_pipeline_config *out) {
 }
 
 typedef struct channel {
+  const char *name;
+  tr_trace *trace;   /* implementation trace */
+  tr_pins *pins;     /* implementation pinned */
   tr_placement placement;
   tr_component_handler handler;
   void *ctx;
@@ -113,6 +129,18 @@ struct tr_pipeline {
   channel channels[TR_COMPONENT_COUNT];
 };
 
+/* A call through the channel's placement (the trace stage wraps this). */
+static tr_status *channel_call(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
+                               size_t reply_cap, size_t *reply_size) {
+  channel *ch = ctx;
+  if (ch->placement == TR_PLACE_INLINE) {
+    if (ch->handler == NULL) return TR_STATUS(TR_TRANSPORT, "component '%s' has no implementation here", ch->name);
+    return ch->handler(ch->ctx, request, request_size, reply, reply_cap, reply_size);
+  }
+  if (ch->client == NULL) return TR_STATUS(TR_TRANSPORT, "component '%s' has no implementation here", ch->name);
+  return tr_client_call(ch->client, request, request_size, reply, reply_cap, reply_size);
+}
+
 tr_status *tr_pipeline_new(const tr_pipeline_config *config, const tr_component_handler *handlers,
                            void *const *contexts, tr_pipeline **out) {
   *out = NULL;
@@ -122,9 +150,18 @@ tr_status *tr_pipeline_new(const tr_pipeline_config *config, const tr_component_
   for (int i = 0; i < TR_COMPONENT_COUNT && status == NULL; i++) {
     channel *ch = &p->channels[i];
     const tr_component_config *c = &config->components[i];
+    ch->name = kNames[i];
     ch->placement = c->placement;
     ch->handler = handlers[i];
     ch->ctx = contexts[i];
+    if (c->implementation == TR_IMPL_PINNED) {
+      status = tr_pins_load(c->option_path, &ch->pins);
+      ch->handler = tr_pinned_select_handle;
+      ch->ctx = ch->pins;
+    } else if (c->implementation == TR_IMPL_TRACE) { /* on the caller's side of any placement */
+      status = tr_trace_new(c->option_path, kNames[i], channel_call, ch, &ch->trace);
+    }
+    if (status != NULL) break;
     tr_transport_options opts;
     memset(&opts, 0, sizeof(opts));
     opts.component = kNames[i];
@@ -155,6 +192,8 @@ void tr_pipeline_destroy(tr_pipeline **pipeline_p) {
   for (int i = 0; i < TR_COMPONENT_COUNT; i++) {
     tr_client_destroy(&p->channels[i].client);
     tr_server_stop(&p->channels[i].server);
+    tr_trace_destroy(&p->channels[i].trace);
+    tr_pins_destroy(&p->channels[i].pins);
   }
   free(p);
 }
@@ -162,12 +201,8 @@ void tr_pipeline_destroy(tr_pipeline **pipeline_p) {
 tr_status *tr_pipeline_call(tr_pipeline *p, tr_component_id id, const uint8_t *request,
                             size_t request_size, uint8_t *reply, size_t reply_cap, size_t *reply_size) {
   channel *ch = &p->channels[id];
-  if (ch->placement == TR_PLACE_INLINE) {
-    if (ch->handler == NULL) return TR_STATUS(TR_TRANSPORT, "component '%s' has no implementation here", kNames[id]);
-    return ch->handler(ch->ctx, request, request_size, reply, reply_cap, reply_size);
-  }
-  if (ch->client == NULL) return TR_STATUS(TR_TRANSPORT, "component '%s' has no implementation here", kNames[id]);
-  return tr_client_call(ch->client, request, request_size, reply, reply_cap, reply_size);
+  if (ch->trace != NULL) return tr_trace_handle(ch->trace, request, request_size, reply, reply_cap, reply_size);
+  return channel_call(ch, request, request_size, reply, reply_cap, reply_size);
 }
 
 tr_placement tr_pipeline_placement(const tr_pipeline *p, tr_component_id id) { return p->channels[id].placement; }

@@ -30,7 +30,13 @@ const char *tr_component_name(tr_component_id id);
 /* The id of a component name; -1 when unknown. */
 int tr_component_id_of(const char *name);
 
+/* Which implementation a component runs: the builtin adapter, the trace stage wrapping it, or
+ * (select only) the pinned selector. */
+typedef enum tr_implementation { TR_IMPL_BUILTIN, TR_IMPL_TRACE, TR_IMPL_PINNED } tr_implementation;
+
 typedef struct tr_component_config {
+  tr_implementation implementation;
+  char option_path[256]; /* trace: the file it appends to; pinned: the pins file */
   tr_placement placement;
   char endpoint[256];       /* process: where `tilerun serve` listens */
   char curve_server_key[41]; /* process over tcp: the server's public key (Z85), or "" */
@@ -56,7 +62,9 @@ typedef tr_status *(*tr_component_handler)(void *ctx, const uint8_t *request, si
 
 typedef struct tr_pipeline tr_pipeline;
 
-/* Makes a pipeline: inline components call `handlers[i]` (with `contexts[i]`) directly; thread
+/* Makes a pipeline: inline components call `handlers[i]` (with `contexts[i]`) directly (a
+ * component configured `trace` calls it through a trace stage; `pinned` select answers from its
+ * pins file instead); thread
  * components start an actor around the same handler (returning once it is ready); process
  * components connect to their endpoint (which need not be up yet). A handler may be NULL for a
  * component the caller never uses. */

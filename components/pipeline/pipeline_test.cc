@@ -46,7 +46,7 @@ TEST_CASE("pipeline files: placements, endpoints, deadline; errors with file, li
         "ManifestError: F:2:42: component 'settle': endpoint 'http://x' is not ipc:// or tcp://");
   CHECK(load_error("components:\n  settle: {placment: thread}\n") ==
         "ManifestError: F:2:12: component 'settle': unknown key 'placment' (known: implementation, "
-        "placement, endpoint, curve_server_key)");
+        "placement, endpoint, curve_server_key, path, pins)");
   CHECK(load_error("deadline_ms: -5\n") ==
         "ManifestError: F:1:14: deadline_ms must be a number of milliseconds from 1 to 3600000, got '-5'");
   CHECK(load_error("deadlines: 5\n") ==
@@ -143,4 +143,107 @@ TEST_CASE("CurveZMQ through a pipeline file: the server's key is needed") {
   CHECK(call("") == "component 'validate' at " + endpoint + " did not answer within 700 ms");
   tr_plat_process_kill(server, 0);
   CHECK(tr_plat_process_wait(&server, 5000) == 0);
+}
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "components/pipeline/stages.h"
+#include "proto/codec.h"
+#include "proto/wire.h"
+
+TEST_CASE("the trace stage writes every message as one JSON line, in any placement") {
+  for (tr_placement placement : {TR_PLACE_INLINE, TR_PLACE_THREAD}) {
+    TempDir dir;
+    std::string trace = std::string(dir.path) + "/trace.jsonl";
+    std::string file = dir.write("p.yaml", "components:\n  validate: {implementation: trace, path: \"" + trace +
+                                               "\", placement: " + (placement == TR_PLACE_INLINE ? "inline" : "thread") + "}\n");
+    tr_pipeline_config config;
+    ok(tr_pipeline_config_load(file.c_str(), &config));
+    CHECK(config.components[TR_COMPONENT_VALIDATE].implementation == TR_IMPL_TRACE);
+    tr_component_handler handlers[TR_COMPONENT_COUNT] = {tr_validate_handle};
+    void *contexts[TR_COMPONENT_COUNT] = {manifest()};
+    tr_pipeline *p = nullptr;
+    ok(tr_pipeline_new(&config, handlers, contexts, &p));
+    tr_device cpu = {"cpu", TR_DEVICE_NO_INDEX};
+    int64_t shape[] = {3};
+    tr_tensor_spec a;
+    ok(tr_tensor_spec_make(&cpu, TR_FLOAT32, 1, shape, &a));
+    const tr_tensor_spec *in[] = {&a, &a};
+    std::vector<uint8_t> request(TR_VALIDATE_MAX), reply(TR_VALIDATE_MAX);
+    size_t n = 0, m = 0;
+    ok(tr_validate_encode("AddFwdOp", nullptr, 0, in, 2, request.data(), request.size(), &n));
+    for (int i = 0; i < 3; i++) ok(tr_pipeline_call(p, TR_COMPONENT_VALIDATE, request.data(), n, reply.data(), reply.size(), &m));
+    tr_pipeline_destroy(&p);
+    std::ifstream f(trace);
+    std::string line;
+    int lines = 0;
+    while (std::getline(f, line)) {
+      lines++;
+      CHECK(line.find("{\"op\": \"AddFwdOp\", \"component\": \"validate\", \"request\": \"") == 0);
+      CHECK(line.find("\"reply\": \"0a") != std::string::npos);  // the reply's envelope, in hex
+      CHECK(line.find("\"microseconds\": ") != std::string::npos);
+      CHECK(line.back() == '}');
+    }
+    CHECK(lines == 3);
+  }
+}
+
+static std::string select_call(tr_pipeline *p, const char *op, const char *interface, int64_t batch) {
+  tilerun_SelectRequest rq = tilerun_SelectRequest_init_zero;
+  tr_wire_request_envelope("select", 0, &rq.envelope);
+  rq.has_envelope = true;
+  strcpy(rq.op, op);
+  strcpy(rq.interface, interface);
+  strcpy(rq.call_type, "AttentionCall");
+  strcpy(rq.device, "cuda:0");
+  rq.fields_count = 2;
+  strcpy(rq.fields[0].name, "batch");
+  rq.fields[0].has_value = true;
+  tr_value b = tr_value_int(batch), kv = tr_value_int(4096);
+  ok(tr_codec_value_to(&b, &rq.fields[0].value));
+  strcpy(rq.fields[1].name, "seqlen_kv");
+  rq.fields[1].has_value = true;
+  ok(tr_codec_value_to(&kv, &rq.fields[1].value));
+  std::vector<uint8_t> request(tilerun_SelectRequest_size + 64), reply(4096);
+  size_t n = 0, m = 0;
+  ok(tr_codec_encode(tilerun_SelectRequest_fields, &rq, request.data(), request.size(), &n, "a SelectRequest"));
+  tr_status *s = tr_pipeline_call(p, TR_COMPONENT_SELECT, request.data(), n, reply.data(), reply.size(), &m);
+  tilerun_SelectReply rp = tilerun_SelectReply_init_zero;
+  if (s == nullptr) s = tr_codec_decode(tilerun_SelectReply_fields, reply.data(), m, &rp, "a SelectReply");
+  if (s == nullptr && rp.envelope.has_status) s = tr_wire_status_to(&rp.envelope.status);
+  return s ? error_of(s) : std::string(rp.key);
+}
+
+TEST_CASE("the pinned selector swaps in for select and refuses what its file does not cover") {
+  TempDir dir;
+  std::string pins = dir.write("pins.yaml",
+      "- {op: GQADecodeFwdOp, interface: GQADecodeDenseFwdInterface, match: {batch: 1}, key: gqa_dense_decode_bs1}\n"
+      "- {op: GQADecodeFwdOp, interface: GQADecodeDenseFwdInterface, key: gqa_dense_decode}\n");
+  for (const char *placement : {"inline", "thread"}) {
+    INFO(placement);
+    std::string file = dir.write("p.yaml", std::string("components:\n  select: {implementation: pinned, pins: \"") +
+                                               pins + "\", placement: " + placement + "}\n");
+    tr_pipeline_config config;
+    ok(tr_pipeline_config_load(file.c_str(), &config));
+    tr_component_handler handlers[TR_COMPONENT_COUNT] = {nullptr};
+    void *contexts[TR_COMPONENT_COUNT] = {nullptr};
+    tr_pipeline *p = nullptr;
+    ok(tr_pipeline_new(&config, handlers, contexts, &p));
+    CHECK(select_call(p, "GQADecodeFwdOp", "GQADecodeDenseFwdInterface", 1) == "gqa_dense_decode_bs1");
+    CHECK(select_call(p, "GQADecodeFwdOp", "GQADecodeDenseFwdInterface", 7) == "gqa_dense_decode");
+    CHECK(select_call(p, "GemmFwdOp", "GemmFwdInterface", 1) ==
+          "SelectionError: pinned select: no pin covers GemmFwdOp GemmFwdInterface on cuda:0 (2 call-spec "
+          "fields); the pinned selector refuses calls its file does not cover");
+    tr_pipeline_destroy(&p);
+  }
+  CHECK(load_error("components:\n  settle: {implementation: pinned, pins: x}\n") ==
+        "ManifestError: F:2:28: component 'settle': implementation 'pinned' is not known here (known: builtin, trace)");
+  CHECK(load_error("components:\n  validate: {implementation: trace}\n") ==
+        "ManifestError: F:2:13: component 'validate': implementation trace needs a path (the trace file)");
+  std::string bad = dir.write("bad.yaml", "- {op: X, interface: Y, key: z, color: red}\n");
+  tr_pins *loaded = nullptr;
+  CHECK(error_of(tr_pins_load(bad.c_str(), &loaded)) ==
+        "ManifestError: " + bad + ":1:33: unknown key 'color' in a pin (known: op, interface, match, key)");
 }
