@@ -247,3 +247,14 @@ TEST_CASE("the pinned selector swaps in for select and refuses what its file doe
   CHECK(error_of(tr_pins_load(bad.c_str(), &loaded)) ==
         "ManifestError: " + bad + ":1:33: unknown key 'color' in a pin (known: op, interface, match, key)");
 }
+
+TEST_CASE("the shipped pipeline files load") {
+  for (const char *file : {"pipelines/default.yaml", "pipelines/out-of-process.yaml", "pipelines/traced.yaml"}) {
+    INFO(file);
+    tr_pipeline_config config;
+    ok(tr_pipeline_config_load(file, &config));
+  }
+  tr_pins *pins = nullptr;
+  ok(tr_pins_load("pipelines/pins.yaml", &pins));
+  tr_pins_destroy(&pins);
+}
