@@ -88,8 +88,12 @@ tr_status *tr__contiguous(const tr_runtime *rt, const tr_op *op, size_t input, c
 /* Copies a contiguous tensor back into a strided one of the same shape (written-back inputs). */
 tr_status *tr__copy_back(const tr_runtime *rt, const DLTensor *src, const DLTensor *dst) TR_MUST_USE;
 
-/* A call's inputs as specs (with the device types backends registered), checked against the
- * op's signature. */
+/* A call's inputs as specs (with the device types backends registered): one per manifest input,
+ * NULL in `ptrs` for an absent one. */
+tr_status *tr__specs_from_dl(const tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
+                             tr_tensor_spec *specs, const tr_tensor_spec **ptrs) TR_MUST_USE;
+
+/* The same, checked against the op's signature (in-process: compositions plan from it). */
 tr_status *tr__check_call(const tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
                           tr_tensor_spec *specs, const tr_tensor_spec **ptrs,
                           tr_call_check *check) TR_MUST_USE;

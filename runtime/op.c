@@ -124,8 +124,8 @@ static tr_status *in_tree(const tr_op *op, const tr_device *device) {
                    "this op: %s", tr_op_def_name(op->def), dev, known);
 }
 
-tr_status *tr__check_call(const tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
-                          tr_tensor_spec *specs, const tr_tensor_spec **ptrs, tr_call_check *check) {
+tr_status *tr__specs_from_dl(const tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
+                             tr_tensor_spec *specs, const tr_tensor_spec **ptrs) {
   const tr_op_def *def = op->def;
   size_t n_decl = tr_op_def_input_count(def);
   for (size_t i = 0; i < n_decl; i++) {
@@ -142,8 +142,14 @@ tr_status *tr__check_call(const tr_op *op, const DLTensor *const *inputs, size_t
     }
     ptrs[i] = &specs[i];
   }
+  return NULL;
+}
+
+tr_status *tr__check_call(const tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
+                          tr_tensor_spec *specs, const tr_tensor_spec **ptrs, tr_call_check *check) {
+  TR_RETURN_IF_ERROR(tr__specs_from_dl(op, inputs, n_inputs, specs, ptrs));
   /* the check refuses more inputs than the signature has before it reads any */
-  return tr_op_def_check(def, op->settled, ptrs, n_inputs, check);
+  return tr_op_def_check(op->def, op->settled, ptrs, n_inputs, check);
 }
 
 /* The validate component: the call's specs checked against the manifest, through the
@@ -156,17 +162,7 @@ static tr_status *validate_call(tr_op *op, const DLTensor *const *inputs, size_t
     tr_call_check check;
     return tr_op_def_check(def, op->settled, NULL, n_inputs, &check);
   }
-  for (size_t i = 0; i < n_decl; i++) {
-    ptrs[i] = NULL;
-    if (i >= n_inputs || inputs[i] == NULL) continue;
-    tr_device device;
-    tr_status *status = tr__device_from_dl(op->rt, inputs[i]->device, &device);
-    if (status == NULL) status = tr_tensor_spec_make(&device, inputs[i]->dtype, inputs[i]->ndim, inputs[i]->shape, &specs[i]);
-    if (status != NULL) {
-      return tr_status_append(status, " (input '%s' of %s)", tr_op_def_input_name(def, i), tr_op_def_name(def));
-    }
-    ptrs[i] = &specs[i];
-  }
+  TR_RETURN_IF_ERROR(tr__specs_from_dl(op, inputs, n_inputs, specs, ptrs));
   uint8_t request[TR_VALIDATE_MAX], reply[TR_VALIDATE_MAX];
   size_t request_size = 0, reply_size = 0;
   TR_RETURN_IF_ERROR(tr_validate_encode(tr_op_def_name(def), op->named, op->n_params, ptrs, n_decl,
