@@ -343,6 +343,7 @@ static tr_status *load_params(loading *l, const yaml_node_t *node) {
     const char *name;
     TR_RETURN_IF_ERROR(scalar_text(l, k, "a param's name", &name));
     if (!is_identifier(name)) return err_at(l, k, "param '%s' is not a name", name);
+    if (strlen(name) > 63) return err_at(l, k, "param name '%.40s...' is %zu characters long, at most 63", name, strlen(name));
     if (param_named(op, name, strlen(name)) >= 0) return err_at(l, k, "param '%s' is declared twice", name);
     if (var_named(op, name, strlen(name)) >= 0) return err_at(l, k, "param '%s' has a type variable's name", name);
     if (op->n_params == TR_SIG_MAX_PARAMS) return err_at(l, k, "more than %d params", TR_SIG_MAX_PARAMS);
@@ -1122,6 +1123,9 @@ static tr_status *load_doc(tr_manifest *m, tr_yaml_doc *doc) {
     if (!tr_manifest_op_name_ok(name)) {
       return tr_yaml_error_at(doc, key, "op name '%s' does not have the form {Name}{Fwd|Bwd}Op "
                               "(e.g. RMSNormFwdOp)", name);
+    }
+    if (strlen(name) > 63) {
+      return tr_yaml_error_at(doc, key, "op name '%.40s...' is %zu characters long, at most 63", name, strlen(name));
     }
     const tr_op_def *seen = tr_manifest_find(m, name);
     if (seen != NULL) {

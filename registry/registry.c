@@ -71,6 +71,7 @@ struct tr_registry {
   ARRAY(failure_entry) failures;
   ARRAY(tr_plat_lib *) libs;
   int owner;           /* the backend now registering (its pass), for rollback */
+  int last_owner;      /* the last pass, for a rollback after init */
   const char *backend; /* its name, for messages */
   tr_warn_fn warn;
   void *warn_ctx;
@@ -180,6 +181,15 @@ static tr_status *api_register_device_facts(void *host, const char *device_type,
 static tr_status *api_register_device_type(void *host, const char *device_type, int32_t dl_type) {
   tr_registry *reg = host;
   TR_RETURN_IF_ERROR(check_name(reg, "device type", device_type));
+  tr_device known;
+  tr_status *named = tr_device_from_dl((DLDevice){(DLDeviceType)dl_type, 0}, &known);
+  int taken = named == NULL && strcmp(known.type, "ext_dev") != 0; /* kDLExtDev is for backends */
+  tr_status_destroy(&named);
+  if (taken || strcmp(device_type, "cpu") == 0 || strcmp(device_type, "cuda") == 0) {
+    return TR_STATUS(TR_BACKEND, "backend '%s': device type '%s' on DLPack device type %d: tilerun "
+                     "names %s itself", reg->backend, device_type, (int)dl_type,
+                     taken ? "that DLPack device type" : "that device type");
+  }
   for (size_t i = 0; i < reg->dltypes.count; i++) {
     const dltype_entry *d = &reg->dltypes.items[i];
     if (strcmp(d->device_type, device_type) == 0 || d->dl_type == dl_type) {
@@ -313,8 +323,9 @@ static void record_failure(tr_registry *reg, const char *name, const char *descr
 /* Runs an init under a fresh owner id; rolls back and returns the failure (copied, so it stays
  * valid after the plugin is unloaded) when init fails. */
 static tr_status *run_init(tr_registry *reg, const char *name, tr_backend_init_fn init) {
-  static int next_owner = 1;
+  static _Atomic int next_owner = 1;
   reg->owner = next_owner++;
+  reg->last_owner = reg->owner;
   reg->backend = name;
   tr_backend_api api;
   memset(&api, 0, sizeof(api));
@@ -367,7 +378,10 @@ int tr_registry_load_plugin(tr_registry *reg, const char *name, const char *libr
     }
   }
   if (why == NULL && PUSH(reg->libs, lib)) return 1;
-  if (why == NULL) why = TR_STATUS(TR_OUT_OF_MEMORY, "recording backend '%s'", name);
+  if (why == NULL) { /* registered, but cannot be kept loaded: nothing may point into it */
+    rollback(reg, reg->last_owner);
+    why = TR_STATUS(TR_OUT_OF_MEMORY, "recording backend '%s'", name);
+  }
   tr_plat_lib_close(&lib);
   record_failure(reg, name, descriptor, why);
   return 0;

@@ -264,3 +264,16 @@ TEST_CASE("register_kernel_type: a plugin's implementation takes part in in-tree
   CHECK(key(3) == "gqa_dense_decode");
   tr_selector_destroy(&sel);
 }
+
+static tr_status *init_steal_cpu(const tr_backend_api *api) {
+  return api->register_device_type(api->host, "acme", kDLCPU);
+}
+
+TEST_CASE("a backend cannot take over a DLPack device type tilerun names itself") {
+  Reg r;
+  CHECK(tr_registry_load_builtin(r.reg, "thief", init_steal_cpu) == 0);
+  CHECK(std::string(tr_registry_failure_at(r.reg, 0)->reason) ==
+        "its init failed: BackendError: backend 'thief': device type 'acme' on DLPack device type 1: "
+        "tilerun names that DLPack device type itself");
+  CHECK(tr_registry_device_type_for_dl(r.reg, kDLCPU) == nullptr);
+}

@@ -18,7 +18,7 @@ typedef struct value {
 /* Shared ownership of one sub-op output: scope entries and returned views hold it. */
 typedef struct holder {
   DLManagedTensor *managed;
-  int refs;
+  atomic_int refs; /* returned outputs may be freed on different threads */
 } holder;
 
 /* A returned output: a view that keeps its holder alive. */
@@ -29,14 +29,14 @@ typedef struct returned {
 } returned;
 
 static void holder_unref(holder *h) {
-  if (h == NULL || --h->refs > 0) return;
+  if (h == NULL || atomic_fetch_sub(&h->refs, 1) > 1) return;
   h->managed->deleter(h->managed);
   free(h);
 }
 
 static void delete_returned(DLManagedTensor *self) {
   returned *r = (returned *)self;
-  holder_unref(r->owner); /* the composite's outputs are handed to one caller: no race here */
+  holder_unref(r->owner);
   free(r);
 }
 
@@ -66,7 +66,7 @@ static tr_status *bind(scope *sc, const char *name, const DLTensor *t, holder *o
     v->t.strides = v->strides;
   }
   v->owner = owner;
-  if (owner != NULL) owner->refs++;
+  if (owner != NULL) atomic_fetch_add(&owner->refs, 1);
   return NULL;
 }
 
@@ -112,7 +112,8 @@ static tr_status *run(tr_op *op, const tr_compose_plan *plan, scope *sc, DLManag
     if (!step->runs) continue;
     if (op->steps[s] == NULL) { /* made once; it settles its own target */
       TR_RETURN_IF_ERROR(tr_op_new(op->rt, tr_op_def_name(step->op), step->params, step->n_params,
-                                   NULL, &op->steps[s]));
+                                   op->requested, &op->steps[s]));
+      if (op->tuned_mode) TR_RETURN_IF_ERROR(tr_op_request_tune(op->steps[s]));
     }
     size_t n_in = tr_op_def_input_count(step->op), n_out = tr_op_def_output_count(step->op);
     value args[TR_SIG_MAX_INPUTS];
@@ -136,7 +137,7 @@ static tr_status *run(tr_op *op, const tr_compose_plan *plan, scope *sc, DLManag
         continue;
       }
       h->managed = outs[o];
-      h->refs = 1;
+      atomic_init(&h->refs, 1);
       if (status == NULL && step->output_to[o] != NULL) status = bind(sc, step->output_to[o], &outs[o]->dl_tensor, h);
       holder_unref(h); /* the scope holds it now, or nobody does */
     }
@@ -156,7 +157,7 @@ static tr_status *run(tr_op *op, const tr_compose_plan *plan, scope *sc, DLManag
     r->managed.dl_tensor.shape = r->shape;
     r->managed.dl_tensor.strides = view.t.strides ? r->strides : NULL;
     r->owner = src->owner;
-    if (r->owner != NULL) r->owner->refs++;
+    if (r->owner != NULL) atomic_fetch_add(&r->owner->refs, 1);
     r->managed.manager_ctx = r;
     r->managed.deleter = delete_returned;
     outputs[o] = &r->managed;

@@ -23,6 +23,10 @@ static tr_plat_lib *g_cudart;
 static cuda_get_fn g_get;
 static cuda_set_fn g_set;
 static cuda_attr_fn g_attr;
+typedef const char *(*cuda_error_fn)(int error);
+static cuda_error_fn g_error_string;
+
+static const char *cuda_error(int rc) { return g_error_string ? g_error_string(rc) : "unknown"; }
 static char g_error[512];
 
 static void load_cudart(void) {
@@ -37,7 +41,10 @@ static void load_cudart(void) {
   }
   if (g_cudart == NULL) return;
   void *get = tr_plat_lib_symbol(g_cudart, "cudaGetDevice"), *set = tr_plat_lib_symbol(g_cudart, "cudaSetDevice");
+  g_error[0] = '\0'; /* a later name loaded: the earlier ones' failures do not matter */
   void *attr = tr_plat_lib_symbol(g_cudart, "cudaDeviceGetAttribute");
+  void *text = tr_plat_lib_symbol(g_cudart, "cudaGetErrorString");
+  memcpy(&g_error_string, &text, sizeof(g_error_string));
   memcpy(&g_get, &get, sizeof(g_get));
   memcpy(&g_set, &set, sizeof(g_set));
   memcpy(&g_attr, &attr, sizeof(g_attr));
@@ -55,7 +62,7 @@ tr_status *tr__device_enter(const tr_device *device, tr_device_guard *guard) {
   }
   int rc = g_get(&guard->saved);
   if (rc == 0) rc = g_set(device->index < 0 ? 0 : device->index);
-  if (rc != 0) return TR_STATUS(TR_BACKEND, "making %s current: CUDA error %d", dev, rc);
+  if (rc != 0) return TR_STATUS(TR_BACKEND, "making %s current: CUDA error %d (%s)", dev, rc, cuda_error(rc));
   guard->active = 1;
   return NULL;
 }
@@ -78,7 +85,7 @@ tr_status *tr__cuda_facts(const tr_device *device, tr_device_facts *out) {
   if (rc == 0) rc = g_attr(&minor, kAttrComputeCapabilityMinor, index);
   if (rc == 0) rc = g_attr(&sms, kAttrMultiProcessorCount, index);
   if (rc == 0) rc = g_attr(&smem, kAttrSharedMemoryPerBlockOptin, index);
-  if (rc != 0) return TR_STATUS(TR_BACKEND, "reading the facts of %s: CUDA error %d", dev, rc);
+  if (rc != 0) return TR_STATUS(TR_BACKEND, "reading the facts of %s: CUDA error %d (%s)", dev, rc, cuda_error(rc));
   out->arch = major * 10 + minor;
   out->calibration = NULL;
   out->sm_count = sms;

@@ -19,9 +19,10 @@ struct tr_runtime {
   int discovered;
   char **backend_dirs; /* NULL: the search path */
   size_t n_backend_dirs;
-  const char *const *builtin_names;
-  const tr_backend_init_fn *builtin_inits;
+  const char **builtin_names; /* copies of the options' arrays */
+  tr_backend_init_fn *builtin_inits;
   size_t n_builtins;
+  int builtins_loaded;
   const char *default_target; /* NULL, TR_BUILTIN or a registry-owned name */
   tr_pipeline *pipeline;      /* the components the miss path goes through */
   void (*warn)(void *ctx, const char *line);
@@ -53,6 +54,9 @@ struct tr_op {
   int tuned_mode;
   int warned_untunable;
   tr_op **steps; /* a composite op's sub-op instances, made at its first call */
+  size_t n_config; /* tr_op_kernel_config's answer, copied (kernels may be released) */
+  tr_named_value config[16];
+  char config_names[16][64];
 };
 
 /* The call's device made current while a kernel is built or tuned (cuda only). */

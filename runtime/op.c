@@ -29,6 +29,8 @@ static void revoke(tr_op *op) {
   tr_memo_clear(op->memo, drop_entry, NULL);
 }
 
+static void clear_config(tr_op *op);
+
 /* ---- making and destroying ---- */
 
 tr_status *tr_op_new(tr_runtime *rt, const char *op_name, const tr_named_value *params,
@@ -61,8 +63,12 @@ tr_status *tr_op_new(tr_runtime *rt, const char *op_name, const tr_named_value *
   for (size_t i = 0; i < op->n_params; i++) {
     op->named[i].name = tr_op_def_param_name(def, i);
     op->named[i].value = op->settled[i];
+    if (op->settled[i].kind == TR_VALUE_STR && op->settled[i].as.str.len > 255 && status == NULL) {
+      status = TR_STATUS(TR_SIGNATURE_PARAM, "%s: param '%s' is a string of %zu bytes; calls carry at most 255",
+                         op_name, op->named[i].name, op->settled[i].as.str.len);
+    }
   }
-  status = tr_memo_new(&op->memo);
+  if (status == NULL) status = tr_memo_new(&op->memo);
   if (status == NULL) status = tr_plat_mutex_init(&op->lock);
   if (status != NULL) {
     tr_op_params_clear(def, op->settled);
@@ -85,14 +91,25 @@ void tr_op_destroy(tr_op **op_p) {
   }
   tr_memo_clear(op->memo, drop_entry, NULL);
   tr_memo_destroy(&op->memo);
+  clear_config(op);
   tr_op_params_clear(op->def, op->settled);
   tr_plat_mutex_destroy(&op->lock);
   free(op);
 }
 
-const char *tr_op_target(const tr_op *op) { return op->target; }
+const char *tr_op_target(const tr_op *op) {
+  tr_plat_mutex_lock((tr_plat_mutex *)&op->lock);
+  const char *target = op->target;
+  tr_plat_mutex_unlock((tr_plat_mutex *)&op->lock);
+  return target;
+}
 
-size_t tr_op_memo_count(const tr_op *op) { return tr_memo_count(op->memo); }
+size_t tr_op_memo_count(const tr_op *op) {
+  tr_plat_mutex_lock((tr_plat_mutex *)&op->lock);
+  size_t n = tr_memo_count(op->memo);
+  tr_plat_mutex_unlock((tr_plat_mutex *)&op->lock);
+  return n;
+}
 
 /* ---- the miss path ---- */
 
@@ -163,13 +180,20 @@ static tr_status *validate_call(tr_op *op, const DLTensor *const *inputs, size_t
     return tr_op_def_check(def, op->settled, NULL, n_inputs, &check);
   }
   TR_RETURN_IF_ERROR(tr__specs_from_dl(op, inputs, n_inputs, specs, ptrs));
-  uint8_t request[TR_VALIDATE_MAX], reply[TR_VALIDATE_MAX];
+  uint8_t *request = malloc(2 * (size_t)TR_VALIDATE_MAX), *reply = request + TR_VALIDATE_MAX;
   size_t request_size = 0, reply_size = 0;
-  TR_RETURN_IF_ERROR(tr_validate_encode(tr_op_def_name(def), op->named, op->n_params, ptrs, n_decl,
-                                        request, sizeof(request), &request_size));
-  TR_RETURN_IF_ERROR(tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_VALIDATE, request, request_size,
-                                      reply, sizeof(reply), &reply_size));
-  return tr_validate_decode(reply, reply_size, out);
+  tr_status *status = request ? NULL : TR_STATUS(TR_OUT_OF_MEMORY, "%s: a validate request", tr_op_def_name(def));
+  if (status == NULL) {
+    status = tr_validate_encode(tr_op_def_name(def), op->named, op->n_params, ptrs, n_decl, request,
+                                TR_VALIDATE_MAX, &request_size);
+  }
+  if (status == NULL) {
+    status = tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_VALIDATE, request, request_size, reply,
+                              TR_VALIDATE_MAX, &reply_size);
+  }
+  if (status == NULL) status = tr_validate_decode(reply, reply_size, out);
+  free(request);
+  return status;
 }
 
 /* The settle component: the op's target, through the pipeline; the name it answers must be a
@@ -348,21 +372,24 @@ tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_in
   kernel_entry *e = NULL;
   tr_status *status = entry_for(op, inputs, n_inputs, &e);
   if (status != NULL) return tr_registry_annotate(op->rt->registry, status);
+  DLTensor *outs[TR_SIG_MAX_OUTPUTS] = {0}; /* NULL for an output that does not exist here */
   for (size_t o = 0; o < n_out && status == NULL; o++) {
-    const DLTensor *t = outputs[o];
+    DLTensor *t = outputs[o];
     const tr_tensor_spec *want = &e->outputs[o];
     if (!e->output_present[o]) continue;
-    int ok = t != NULL && t->ndim == want->rank && tr_dtype_equal(t->dtype, want->dtype) &&
+    int ok = t != NULL && t->data != NULL && t->ndim == want->rank && tr_dtype_equal(t->dtype, want->dtype) &&
              memcmp(t->shape, want->shape, (size_t)want->rank * sizeof(int64_t)) == 0 &&
-             tr_dl_tensor_is_contiguous(t);
+             tr_dl_tensor_is_contiguous(t) && t->device.device_type == e->dl_device.device_type &&
+             t->device.device_id == e->dl_device.device_id;
     if (!ok) {
       char expected[256];
       tr_tensor_spec_format(want, expected, sizeof(expected));
-      status = TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' given does not match %s (contiguous)",
+      status = TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' given does not match %s (contiguous, with data)",
                          tr_op_def_name(op->def), tr_op_def_output_name(op->def, o), expected);
     }
+    outs[o] = t;
   }
-  if (status == NULL) status = launch(op, e, inputs, n_inputs, outputs);
+  if (status == NULL) status = launch(op, e, inputs, n_inputs, outs);
   entry_unref(e);
   return status ? failed(op, status) : NULL;
 }
@@ -388,6 +415,11 @@ static void retune_one(void *vctx, void *value) {
 }
 
 tr_status *tr_op_request_tune(tr_op *op) {
+  if (op->steps != NULL) { /* a composite: its steps' kernels */
+    for (size_t s = 0; s < tr_op_def_step_count(op->def); s++) {
+      if (op->steps[s] != NULL) TR_RETURN_IF_ERROR(tr_op_request_tune(op->steps[s]));
+    }
+  }
   tr_plat_mutex_lock(&op->lock);
   op->tuned_mode = 1;
   tune_ctx t = {op, NULL};
@@ -409,11 +441,34 @@ static void config_of(void *vctx, void *value) {
   c->n = e->kernel.config(e->kernel.self, &c->values);
 }
 
+static void clear_config(tr_op *op) {
+  for (size_t i = 0; i < op->n_config; i++) tr_value_clear(&op->config[i].value);
+  op->n_config = 0;
+}
+
 size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out) {
   config_ctx c = {NULL, 0};
   tr_plat_mutex_lock(&op->lock);
   tr_memo_each(op->memo, config_of, &c);
+  clear_config(op);
+  for (size_t i = 0; i < c.n && i < 16; i++) { /* copied: the kernel may be released later */
+    snprintf(op->config_names[i], sizeof(op->config_names[i]), "%s", c.values[i].name);
+    op->config[i].name = op->config_names[i];
+    tr_status *copied = tr_value_copy(&c.values[i].value, &op->config[i].value);
+    if (copied != NULL) {
+      tr_status_destroy(&copied);
+      break;
+    }
+    op->n_config = i + 1;
+  }
+  size_t n = op->n_config;
   tr_plat_mutex_unlock(&op->lock);
-  *out = c.values;
-  return c.n;
+  if (n == 0 && op->steps != NULL) { /* a composite: its first step's config */
+    for (size_t s = 0; s < tr_op_def_step_count(op->def) && n == 0; s++) {
+      if (op->steps[s] != NULL) n = tr_op_kernel_config(op->steps[s], out);
+    }
+    return n;
+  }
+  *out = op->config;
+  return n;
 }

@@ -32,9 +32,19 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   if (rt == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "allocating a runtime");
   rt->warn = o->warn ? o->warn : default_warn;
   rt->warn_ctx = o->warn_ctx;
-  rt->builtin_names = o->builtin_names;
-  rt->builtin_inits = o->builtin_inits;
-  rt->n_builtins = o->n_builtins;
+  if (o->n_builtins > 0) { /* copied: discovery runs later, at the first op */
+    rt->builtin_names = calloc(o->n_builtins, sizeof(char *));
+    rt->builtin_inits = calloc(o->n_builtins, sizeof(tr_backend_init_fn));
+    if (rt->builtin_names == NULL || rt->builtin_inits == NULL) {
+      free(rt->builtin_names);
+      free(rt->builtin_inits);
+      free(rt);
+      return TR_STATUS(TR_OUT_OF_MEMORY, "copying the builtin backends");
+    }
+    memcpy(rt->builtin_names, o->builtin_names, o->n_builtins * sizeof(char *));
+    memcpy(rt->builtin_inits, o->builtin_inits, o->n_builtins * sizeof(tr_backend_init_fn));
+    rt->n_builtins = o->n_builtins;
+  }
   tr_status *status = tr_plat_mutex_init(&rt->lock);
   if (status != NULL) {
     free(rt);
@@ -83,6 +93,8 @@ void tr_runtime_destroy(tr_runtime **runtime_p) {
   tr_manifest_destroy(&rt->manifest);
   tr_registry_destroy(&rt->registry);
   if (rt->backend_dirs != NULL) tr_plat_free_names(&rt->backend_dirs, rt->n_backend_dirs);
+  free(rt->builtin_names);
+  free(rt->builtin_inits);
   tr_plat_mutex_destroy(&rt->lock);
   free(rt);
 }
@@ -91,9 +103,10 @@ tr_status *tr__runtime_discover(tr_runtime *rt) {
   tr_plat_mutex_lock(&rt->lock);
   tr_status *status = NULL;
   if (!rt->discovered) {
-    for (size_t i = 0; i < rt->n_builtins; i++) {
+    for (size_t i = 0; i < rt->n_builtins && !rt->builtins_loaded; i++) {
       tr_registry_load_builtin(rt->registry, rt->builtin_names[i], rt->builtin_inits[i]);
     }
+    rt->builtins_loaded = 1;
     char **dirs = rt->backend_dirs;
     size_t n_dirs = rt->n_backend_dirs;
     char **searched = NULL;

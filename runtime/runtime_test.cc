@@ -429,3 +429,54 @@ TEST_CASE("device facts: an unregistered type reports -1 / none / 0 / 0") {
   CHECK(f.sm_count == 0);
   CHECK(f.smem_budget == 0);
 }
+
+TEST_CASE("review fixes: outputs given to call_into are checked; huge tensors are refused, not overrun") {
+  Env env;
+  tr_op *op = env.op("AddFwdOp");
+  HostTensor a({4}), b({4}), out({4}), wrong_device({4}, {kDLCUDA, 0}), wrong_shape({5});
+  const DLTensor *in[] = {&a.t, &b.t};
+  DLTensor *outs[] = {&out.t};
+  tr_test::ok(tr_op_call_into(op, in, 2, outs, 1));
+  for (int i = 0; i < 4; i++) CHECK(out.data[i] == a.data[i] + b.data[i]);
+  DLTensor *bad[] = {&wrong_device.t};
+  CHECK(tr_test::error_of(tr_op_call_into(op, in, 2, bad, 1)) ==
+        "SignatureError(shape): AddFwdOp: output 'c' given does not match float32[4] on cpu (contiguous, with data)");
+  DLTensor *bad_shape[] = {&wrong_shape.t};
+  CHECK(tr_test::error_of(tr_op_call_into(op, in, 2, bad_shape, 1)).find("output 'c' given does not match") !=
+        std::string::npos);
+  // A broadcast view of one element as 2^31 x 2^31: neither the output nor a contiguous copy can
+  // be addressed; the allocation says so instead of wrapping around.
+  float one = 1;
+  int64_t huge[] = {int64_t(1) << 31, int64_t(1) << 31}, zero[] = {0, 0};
+  DLTensor view{&one, {kDLCPU, 0}, 2, TR_FLOAT32, huge, zero, 0};
+  const DLTensor *views[] = {&view, &view};
+  Outputs o;
+  CHECK(tr_test::error_of(tr_op_call(op, views, 2, o.items, 1)) ==
+        "OutOfMemoryError: a tensor float32[2147483648, 2147483648] on cpu holds more bytes than this "
+        "machine can address");
+  tr_op_destroy(&op);
+}
+
+TEST_CASE("review fixes: the builtin backends' arrays may be gone by the first op") {
+  tr_runtime *rt = nullptr;
+  {
+    const char *names[] = {"testcpu"};
+    tr_backend_init_fn inits[] = {init_testcpu};
+    const char *none[] = {"/nonexistent"};
+    tr_runtime_options o{};
+    o.manifest_dir = "manifest/spec";
+    o.backend_dirs = none;
+    o.n_backend_dirs = 1;
+    o.builtin_names = names;
+    o.builtin_inits = inits;
+    o.n_builtins = 1;
+    tr_test::ok(tr_runtime_new(&o, &rt));
+    names[0] = "overwritten";  // the caller's arrays change (or go) before discovery
+    inits[0] = init_broken;
+  }
+  const char *targets[4];
+  CHECK(tr_registered_targets(rt, nullptr, targets, 4) == 1);
+  CHECK(std::string(targets[0]) == "testcpu");
+  CHECK(tr_load_failure_count(rt) == 0);
+  tr_runtime_destroy(&rt);
+}

@@ -27,7 +27,14 @@ static void delete_owned(DLManagedTensor *self) {
 tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, const DLDevice *dl,
                             DLManagedTensor **out) {
   *out = NULL;
-  size_t bytes = (size_t)tr_tensor_spec_numel(spec) * tr_dtype_bytes(spec->dtype);
+  int64_t numel = tr_tensor_spec_numel(spec);
+  size_t elem = tr_dtype_bytes(spec->dtype);
+  if (numel == INT64_MAX || (elem > 0 && (uint64_t)numel > (SIZE_MAX - sizeof(owned) - CPU_ALIGN) / elem)) {
+    char text[256];
+    tr_tensor_spec_format(spec, text, sizeof(text));
+    return TR_STATUS(TR_OUT_OF_MEMORY, "a tensor %s holds more bytes than this machine can address", text);
+  }
+  size_t bytes = (size_t)numel * elem;
   int is_cpu = strcmp(spec->device.type, "cpu") == 0;
   tr_alloc_fn alloc = NULL;
   tr_free_fn free_fn = NULL;
@@ -36,6 +43,10 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
   if (!is_cpu && !tr_registry_allocator(rt->registry, spec->device.type, &alloc, &free_fn, &copy, &ctx)) {
     char dev[TR_DEVICE_FORMAT_MAX];
     tr_device_format(&spec->device, dev, sizeof(dev));
+    if (strcmp(spec->device.type, "cuda") == 0) {
+      return TR_STATUS(TR_OP_NOT_AVAILABLE, "tilerun cannot allocate outputs on %s in this build (cuda "
+                       "allocation comes with the CUDA kernels); give the outputs with tr_op_call_into", dev);
+    }
     return TR_STATUS(TR_OP_NOT_AVAILABLE, "tilerun cannot allocate memory on %s: no backend "
                      "registered an allocator for device type '%s'", dev, spec->device.type);
   }

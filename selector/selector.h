@@ -108,7 +108,8 @@ typedef struct tr_build_identity {
   uint8_t bytes[256];
 } tr_build_identity;
 
-/* entry_for: writes the call's build identity. NULL entry_for: the whole call spec is it. */
+/* entry_for: writes the call's build identity. NULL entry_for: a 64-bit hash of the whole call
+ * spec stands for it (two call specs colliding on it would share a build). */
 typedef tr_status *(*tr_entry_for_fn)(const tr_kernel_type *self, const tr_call_spec *call,
                                       tr_build_identity *identity);
 

@@ -47,6 +47,7 @@ static tr_status *round_trip(const char *self, const char *endpoint, long iters,
   }
   tr_status *status = tr_client_new(server ? tr_server_endpoint(server) : endpoint, &opts, &client);
   double *samples = calloc((size_t)iters, sizeof(double));
+  if (samples == NULL) status = status ? status : TR_STATUS(TR_OUT_OF_MEMORY, "bench: %ld samples", iters);
   uint8_t msg[64] = {1}, reply[64];
   for (long i = 0; status == NULL && i < iters + 100; i++) {
     size_t n = 0;
@@ -85,7 +86,7 @@ static tr_status *measure(const char *manifest_dir, const char *pipeline_file, l
   tb.data = &b;
   const DLTensor *in[2] = {&ta, &tb};
   double *miss = calloc((size_t)iters, sizeof(double)), *hit = calloc((size_t)iters, sizeof(double));
-  tr_status *status = NULL;
+  tr_status *status = (miss && hit) ? NULL : TR_STATUS(TR_OUT_OF_MEMORY, "bench: %ld samples", iters);
   tr_op *kept = NULL;
   for (long i = 0; status == NULL && i < iters + 20; i++) {
     tr_op *op = NULL;

@@ -329,7 +329,8 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
       *slot = argv[++i];
     } else if (strcmp(arg, "--iters") == 0) {
       char *end = NULL;
-      if (i + 1 >= argc || (opts.iters = strtol(argv[i + 1], &end, 10)) <= 0 || *end != '\0') {
+      if (i + 1 >= argc || (opts.iters = strtol(argv[i + 1], &end, 10)) <= 0 || *end != '\0' ||
+          opts.iters > 10000000) {
         return usage_error(err, "--iters needs a positive number, got '%s'", i + 1 < argc ? argv[i + 1] : "");
       }
       i++;

@@ -12,7 +12,7 @@
 #include "platform/platform.h"
 #include "registry/registry.h"
 
-static volatile int g_stop;
+static volatile int g_stop; /* set from a signal handler (the platform layer's) */
 
 static int fail(FILE *err, tr_status *status) {
   char text[1024];
@@ -74,9 +74,12 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   opts.component = component;
   char public_key[TR_CURVE_KEY_SIZE];
   if (status == NULL && curve_secret != NULL) {
-    if (strlen(curve_secret) != 40 || zmq_curve_public(public_key, curve_secret) != 0) {
+    if (strlen(curve_secret) != 40) {
       status = TR_STATUS(TR_VALUE, "the Curve secret key must be 40 Z85 characters, got %zu characters",
                          strlen(curve_secret));
+    } else if (zmq_curve_public(public_key, curve_secret) != 0) {
+      status = TR_STATUS(TR_VALUE, "the Curve secret key is not a key libzmq accepts: %s",
+                         zmq_strerror(zmq_errno()));
     }
     opts.curve_server_public = public_key;
     opts.curve_server_secret = curve_secret;

@@ -259,5 +259,11 @@ TEST_CASE("tuning: a request reaches kernels built before and after it; config i
   CHECK(config[0].value.as.i == 128);
   CHECK(tr_op_memo_count(op) == 2);
   CHECK(env.warnings.lines.empty());  // every example kernel can be tuned
+  HostTensor e({7}, kAcme0), f({8}, kAcme0);
+  const DLTensor *bad[] = {&e.t, &f.t};
+  out.reset();
+  CHECK(tr_test::error_of(tr_op_call(op, bad, 2, out.items, 1)).find("SignatureError(shape)") == 0);  // the kernels go
+  CHECK(std::string(config[0].name) == "tile");  // the op's copy outlives the released kernels
+  CHECK(config[0].value.as.i == 128);
   tr_op_destroy(&op);
 }

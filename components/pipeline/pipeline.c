@@ -95,7 +95,9 @@ tr_status *tr_pipeline_config_load(const char *path, tr_pipeline_config *out) {
         status = tr_yaml_error_at(doc, v, "deadline_ms must be a number of milliseconds from 1 to 3600000, got '%s'", text ? text : "?");
       }
       out->deadline_ms = (uint32_t)ms;
-    } else if (key != NULL && strcmp(key, "components") == 0 && v->type == YAML_MAPPING_NODE) {
+    } else if (key != NULL && strcmp(key, "components") == 0 && v->type != YAML_MAPPING_NODE) {
+      status = tr_yaml_error_at(doc, v, "'components' must be a mapping of component: {placement, ...}");
+    } else if (key != NULL && strcmp(key, "components") == 0) {
       for (yaml_node_pair_t *c = v->data.mapping.pairs.start; status == NULL && c < v->data.mapping.pairs.top; c++) {
         yaml_node_t *ck = tr_yaml_node(doc, c->key);
         const char *name = tr_yaml_scalar(ck);

@@ -49,6 +49,8 @@ TEST_CASE("pipeline files: placements, endpoints, deadline; errors with file, li
         "placement, endpoint, curve_server_key, path, pins)");
   CHECK(load_error("deadline_ms: -5\n") ==
         "ManifestError: F:1:14: deadline_ms must be a number of milliseconds from 1 to 3600000, got '-5'");
+  CHECK(load_error("components: [validate]\n") ==
+        "ManifestError: F:1:13: 'components' must be a mapping of component: {placement, ...}");
   CHECK(load_error("deadlines: 5\n") ==
         "ManifestError: F:1:1: unknown key 'deadlines' in a pipeline file (known: components, deadline_ms)");
 }

@@ -30,6 +30,7 @@ tr_status *tr_trace_new(const char *path, const char *component, tr_component_ha
     free(t);
     return TR_STATUS(TR_IO, "trace: cannot open '%s' to append", path);
   }
+  setvbuf(t->file, NULL, _IONBF, 0); /* one write per line */
   snprintf(t->component, sizeof(t->component), "%s", component);
   t->inner = inner;
   t->inner_ctx = inner_ctx;
@@ -88,8 +89,13 @@ static void op_of(const uint8_t *msg, size_t size, char *op, size_t cap) {
   }
 }
 
-static void hex(FILE *f, const uint8_t *bytes, size_t n) {
-  for (size_t i = 0; i < n; i++) fprintf(f, "%02x", bytes[i]);
+static void hex(char *buf, size_t size, size_t *used, const uint8_t *bytes, size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < n && *used + 2 < size; i++) {
+    buf[(*used)++] = digits[bytes[i] >> 4];
+    buf[(*used)++] = digits[bytes[i] & 15];
+  }
+  buf[*used] = '\0';
 }
 
 tr_status *tr_trace_handle(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
@@ -100,20 +106,29 @@ tr_status *tr_trace_handle(void *ctx, const uint8_t *request, size_t request_siz
   double us = (double)(tr_plat_now_ns() - start) / 1e3;
   char op[72];
   op_of(request, request_size, op, sizeof(op));
-  tr_plat_mutex_lock(&t->lock);
-  fprintf(t->file, "{\"op\": \"%s\", \"component\": \"%s\", \"request\": \"", op, t->component);
-  hex(t->file, request, request_size);
-  fprintf(t->file, "\", \"reply\": \"");
-  if (status == NULL) hex(t->file, reply, *reply_size);
-  fprintf(t->file, "\", \"microseconds\": %.1f", us);
-  if (status != NULL) {
-    fprintf(t->file, ", \"error\": \"");
-    for (const char *c = tr_status_message(status); *c; c++) fputc(*c == '"' || *c == '\\' || *c < 32 ? '?' : *c, t->file);
-    fprintf(t->file, "\"");
+  /* The line is made whole, then written with one unbuffered append, so stages sharing a file
+   * (or threads sharing a stage) never interleave their lines. */
+  size_t size = 2 * (request_size + (status ? 0 : *reply_size)) + 4096, used = 0;
+  char *line = malloc(size);
+  if (line != NULL) {
+    used += (size_t)snprintf(line, size, "{\"op\": \"%s\", \"component\": \"%s\", \"request\": \"", op, t->component);
+    hex(line, size, &used, request, request_size);
+    used += (size_t)snprintf(line + used, size - used, "\", \"reply\": \"");
+    if (status == NULL) hex(line, size, &used, reply, *reply_size);
+    used += (size_t)snprintf(line + used, size - used, "\", \"microseconds\": %.1f", us);
+    if (status != NULL) {
+      used += (size_t)snprintf(line + used, size - used, ", \"error\": \"");
+      for (const char *c = tr_status_message(status); *c && used + 4 < size; c++) {
+        line[used++] = *c == '"' || *c == '\\' || *c < 32 ? '?' : *c;
+      }
+      line[used++] = '"';
+    }
+    used += (size_t)snprintf(line + used, size - used, "}\n");
+    tr_plat_mutex_lock(&t->lock);
+    fwrite(line, 1, used, t->file);
+    tr_plat_mutex_unlock(&t->lock);
+    free(line);
   }
-  fprintf(t->file, "}\n");
-  fflush(t->file);
-  tr_plat_mutex_unlock(&t->lock);
   return status;
 }
 
@@ -218,7 +233,11 @@ static int pin_matches(const pin *p, const tilerun_SelectRequest *rq) {
     for (size_t f = 0; f < rq->fields_count && !found; f++) {
       if (strcmp(rq->fields[f].name, p->match[m].name) != 0) continue;
       tr_value v;
-      if (tr_codec_value_from(&rq->fields[f].value, &v) != NULL) return 0;
+      tr_status *bad = tr_codec_value_from(&rq->fields[f].value, &v);
+      if (bad != NULL) {
+        tr_status_destroy(&bad);
+        return 0;
+      }
       found = tr_value_equal(&v, &p->match[m].value);
       tr_value_clear(&v);
     }

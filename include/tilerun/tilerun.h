@@ -32,7 +32,8 @@ typedef struct tr_runtime_options {
   /* The backend directories to search; NULL: $TILERUN_BACKEND_PATH then the install prefix's. */
   const char *const *backend_dirs;
   size_t n_backend_dirs;
-  /* Backends linked into the program, loaded before the discovered ones (name, init). */
+  /* Backends linked into the program, loaded before the discovered ones (name, init); the
+   * arrays are copied, the names must outlive the runtime (string literals, typically). */
   const char *const *builtin_names;
   const tr_backend_init_fn *builtin_inits;
   size_t n_builtins;
@@ -76,12 +77,14 @@ const char *tr_op_target(const tr_op *op);
 /* How many kernels the op instance has built and keeps (its memo's entries). */
 size_t tr_op_memo_count(const tr_op *op);
 
-/* Tuned mode: calls request_tune on every kernel built so far (once per device it was built
+/* Tuned mode (a composite op: its steps'): calls request_tune on every kernel built so far (once per device it was built
  * for, with that device current), and on each kernel built later before its first call. A kernel
  * without request_tune is not tuned and the op warns once. Returns the first failure. */
 tr_status *tr_op_request_tune(tr_op *op) TR_MUST_USE;
 
-/* The op's config: the first non-empty config of a kernel it built (count returned, 0: none). */
+/* The op's config: the first non-empty config of a kernel it built (count returned, 0: none); a
+ * composite op gives its steps'. The values are the op's copy, valid until the next call of this
+ * function on the op or its destruction. */
 size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out);
 
 /* Registered targets, sorted (with `op_name`: those with a builder for it). Fills up to `max`
