@@ -515,6 +515,12 @@ int tr_registry_has_target(const tr_registry *reg, const char *target) {
   return tr_registry_target_name(reg, target) != NULL;
 }
 
+int tr_registry_has_builder(const tr_registry *reg, const char *op, const char *target) {
+  tr_build_kernel_fn build;
+  void *ctx;
+  return tr_registry_builder(reg, op, target, &build, &ctx);
+}
+
 int tr_registry_builder(const tr_registry *reg, const char *op, const char *target,
                         tr_build_kernel_fn *build, void **ctx) {
   for (size_t i = 0; i < reg->builders.count; i++) {

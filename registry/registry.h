@@ -67,6 +67,9 @@ int tr_registry_has_target(const tr_registry *registry, const char *target);
 /* The registry's own copy of a registered target's name, or NULL when it is not registered. */
 const char *tr_registry_target_name(const tr_registry *registry, const char *target);
 
+/* 1 when (op, target) has a builder. */
+int tr_registry_has_builder(const tr_registry *registry, const char *op, const char *target);
+
 /* The builder registered for (op, target); 0 when there is none. */
 int tr_registry_builder(const tr_registry *registry, const char *op, const char *target,
                         tr_build_kernel_fn *build, void **ctx);

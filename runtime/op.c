@@ -329,6 +329,26 @@ static tr_status *failed(tr_op *op, tr_status *status) {
   return tr_registry_annotate(op->rt->registry, status);
 }
 
+/* A composite op is served whole by a target that registered a builder for it (the spec's first
+ * state); otherwise it runs its composition. */
+static int fused(tr_op *op, const DLTensor *const *inputs, size_t n_inputs) {
+  tr_device device;
+  int found = 0;
+  for (size_t i = 0; i < n_inputs && !found; i++) {
+    if (inputs[i] == NULL) continue;
+    tr_status *bad = tr__device_from_dl(op->rt, inputs[i]->device, &device);
+    found = bad == NULL;
+    tr_status_destroy(&bad);
+  }
+  const char *target = NULL;
+  tr_status *bad = found ? tr_registry_settle(op->rt->registry, op->requested, tr_default_target(op->rt),
+                                              &device, &target) : NULL;
+  int served = found && bad == NULL && strcmp(target, TR_BUILTIN) != 0 &&
+               tr_registry_has_builder(op->rt->registry, tr_op_def_name(op->def), target);
+  tr_status_destroy(&bad);
+  return served;
+}
+
 tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
                       DLManagedTensor **outputs, size_t n_outputs) {
   size_t n_out = tr_op_def_output_count(op->def);
@@ -337,7 +357,7 @@ tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
     return TR_STATUS(TR_VALUE, "%s returns %zu outputs; room for %zu was given",
                      tr_op_def_name(op->def), n_out, n_outputs);
   }
-  if (tr_op_def_is_composite(op->def)) {
+  if (tr_op_def_is_composite(op->def) && !fused(op, inputs, n_inputs)) {
     tr_status *status = tr__compose_call(op, inputs, n_inputs, outputs, n_outputs);
     return status ? tr_registry_annotate(op->rt->registry, status) : NULL;
   }

@@ -480,3 +480,37 @@ TEST_CASE("review fixes: the builtin backends' arrays may be gone by the first o
   CHECK(tr_load_failure_count(rt) == 0);
   tr_runtime_destroy(&rt);
 }
+
+static tr_status *noop_call(void *, DLTensor *const *, size_t, DLTensor *const *, size_t) { return nullptr; }
+
+static tr_status *init_fused(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "fused", claim_cpu, nullptr));
+  return api->register_kernel_builder(api->host, "LinearFwdOp", "fused", build<noop_call, true>, nullptr);
+}
+
+TEST_CASE("a composite op is served whole by a target that registered a builder for it") {
+  g_seen.clear();
+  const char *names[] = {"fused"};
+  const tr_backend_init_fn inits[] = {init_fused};
+  const char *none[] = {"/nonexistent"};
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = none;
+  o.n_backend_dirs = 1;
+  o.builtin_names = names;
+  o.builtin_inits = inits;
+  o.n_builtins = 1;
+  tr_runtime *rt = nullptr;
+  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_op *linear = nullptr;
+  tr_test::ok(tr_op_new(rt, "LinearFwdOp", nullptr, 0, nullptr, &linear));
+  HostTensor x({2, 4}), w({3, 4});
+  const DLTensor *in[] = {&x.t, &w.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(linear, in, 2, out.items, 1));
+  REQUIRE(g_seen.size() == 1);
+  CHECK(g_seen[0].find("LinearFwdOp fused float32[2, 4] on cpu float32[3, 4] on cpu None") == 0);
+  CHECK(std::string(tr_op_target(linear)) == "fused");
+  tr_op_destroy(&linear);
+  tr_runtime_destroy(&rt);
+}
