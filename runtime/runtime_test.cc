@@ -514,3 +514,95 @@ TEST_CASE("a composite op is served whole by a target that registered a builder 
   tr_op_destroy(&linear);
   tr_runtime_destroy(&rt);
 }
+
+// ---- two devices of one target (the two-GPU issue's rules, on CPU "devices") ----
+
+static void *twin_alloc(void *, const tr_device *, size_t bytes) { return malloc(bytes); }
+static void twin_free(void *, const tr_device *, void *p) { free(p); }
+
+struct TwinKernel {
+  int32_t device_index;  // the device it was built for
+};
+
+static tr_status *twin_add(void *self, DLTensor *const *in, size_t, DLTensor *const *out, size_t) {
+  int32_t want = static_cast<TwinKernel *>(self)->device_index;
+  for (const DLTensor *t : std::initializer_list<const DLTensor *>{in[0], in[1], out[0]}) {
+    if (t->device.device_id != want) {
+      return TR_STATUS(TR_BACKEND, "cross-device launch: a kernel built for twin:%d got a tensor on twin:%d",
+                       (int)want, (int)t->device.device_id);
+    }
+  }
+  return add_call(nullptr, in, 2, out, 1);
+}
+
+static tr_status *build_twin(void *, const tr_build_request *req, tr_kernel *out) {
+  g_builds++;
+  auto *k = new TwinKernel{req->device->index};
+  out->self = k;
+  out->call = twin_add;
+  out->release = [](void *self) { delete static_cast<TwinKernel *>(self); };
+  return nullptr;
+}
+
+static tr_status *claim_twin(void *, const tr_device *d, int *claims) {
+  *claims = std::string(d->type) == "twin";
+  return nullptr;
+}
+
+static tr_status *init_twin(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "twins", claim_twin, nullptr));
+  TR_RETURN_IF_ERROR(api->register_device_type(api->host, "twin", kDLExtDev));
+  TR_RETURN_IF_ERROR(api->register_allocator(api->host, "twin", twin_alloc, twin_free, nullptr, nullptr));
+  return api->register_kernel_builder(api->host, "AddFwdOp", "twins", build_twin, nullptr);
+}
+
+TEST_CASE("two devices of one target: one build per device, no cross-device launch, two threads") {
+  g_builds = 0;
+  const char *names[] = {"twins"};
+  const tr_backend_init_fn inits[] = {init_twin};
+  const char *none[] = {"/nonexistent"};
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = none;
+  o.n_backend_dirs = 1;
+  o.builtin_names = names;
+  o.builtin_inits = inits;
+  o.n_builtins = 1;
+  tr_runtime *rt = nullptr;
+  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_op *op = nullptr;
+  tr_test::ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &op));
+  // inputs on two devices: rejected by validation, naming both, before any builder
+  HostTensor a0({8}, {kDLExtDev, 0}), b1({8}, {kDLExtDev, 1});
+  const DLTensor *mixed[] = {&a0.t, &b1.t};
+  Outputs out;
+  CHECK(tr_test::error_of(tr_op_call(op, mixed, 2, out.items, 1)) ==
+        "SignatureError(device): AddFwdOp: input 'b' is on twin:1, but input 'a' is on twin:0; all "
+        "inputs of a call are on one device");
+  CHECK(g_builds == 0);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int d = 0; d < 2; d++) {
+    threads.emplace_back([&, d] {
+      HostTensor a({8}, {kDLExtDev, d}, 0.25f * d), b({8}, {kDLExtDev, d}, 1.0f);
+      const DLTensor *in[] = {&a.t, &b.t};
+      for (int i = 0; i < 10000; i++) {
+        Outputs o2;
+        tr_status *s = tr_op_call(op, in, 2, o2.items, 1);
+        if (s != nullptr) {
+          tr_status_destroy(&s);
+          wrong++;
+          continue;
+        }
+        if (o2.items[0]->dl_tensor.device.device_id != d) wrong++;
+        for (int k = 0; k < 8; k++) wrong += o2.f(0)[k] != a.data[k] + b.data[k];
+      }
+    });
+  }
+  for (auto &t : threads) t.join();
+  CHECK(wrong == 0);
+  CHECK(g_builds == 2);  // one per device
+  CHECK(tr_op_memo_count(op) == 2);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
