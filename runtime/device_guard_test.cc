@@ -31,18 +31,7 @@ static tr_status *init(const tr_backend_api *api) {
 TEST_CASE("each cuda build sees its call's device current; the caller's is restored") {
   int count = 0;
   REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
-  const char *names[] = {"guarded"};
-  const tr_backend_init_fn inits[] = {init};
-  const char *no_dirs[] = {"/nonexistent"};
-  tr_runtime_options o{};
-  o.manifest_dir = "manifest/spec";
-  o.backend_dirs = no_dirs;
-  o.n_backend_dirs = 1;
-  o.builtin_names = names;
-  o.builtin_inits = inits;
-  o.n_builtins = 1;
-  tr_runtime *rt = nullptr;
-  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_runtime *rt = tr_test::runtime_with_builtin("guarded", init);
   tr_op *op = nullptr;
   tr_test::ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &op));
   for (int d = count - 1; d >= 0; d--) {  // the last card first, so it differs from the caller's

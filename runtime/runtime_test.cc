@@ -490,18 +490,7 @@ static tr_status *init_fused(const tr_backend_api *api) {
 
 TEST_CASE("a composite op is served whole by a target that registered a builder for it") {
   g_seen.clear();
-  const char *names[] = {"fused"};
-  const tr_backend_init_fn inits[] = {init_fused};
-  const char *none[] = {"/nonexistent"};
-  tr_runtime_options o{};
-  o.manifest_dir = "manifest/spec";
-  o.backend_dirs = none;
-  o.n_backend_dirs = 1;
-  o.builtin_names = names;
-  o.builtin_inits = inits;
-  o.n_builtins = 1;
-  tr_runtime *rt = nullptr;
-  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_runtime *rt = tr_test::runtime_with_builtin("fused", init_fused);
   tr_op *linear = nullptr;
   tr_test::ok(tr_op_new(rt, "LinearFwdOp", nullptr, 0, nullptr, &linear));
   HostTensor x({2, 4}), w({3, 4});
@@ -558,18 +547,7 @@ static tr_status *init_twin(const tr_backend_api *api) {
 
 TEST_CASE("two devices of one target: one build per device, no cross-device launch, two threads") {
   g_builds = 0;
-  const char *names[] = {"twins"};
-  const tr_backend_init_fn inits[] = {init_twin};
-  const char *none[] = {"/nonexistent"};
-  tr_runtime_options o{};
-  o.manifest_dir = "manifest/spec";
-  o.backend_dirs = none;
-  o.n_backend_dirs = 1;
-  o.builtin_names = names;
-  o.builtin_inits = inits;
-  o.n_builtins = 1;
-  tr_runtime *rt = nullptr;
-  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_runtime *rt = tr_test::runtime_with_builtin("twins", init_twin);
   tr_op *op = nullptr;
   tr_test::ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &op));
   // inputs on two devices: rejected by validation, naming both, before any builder

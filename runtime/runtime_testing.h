@@ -58,6 +58,24 @@ struct Outputs {
   const float *f(int i) const { return static_cast<const float *>(items[i]->dl_tensor.data); }
 };
 
+// A runtime over the shipped manifest whose only backend is the built-in `init` (no plugin
+// folder is read). The runtime copies the name and the function, so they may be temporaries.
+inline tr_runtime *runtime_with_builtin(const char *name, tr_backend_init_fn init) {
+  const char *names[] = {name};
+  const tr_backend_init_fn inits[] = {init};
+  const char *no_dirs[] = {"/nonexistent"};
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = no_dirs;
+  o.n_backend_dirs = 1;
+  o.builtin_names = names;
+  o.builtin_inits = inits;
+  o.n_builtins = 1;
+  tr_runtime *rt = nullptr;
+  ok(tr_runtime_new(&o, &rt));
+  return rt;
+}
+
 }  // namespace tr_test
 
 #endif  // TILERUN_RUNTIME_RUNTIME_TESTING_H_
