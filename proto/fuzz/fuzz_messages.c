@@ -1,12 +1,14 @@
 /* fuzz_messages.c: a libFuzzer target decoding arbitrary bytes as each component message and
- * handing them to the validate and settle adapters, which must answer or refuse, never crash.
- * The first byte picks the message: 0 ValidateRequest (and the validate handler), 1
- * SettleRequest (and the settle handler), 2 SelectRequest, 3 BuildRequest, 4 LaunchRequest, 5
- * the replies, 6 an Envelope. */
+ * handing them to the validate, settle and select adapters, which must answer or refuse, never
+ * crash. The first byte picks the message: 0 ValidateRequest (and the validate handler), 1
+ * SettleRequest (and the settle handler), 2 SelectRequest (and the select handler, over one op
+ * with two implementations), 3 BuildRequest, 4 LaunchRequest, 5 the replies, 6 an Envelope. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "components/select/select.h"
 #include "components/settle/settle.h"
 #include "components/validate/validate.h"
 #include "proto/codec.h"
@@ -14,6 +16,55 @@
 
 static tr_manifest *g_manifest;
 static tr_registry *g_registry;
+static tr_select_table g_select;
+
+/* The select handler's op: a call type of every value kind, two implementations, one general. */
+static const tr_call_field g_fields[] = {
+    {"n", TR_VALUE_INT, 0, 0, {TR_VALUE_NONE, {.i = 0}}},
+    {"eps", TR_VALUE_FLOAT, 0, 1, {TR_VALUE_FLOAT, {.f = 1e-5}}},
+    {"fused", TR_VALUE_BOOL, 0, 1, {TR_VALUE_BOOL, {.b = false}}},
+    {"dtype", TR_VALUE_DTYPE, 0, 1, {TR_VALUE_DTYPE, {.dtype = {kDLFloat, 16, 1}}}},
+};
+static const tr_call_spec_type g_call = {"FuzzCall", 4, g_fields};
+static const tr_kernel_interface g_iface = {"FuzzFwdInterface", &g_call, 0, NULL, 0, NULL, "fuzzing"};
+
+static const char *small_only(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
+  (void)self;
+  if (tr_call_spec_int(call, "n") <= 4096) return NULL;
+  snprintf(buf, size, "serves n <= 4096, got n %lld", (long long)tr_call_spec_int(call, "n"));
+  return buf;
+}
+
+static tr_status *no_build(const tr_kernel_type *self, const tr_call_spec *call, tr_kernel *out) {
+  (void)self;
+  (void)call;
+  (void)out;
+  return TR_STATUS(TR_INTERNAL, "the fuzzer selects, never builds");
+}
+
+static tr_status *facts(void *ctx, const tr_device *device, tr_device_facts *out) {
+  (void)ctx;
+  out->arch = strcmp(device->type, "cuda") == 0 ? 90 : -1;
+  out->calibration = NULL;
+  out->sm_count = 132;
+  out->smem_budget = 232448;
+  return NULL;
+}
+
+static void make_selector(void) {
+  static const tr_kernel_type general = {sizeof(tr_kernel_type), "fuzz_general", &g_iface, NULL, NULL, 0, 1,
+                                         NULL, NULL, NULL, NULL, no_build, NULL, NULL};
+  static const tr_kernel_type small = {sizeof(tr_kernel_type), "fuzz_small", &g_iface, NULL, NULL, 0, 0,
+                                       NULL, NULL, small_only, NULL, no_build, NULL, NULL};
+  static const tr_kernel_interface *ifaces[] = {&g_iface};
+  static const tr_kernel_type *types[] = {&general, &small};
+  static tr_select_entry entry;
+  tr_selector *sel = NULL;
+  tr_status *s = tr_selector_new("FuzzFwdOp", ifaces, 1, types, 2, facts, NULL, &sel);
+  if (s != NULL) abort();
+  entry = (tr_select_entry){"FuzzFwdOp", sel, 1, ifaces};
+  g_select = (tr_select_table){1, &entry};
+}
 
 static void once(void) {
   if (g_manifest != NULL) return;
@@ -21,6 +72,7 @@ static void once(void) {
   if (s != NULL) abort(); /* the fuzzer runs from the runfiles root */
   s = tr_registry_new(NULL, NULL, &g_registry);
   if (s != NULL) abort();
+  make_selector();
 }
 
 static void decode_as(const pb_msgdesc_t *fields, size_t size, const uint8_t *data, size_t n) {
@@ -54,7 +106,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         s = tr_settle_decode(reply, reply_size, target);
       }
       break;
-    case 2: decode_as(tilerun_SelectRequest_fields, sizeof(tilerun_SelectRequest), body, n); break;
+    case 2:
+      s = tr_select_handle(&g_select, body, n, reply, sizeof(reply), &reply_size);
+      if (s == NULL) {
+        char key[64];
+        s = tr_select_decode(reply, reply_size, key);
+      }
+      break;
     case 3: decode_as(tilerun_BuildRequest_fields, sizeof(tilerun_BuildRequest), body, n); break;
     case 4: decode_as(tilerun_LaunchRequest_fields, sizeof(tilerun_LaunchRequest), body, n); break;
     case 5:

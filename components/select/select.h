@@ -1,0 +1,50 @@
+/* select.h: the select component: which in-tree implementation (kernel key) serves a call spec,
+ * as a message handler over the selectors of the in-tree ops, and the caller's side of the
+ * contract. The selection itself lives in selector/; this is decode, select, encode. */
+#ifndef TILERUN_COMPONENTS_SELECT_H_
+#define TILERUN_COMPONENTS_SELECT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "selector/selector.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One op's selector and the interfaces it was made with (the request names one by name). */
+typedef struct tr_select_entry {
+  const char *op;
+  tr_selector *selector;
+  size_t n_interfaces;
+  const tr_kernel_interface *const *interfaces;
+} tr_select_entry;
+
+/* The handler's context: the in-tree ops that have selectors. */
+typedef struct tr_select_table {
+  size_t n_entries;
+  const tr_select_entry *entries;
+} tr_select_table;
+
+/* The handler: `ctx` is a const tr_select_table *. A request that does not decode is a
+ * TransportError; an op without a selector (OpNotAvailableError), an interface the op does not
+ * have or a call type it does not take (SelectionError), a field that does not fit the call
+ * type (ValueError), a device that does not parse, and every error of the selection itself are
+ * a reply carrying that error. Thread-safe (the selectors are). */
+tr_status *tr_select_handle(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
+                            size_t reply_cap, size_t *reply_size);
+
+/* The caller's side: every field of `call` (in its type's order) and its device travel; stated
+ * device facts do not (the component derives them from the device, as kernel_for does). */
+tr_status *tr_select_encode(const char *op, const char *interface, const tr_call_spec *call, uint8_t *buf,
+                            size_t size, size_t *out_size) TR_MUST_USE;
+
+/* Decodes a reply into the selected key (at most 63 characters). */
+tr_status *tr_select_decode(const uint8_t *reply, size_t size, char key[64]) TR_MUST_USE;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TILERUN_COMPONENTS_SELECT_H_ */
