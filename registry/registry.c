@@ -625,6 +625,22 @@ int32_t tr_registry_dl_for_device_type(const tr_registry *reg, const char *devic
   return -1;
 }
 
+tr_status *tr_registry_device_from_dl(const tr_registry *reg, DLDevice dl, tr_device *out) {
+  const char *type = tr_registry_device_type_for_dl(reg, (int32_t)dl.device_type);
+  if (type != NULL) return tr_device_make(type, dl.device_id, out);
+  return tr_device_from_dl(dl, out);
+}
+
+tr_status *tr_registry_device_to_dl(const tr_registry *reg, const tr_device *device, DLDevice *out) {
+  int32_t dl_type = tr_registry_dl_for_device_type(reg, device->type);
+  if (dl_type >= 0) {
+    out->device_type = (DLDeviceType)dl_type;
+    out->device_id = device->index < 0 ? 0 : device->index;
+    return NULL;
+  }
+  return tr_device_to_dl(device, out);
+}
+
 int tr_registry_allocator(const tr_registry *reg, const char *device_type, tr_alloc_fn *alloc,
                           tr_free_fn *free_fn, tr_copy_fn *copy, void **ctx) {
   for (size_t i = 0; i < reg->allocs.count; i++) {

@@ -93,6 +93,12 @@ tr_status *tr_registry_device_facts(const tr_registry *registry, const tr_device
 const char *tr_registry_device_type_for_dl(const tr_registry *registry, int32_t dl_device_type);
 /* The DLPack device type registered for a device type name; -1 when none. */
 int32_t tr_registry_dl_for_device_type(const tr_registry *registry, const char *device_type);
+/* A DLPack device as a tilerun device and back: a backend's registered type first, then
+ * tilerun's own names (cpu, cuda, ...); an unknown one is the error tr_device_from_dl or
+ * tr_device_to_dl gives. */
+tr_status *tr_registry_device_from_dl(const tr_registry *registry, DLDevice dl, tr_device *out) TR_MUST_USE;
+tr_status *tr_registry_device_to_dl(const tr_registry *registry, const tr_device *device,
+                                    DLDevice *out) TR_MUST_USE;
 
 /* The kernel types plugins added to an op's in-tree interfaces (register_kernel_type): fills up
  * to `max` and returns the count. */

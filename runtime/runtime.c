@@ -172,19 +172,11 @@ const char *tr_load_failure_reason(tr_runtime *rt, size_t i) {
 }
 
 tr_status *tr__device_from_dl(const tr_runtime *rt, DLDevice dl, tr_device *out) {
-  const char *type = tr_registry_device_type_for_dl(rt->registry, (int32_t)dl.device_type);
-  if (type != NULL) return tr_device_make(type, dl.device_id, out);
-  return tr_device_from_dl(dl, out);
+  return tr_registry_device_from_dl(rt->registry, dl, out);
 }
 
 tr_status *tr__device_to_dl(const tr_runtime *rt, const tr_device *device, DLDevice *out) {
-  int32_t dl_type = tr_registry_dl_for_device_type(rt->registry, device->type);
-  if (dl_type >= 0) {
-    out->device_type = (DLDeviceType)dl_type;
-    out->device_id = device->index < 0 ? 0 : device->index;
-    return NULL;
-  }
-  return tr_device_to_dl(device, out);
+  return tr_registry_device_to_dl(rt->registry, device, out);
 }
 
 tr_status *tr_device_facts_of(tr_runtime *rt, const tr_device *device, tr_device_facts *out) {
