@@ -62,3 +62,7 @@ void tr_wire_request_envelope(const char *component, uint64_t deadline_unix_ns, 
   out->deadline_unix_ns = deadline_unix_ns;
   snprintf(out->component, sizeof(out->component), "%s", component);
 }
+
+tr_status *tr_wire_reply_error(const tilerun_Envelope *reply) {
+  return reply->has_status ? tr_wire_status_to(&reply->status) : NULL;
+}

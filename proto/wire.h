@@ -20,6 +20,9 @@ void tr_wire_status_from(const tr_status *status, tilerun_Status *out);
  * number becomes a TransportError that keeps the peer's code name and message. */
 tr_status *tr_wire_status_to(const tilerun_Status *msg) TR_MUST_USE;
 
+/* The error a decoded reply's envelope carries, or NULL when it carries none (or success). */
+tr_status *tr_wire_reply_error(const tilerun_Envelope *reply) TR_MUST_USE;
+
 /* Encodes an envelope into buf; sets *out_size. A buffer too small is a TransportError naming
  * the size needed. Thread-safe. */
 tr_status *tr_wire_encode_envelope(const tilerun_Envelope *env, uint8_t *buf, size_t size,

@@ -121,5 +121,5 @@ tr_status *tr_launch_encode(const tr_registry *registry, const tr_kernel *kernel
 tr_status *tr_launch_decode(const uint8_t *reply, size_t size) {
   tilerun_LaunchReply rp = tilerun_LaunchReply_init_zero;
   TR_RETURN_IF_ERROR(tr_codec_decode(tilerun_LaunchReply_fields, reply, size, &rp, "a LaunchReply"));
-  return rp.envelope.has_status ? tr_wire_status_to(&rp.envelope.status) : NULL;
+  return tr_wire_reply_error(&rp.envelope);
 }

@@ -91,10 +91,7 @@ tr_status *tr_select_encode(const char *op, const char *interface, const tr_call
 tr_status *tr_select_decode(const uint8_t *reply, size_t size, char key[64]) {
   tilerun_SelectReply rp = tilerun_SelectReply_init_zero;
   TR_RETURN_IF_ERROR(tr_codec_decode(tilerun_SelectReply_fields, reply, size, &rp, "a SelectReply"));
-  if (rp.envelope.has_status) {
-    tr_status *status = tr_wire_status_to(&rp.envelope.status);
-    if (status != NULL) return status;
-  }
+  TR_RETURN_IF_ERROR(tr_wire_reply_error(&rp.envelope));
   snprintf(key, 64, "%s", rp.key);
   return NULL;
 }

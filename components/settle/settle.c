@@ -41,10 +41,7 @@ tr_status *tr_settle_encode(const char *op, const char *requested, const char *d
 tr_status *tr_settle_decode(const uint8_t *reply, size_t size, char target[32]) {
   tilerun_SettleReply rp = tilerun_SettleReply_init_zero;
   TR_RETURN_IF_ERROR(tr_codec_decode(tilerun_SettleReply_fields, reply, size, &rp, "a SettleReply"));
-  if (rp.envelope.has_status) {
-    tr_status *status = tr_wire_status_to(&rp.envelope.status);
-    if (status != NULL) return status;
-  }
+  TR_RETURN_IF_ERROR(tr_wire_reply_error(&rp.envelope));
   snprintf(target, 32, "%s", rp.target);
   return NULL;
 }

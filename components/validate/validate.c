@@ -103,7 +103,7 @@ tr_status *tr_validate_decode(const uint8_t *reply, size_t size, tr_validated *o
   tilerun_ValidateReply *rp = calloc(1, sizeof(*rp));
   if (rp == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "validate: a reply");
   tr_status *status = tr_codec_decode(tilerun_ValidateReply_fields, reply, size, rp, "a ValidateReply");
-  if (status == NULL && rp->envelope.has_status) status = tr_wire_status_to(&rp->envelope.status);
+  if (status == NULL) status = tr_wire_reply_error(&rp->envelope);
   if (status == NULL) status = tr_device_parse(rp->device, &out->device);
   out->n_outputs = rp->outputs_count;
   for (size_t o = 0; status == NULL && o < rp->outputs_count; o++) {
