@@ -641,6 +641,12 @@ tr_status *tr_registry_device_to_dl(const tr_registry *reg, const tr_device *dev
   return tr_device_to_dl(device, out);
 }
 
+tr_status *tr_registry_spec_from_dl(const tr_registry *reg, const DLTensor *tensor, tr_tensor_spec *out) {
+  tr_device device;
+  TR_RETURN_IF_ERROR(tr_registry_device_from_dl(reg, tensor->device, &device));
+  return tr_tensor_spec_make(&device, tensor->dtype, tensor->ndim, tensor->shape, out);
+}
+
 int tr_registry_allocator(const tr_registry *reg, const char *device_type, tr_alloc_fn *alloc,
                           tr_free_fn *free_fn, tr_copy_fn *copy, void **ctx) {
   for (size_t i = 0; i < reg->allocs.count; i++) {

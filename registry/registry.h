@@ -99,6 +99,10 @@ int32_t tr_registry_dl_for_device_type(const tr_registry *registry, const char *
 tr_status *tr_registry_device_from_dl(const tr_registry *registry, DLDevice dl, tr_device *out) TR_MUST_USE;
 tr_status *tr_registry_device_to_dl(const tr_registry *registry, const tr_device *device,
                                     DLDevice *out) TR_MUST_USE;
+/* Describes a DLTensor (its strides and data are not looked at), its device named as
+ * tr_registry_device_from_dl names it; fails as that or tr_tensor_spec_make does. */
+tr_status *tr_registry_spec_from_dl(const tr_registry *registry, const DLTensor *tensor,
+                                    tr_tensor_spec *out) TR_MUST_USE;
 
 /* The kernel types plugins added to an op's in-tree interfaces (register_kernel_type): fills up
  * to `max` and returns the count. */

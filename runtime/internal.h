@@ -77,10 +77,6 @@ tr_status *tr__runtime_discover(tr_runtime *rt);
 /* Warns through the runtime's sink. */
 void tr__runtime_warn(tr_runtime *rt, const char *fmt, ...) TR_PRINTF(2, 3);
 
-/* A DLDevice as a tr_device, with the device types backends registered. */
-tr_status *tr__device_from_dl(const tr_runtime *rt, DLDevice dl, tr_device *out);
-tr_status *tr__device_to_dl(const tr_runtime *rt, const tr_device *device, DLDevice *out);
-
 /* Tensors: allocation of outputs and contiguous copies on the call's device. */
 /* `dl`: the spec's device as DLPack's (NULL: looked up). */
 tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, const DLDevice *dl,

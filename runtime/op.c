@@ -148,11 +148,7 @@ tr_status *tr__specs_from_dl(const tr_op *op, const DLTensor *const *inputs, siz
   for (size_t i = 0; i < n_decl; i++) {
     ptrs[i] = NULL;
     if (i >= n_inputs || inputs[i] == NULL) continue;
-    tr_device device;
-    tr_status *status = tr__device_from_dl(op->rt, inputs[i]->device, &device);
-    if (status == NULL) {
-      status = tr_tensor_spec_make(&device, inputs[i]->dtype, inputs[i]->ndim, inputs[i]->shape, &specs[i]);
-    }
+    tr_status *status = tr_registry_spec_from_dl(op->rt->registry, inputs[i], &specs[i]);
     if (status != NULL) {
       return tr_status_append(status, " (input '%s' of %s)", tr_op_def_input_name(def, i),
                               tr_op_def_name(def));
@@ -247,7 +243,7 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   if (e == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "a memo entry of %s", tr_op_def_name(def));
   atomic_init(&e->refs, 1);
   e->device = check.device;
-  tr_status *dl_status = tr__device_to_dl(op->rt, &check.device, &e->dl_device);
+  tr_status *dl_status = tr_registry_device_to_dl(op->rt->registry, &check.device, &e->dl_device);
   if (dl_status != NULL) {
     free(e);
     return dl_status;
@@ -336,7 +332,7 @@ static int fused(tr_op *op, const DLTensor *const *inputs, size_t n_inputs) {
   int found = 0;
   for (size_t i = 0; i < n_inputs && !found; i++) {
     if (inputs[i] == NULL) continue;
-    tr_status *bad = tr__device_from_dl(op->rt, inputs[i]->device, &device);
+    tr_status *bad = tr_registry_device_from_dl(op->rt->registry, inputs[i]->device, &device);
     found = bad == NULL;
     tr_status_destroy(&bad);
   }

@@ -171,14 +171,6 @@ const char *tr_load_failure_reason(tr_runtime *rt, size_t i) {
   return f ? f->reason : NULL;
 }
 
-tr_status *tr__device_from_dl(const tr_runtime *rt, DLDevice dl, tr_device *out) {
-  return tr_registry_device_from_dl(rt->registry, dl, out);
-}
-
-tr_status *tr__device_to_dl(const tr_runtime *rt, const tr_device *device, DLDevice *out) {
-  return tr_registry_device_to_dl(rt->registry, device, out);
-}
-
 tr_status *tr_device_facts_of(tr_runtime *rt, const tr_device *device, tr_device_facts *out) {
   TR_RETURN_IF_ERROR(tr__runtime_discover(rt));
   if (strcmp(device->type, "cuda") == 0) return tr__cuda_facts(device, out);

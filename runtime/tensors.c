@@ -74,7 +74,7 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
   if (dl != NULL) {
     t->device = *dl;
   } else {
-    tr_status *status = tr__device_to_dl(rt, &spec->device, &t->device);
+    tr_status *status = tr_registry_device_to_dl(rt->registry, &spec->device, &t->device);
     if (status != NULL) {
       delete_owned(&o->managed);
       return status;
@@ -118,7 +118,7 @@ static void strided_copy(char *dst, const int64_t *dst_strides, const char *src,
 
 static tr_status *device_copy(const tr_runtime *rt, const DLTensor *src, DLTensor *dst) {
   tr_device device;
-  TR_RETURN_IF_ERROR(tr__device_from_dl(rt, src->device, &device));
+  TR_RETURN_IF_ERROR(tr_registry_device_from_dl(rt->registry, src->device, &device));
   if (strcmp(device.type, "cpu") == 0) {
     size_t elem = tr_dtype_bytes(src->dtype);
     strided_copy((char *)dst->data + dst->byte_offset, dst->strides,
@@ -144,9 +144,7 @@ tr_status *tr__contiguous(const tr_runtime *rt, const tr_op *op, size_t input, c
   *out = src;
   if (tr_dl_tensor_is_contiguous(src)) return NULL;
   tr_tensor_spec spec;
-  tr_device device;
-  TR_RETURN_IF_ERROR(tr__device_from_dl(rt, src->device, &device));
-  TR_RETURN_IF_ERROR(tr_tensor_spec_make(&device, src->dtype, src->ndim, src->shape, &spec));
+  TR_RETURN_IF_ERROR(tr_registry_spec_from_dl(rt->registry, src, &spec));
   TR_RETURN_IF_ERROR(tr__alloc_tensor(rt, &spec, &src->device, copy));
   tr_status *status = device_copy(rt, src, &(*copy)->dl_tensor);
   if (status != NULL) {

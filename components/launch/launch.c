@@ -23,8 +23,10 @@ static tr_status *tensor_from(const tr_registry *reg, const tilerun_Tensor *msg,
   *out = NULL;
   tr_tensor_spec spec;
   int present = 0;
+  DLDevice device = {kDLCPU, 0};
   if (!msg->has_spec) return NULL; /* absent */
   tr_status *bad = tr_codec_spec_from(&msg->spec, &spec, &present);
+  if (bad == NULL && present) bad = tr_registry_device_to_dl(reg, &spec.device, &device);
   if (bad != NULL) {
     tr_status *named = TR_STATUS(TR_VALUE, "launch: %s %zu: %s", role, i, tr_status_message(bad));
     tr_status_destroy(&bad);
@@ -37,7 +39,7 @@ static tr_status *tensor_from(const tr_registry *reg, const tilerun_Tensor *msg,
                      (unsigned)msg->strides_count);
   }
   memset(s, 0, sizeof(*s));
-  TR_RETURN_IF_ERROR(tr_registry_device_to_dl(reg, &spec.device, &s->t.device));
+  s->t.device = device;
   memcpy(s->shape, spec.shape, sizeof(s->shape));
   s->t.data = (void *)(uintptr_t)msg->data;
   s->t.ndim = spec.rank;
@@ -85,8 +87,7 @@ static tr_status *tensor_to(const tr_registry *reg, const DLTensor *t, const cha
     return TR_STATUS(TR_VALUE, "launch: %s %zu has rank %d; at most %d travel", role, i, (int)t->ndim, TR_MAX_RANK);
   }
   tr_tensor_spec spec;
-  TR_RETURN_IF_ERROR(tr_registry_device_from_dl(reg, t->device, &spec.device));
-  TR_RETURN_IF_ERROR(tr_tensor_spec_make(&spec.device, t->dtype, t->ndim, t->shape, &spec));
+  TR_RETURN_IF_ERROR(tr_registry_spec_from_dl(reg, t, &spec));
   tr_codec_spec_to(&spec, &out->spec);
   out->has_spec = true;
   out->data = (uint64_t)(uintptr_t)t->data;

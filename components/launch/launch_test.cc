@@ -187,6 +187,15 @@ TEST_CASE("the launch contract: bad requests are errors naming the tensor, and n
     tr_status_destroy(&parse);
     CHECK(over_wire(p, raw(kernel, "nodev:x", data, {1})) == "ValueError: launch: input 0: " + parse_error);
     CHECK(over_wire(p, raw(kernel, "cpu", data, {-2})).find("ValueError: launch: input 0: ") == 0);
+    // A device that parses but has no DLPack form here (no backend registered 'zeta'), named too.
+    tr_device zeta;
+    ok(tr_device_parse("zeta:0", &zeta));
+    DLDevice dl;
+    tr_status *unmapped = tr_registry_device_to_dl(r.reg, &zeta, &dl);
+    REQUIRE(unmapped != nullptr);
+    std::string unmapped_error = tr_status_message(unmapped);
+    tr_status_destroy(&unmapped);
+    CHECK(over_wire(p, raw(kernel, "zeta:0", data, {1})) == "ValueError: launch: input 0: " + unmapped_error);
     CHECK(calls == 1);  // none of the bad requests reached the kernel
   }
 }
