@@ -142,6 +142,29 @@ tr_status *tr_plat_read_file(const char *path, char **out_data, size_t *out_size
  * the system's reason. Thread-safe (but two writers of one path race). */
 tr_status *tr_plat_write_file(const char *path, const void *data, size_t size) TR_MUST_USE;
 
+/* Replaces the file at `path` with `size` bytes of `data` atomically: the bytes go to a new
+ * temporary file beside it (same directory, a name starting with the file's own name and
+ * containing ".tmp-"), which is then renamed over `path`. A reader opening `path` sees the old
+ * file or the whole new one, never a partial one. Not flushed to disk (no fsync): after a power
+ * cut the file may be old, empty or short, so keep it checkable (a cache). Fails with TR_IO
+ * naming `path` and the system's reason (missing directory, no permission, full disk...); the
+ * temporary file is removed then, and `path` is left as it was. The directory must exist.
+ * Thread-safe; two writers of one path each leave a whole file (the last rename wins). */
+tr_status *tr_plat_write_file_atomic(const char *path, const void *data,
+                                     size_t size) TR_MUST_USE;
+
+/* Renames `from` to `to`, atomically replacing a file already at `to` (both on one file
+ * system). Fails with TR_IO naming both paths and the system's reason (`from` missing, `to` a
+ * directory, another file system...). Thread-safe. */
+tr_status *tr_plat_rename(const char *from, const char *to) TR_MUST_USE;
+
+/* Creates directory `path` and any missing parent, like `mkdir -p` (permissions from the
+ * umask). A directory already there (or made meanwhile by another process) is success. Fails
+ * with TR_VALUE for an empty path, TR_IO naming the first component that could not be made and
+ * why (no permission, a regular file in the way: "exists and is not a directory"...);
+ * components made before the failure stay. Thread-safe. */
+tr_status *tr_plat_make_dirs(const char *path) TR_MUST_USE;
+
 /* The names of the entries of directory `path` (not "." or ".."), sorted byte-wise (strcmp),
  * bare names, not paths. Sets *out_names to NULL and *out_count to 0 first; on success the
  * caller frees the array with tr_plat_free_names (it also ends with a NULL entry). Fails with

@@ -421,3 +421,126 @@ TEST_CASE("child processes: exit status, kill, a program that cannot start") {
   CHECK(std::string(tr_status_message(s)).find("cannot start '/nonexistent/program': ") == 0);
   tr_status_destroy(&s);
 }
+
+TEST_CASE("write_file_atomic replaces a file whole and leaves no temporary file", "[fs]") {
+  TempDir dir;
+  std::string path = dir.Join("cache.bin");
+  REQUIRE_OK(tr_plat_write_file_atomic(path.c_str(), "first", 5));
+  WriteFile(dir.Join("other"), "x");
+  std::string big(1 << 20, 'b');
+  REQUIRE_OK(tr_plat_write_file_atomic(path.c_str(), big.data(), big.size()));
+  char *data = nullptr;
+  size_t size = 0;
+  REQUIRE_OK(tr_plat_read_file(path.c_str(), &data, &size));
+  CHECK(std::string(data, size) == big);
+  free(data);
+  REQUIRE_OK(tr_plat_write_file_atomic(path.c_str(), "", 0));  // empty is a file too
+  REQUIRE_OK(tr_plat_read_file(path.c_str(), &data, &size));
+  CHECK(size == 0);
+  free(data);
+
+  char **names = nullptr;
+  size_t count = 0;
+  REQUIRE_OK(tr_plat_list_dir(dir.path().c_str(), &names, &count));
+  REQUIRE(count == 2);  // no "cache.bin.tmp-..." left behind
+  CHECK(std::string(names[0]) == "cache.bin");
+  CHECK(std::string(names[1]) == "other");
+  tr_plat_free_names(&names, count);
+
+  // A missing directory: the final path is named, nothing is created.
+  std::string missing = dir.Join("no-such-dir/file");
+  RequireError(tr_plat_write_file_atomic(missing.c_str(), "x", 1), TR_IO,
+               {"'" + missing + "'", "No such file or directory"});
+  // A directory in the way of the rename: the temporary file is removed again.
+  std::filesystem::create_directory(dir.Join("sub"));
+  WriteFile(dir.Join("sub/inner"), "x");
+  RequireError(tr_plat_write_file_atomic(dir.Join("sub").c_str(), "x", 1), TR_IO,
+               {"'" + dir.Join("sub") + "'"});
+  REQUIRE_OK(tr_plat_list_dir(dir.path().c_str(), &names, &count));
+  CHECK(count == 3);
+  tr_plat_free_names(&names, count);
+}
+
+TEST_CASE("write_file_atomic: concurrent writers of one path each leave a whole file", "[fs]") {
+  TempDir dir;
+  std::string path = dir.Join("shared");
+  struct Writer {
+    std::string path;
+    std::string content;
+    std::atomic<int> *failures;
+  };
+  std::atomic<int> failures{0};
+  std::vector<Writer> writers;
+  for (char c : {'a', 'b', 'c', 'd'}) writers.push_back({path, std::string(256 * 1024, c), &failures});
+  std::vector<tr_plat_thread *> threads(writers.size());
+  for (size_t i = 0; i < writers.size(); ++i) {
+    REQUIRE_OK(tr_plat_thread_start(
+        [](void *arg) {
+          auto *w = static_cast<Writer *>(arg);
+          for (int round = 0; round < 20; ++round) {
+            tr_status *s = tr_plat_write_file_atomic(w->path.c_str(), w->content.data(),
+                                                     w->content.size());
+            if (s != nullptr) ++*w->failures;
+            tr_status_destroy(&s);
+          }
+        },
+        &writers[i], &threads[i]));
+  }
+  // Meanwhile every read sees one writer's whole content.
+  int torn = 0, reads = 0;
+  for (int i = 0; i < 200; ++i) {
+    char *data = nullptr;
+    size_t size = 0;
+    tr_status *s = tr_plat_read_file(path.c_str(), &data, &size);
+    if (s == nullptr) {
+      ++reads;
+      std::string text(data, size);
+      if (size != 256 * 1024 || text != std::string(size, text[0])) ++torn;
+    }
+    tr_status_destroy(&s);
+    free(data);
+  }
+  for (tr_plat_thread *&t : threads) tr_plat_thread_join(&t);
+  CHECK(failures == 0);
+  CHECK(torn == 0);
+  INFO("reads that found the file: " << reads);
+  char **names = nullptr;
+  size_t count = 0;
+  REQUIRE_OK(tr_plat_list_dir(dir.path().c_str(), &names, &count));
+  CHECK(count == 1);
+  tr_plat_free_names(&names, count);
+}
+
+TEST_CASE("rename replaces the target atomically and names both paths on failure", "[fs]") {
+  TempDir dir;
+  std::string from = dir.Join("from"), to = dir.Join("to");
+  WriteFile(from, "new");
+  WriteFile(to, "old");
+  REQUIRE_OK(tr_plat_rename(from.c_str(), to.c_str()));
+  CHECK(tr_plat_file_exists(from.c_str()) == 0);
+  char *data = nullptr;
+  size_t size = 0;
+  REQUIRE_OK(tr_plat_read_file(to.c_str(), &data, &size));
+  CHECK(std::string(data, size) == "new");
+  free(data);
+  RequireError(tr_plat_rename(from.c_str(), to.c_str()), TR_IO,
+               {"'" + from + "'", "'" + to + "'", "No such file or directory"});
+}
+
+TEST_CASE("make_dirs makes every missing level and accepts what exists", "[fs]") {
+  TempDir dir;
+  std::string deep = dir.Join("a/b//c/d/");
+  REQUIRE_OK(tr_plat_make_dirs(deep.c_str()));
+  CHECK(tr_plat_is_dir(dir.Join("a/b/c/d").c_str()) == 1);
+  REQUIRE_OK(tr_plat_make_dirs(deep.c_str()));  // all there already
+  REQUIRE_OK(tr_plat_make_dirs(dir.Join("a/b/e").c_str()));
+  CHECK(tr_plat_is_dir(dir.Join("a/b/e").c_str()) == 1);
+
+  // A regular file in the way is named, and nothing under it is attempted.
+  WriteFile(dir.Join("a/file"), "x");
+  RequireError(tr_plat_make_dirs(dir.Join("a/file/sub/dir").c_str()), TR_IO,
+               {"'" + dir.Join("a/file") + "'", "exists and is not a directory"});
+  RequireError(tr_plat_make_dirs(dir.Join("a/file").c_str()), TR_IO,
+               {"exists and is not a directory"});
+  RequireError(tr_plat_make_dirs(""), TR_VALUE, {"empty"});
+}

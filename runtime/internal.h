@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 
 #include "components/pipeline/pipeline.h"
+#include "components/select/select.h"
 #include "manifest/manifest.h"
 #include "memo/memo.h"
 #include "platform/platform.h"
@@ -25,6 +26,10 @@ struct tr_runtime {
   int builtins_loaded;
   const char *default_target; /* NULL, TR_BUILTIN or a registry-owned name */
   tr_pipeline *pipeline;      /* the components the miss path goes through */
+  /* The in-tree ops' selectors (made at discovery, with the kernel types plugins added): the
+   * select component's table. */
+  tr_select_table select_table;
+  tr_select_entry *select_entries;
   void (*warn)(void *ctx, const char *line);
   void *warn_ctx;
 };

@@ -7,6 +7,7 @@
 
 #include "components/settle/settle.h"
 #include "components/validate/validate.h"
+#include "kernels/intree/intree.h"
 #include "manifest/compose.h"
 #include "runtime/internal.h"
 
@@ -132,13 +133,53 @@ static tr_status *tune_entry(tr_op *op, kernel_entry *e) {
   return NULL;
 }
 
-/* The in-tree path: not in this build for any device; the message the spec gives for cpu. */
-static tr_status *in_tree(const tr_op *op, const tr_device *device) {
+/* The in-tree path where it cannot run: the message the spec gives for cpu. */
+static tr_status *not_in_tree(const tr_op *op, const tr_device *device) {
   char dev[TR_DEVICE_FORMAT_MAX], known[1024];
   tr_device_format(device, dev, sizeof(dev));
   tr_registry_targets_text(op->rt->registry, tr_op_def_name(op->def), known, sizeof(known));
   return TR_STATUS(TR_OP_NOT_AVAILABLE, "%s's in-tree kernels do not run on %s; known targets for "
                    "this op: %s", tr_op_def_name(op->def), dev, known);
+}
+
+/* The in-tree build: the call spec of the call, the select component's key, then that
+ * implementation's factory (compile or load the artifact, load it on the device) with the
+ * device's facts, which are read only now that the target is settled. */
+static tr_status *in_tree(tr_op *op, const tr_device *device, const tr_tensor_spec *const *ptrs, size_t n_decl,
+                          tr_kernel *out) {
+  const char *name = tr_op_def_name(op->def);
+  const tr_intree_op *fam = tr_intree_find(name);
+  const tr_select_entry *entry = NULL;
+  for (size_t i = 0; fam != NULL && i < op->rt->select_table.n_entries; i++) {
+    if (strcmp(op->rt->select_table.entries[i].op, name) == 0) entry = &op->rt->select_table.entries[i];
+  }
+  if (fam == NULL || entry == NULL || strcmp(device->type, "cuda") != 0) return not_in_tree(op, device);
+  const char *iface = NULL;
+  tr_call_spec call;
+  TR_RETURN_IF_ERROR(fam->call_spec(ptrs, n_decl, op->named, op->n_params, device, &iface, &call));
+  uint8_t request[4096], reply[4096];
+  size_t request_size = 0, reply_size = 0;
+  char key[64];
+  tr_status *status = tr_select_encode(name, iface, &call, request, sizeof(request), &request_size);
+  if (status == NULL) {
+    status = tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_SELECT, request, request_size, reply, sizeof(reply),
+                              &reply_size);
+  }
+  if (status == NULL) status = tr_select_decode(reply, reply_size, key);
+  const tr_kernel_type *type = NULL;
+  if (status == NULL && (type = tr_selector_type(entry->selector, iface, key)) == NULL) {
+    status = TR_STATUS(TR_SELECTION, "the select component answered '%s' for %s, which %s's %s does not hold", key,
+                       name, name, iface);
+  }
+  tr_device_facts facts;
+  if (status == NULL) status = tr_device_facts_of(op->rt, device, &facts);
+  if (status == NULL) {
+    tr_call_spec_state_facts(&call, TR_FACT_ARCH | TR_FACT_SM_COUNT | TR_FACT_SMEM_BUDGET, &facts);
+    out->struct_size = sizeof(*out);
+    status = type->factory(type, &call, out);
+  }
+  tr_call_spec_clear(&call);
+  return status;
 }
 
 tr_status *tr__specs_from_dl(const tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
@@ -228,16 +269,19 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   tr_status *settled = op->target == NULL ? settle_call(op, &check.device) : NULL;
   tr_validated_clear(&check); /* the op keeps its own settled params */
   TR_RETURN_IF_ERROR(settled);
-  if (strcmp(op->target, TR_BUILTIN) == 0) return in_tree(op, &check.device);
-  tr_build_kernel_fn build;
-  void *ctx;
-  if (!tr_registry_builder(op->rt->registry, tr_op_def_name(def), op->target, &build, &ctx)) {
+  int builtin = strcmp(op->target, TR_BUILTIN) == 0;
+  tr_build_kernel_fn build = NULL;
+  void *ctx = NULL;
+  if (!builtin && !tr_registry_builder(op->rt->registry, tr_op_def_name(def), op->target, &build, &ctx)) {
     char known[1024];
     tr_registry_targets_text(op->rt->registry, tr_op_def_name(def), known, sizeof(known));
     return TR_STATUS(TR_OP_NOT_AVAILABLE, "target '%s' registers no kernel builder for %s; targets "
                      "that do: %s. There is no fall back to the in-tree implementation: those "
                      "kernels do not run on this target's devices.", op->target, tr_op_def_name(def),
                      known);
+  }
+  if (builtin && (tr_intree_find(tr_op_def_name(def)) == NULL || strcmp(check.device.type, "cuda") != 0)) {
+    return not_in_tree(op, &check.device);
   }
   kernel_entry *e = calloc(1, sizeof(*e));
   if (e == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "a memo entry of %s", tr_op_def_name(def));
@@ -256,8 +300,8 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   e->kernel.struct_size = sizeof(e->kernel);
   tr_device_guard guard;
   tr_status *status = tr__device_enter(&check.device, &guard);
-  if (status == NULL) {
-    status = build(ctx, &req, &e->kernel); /* with the call's device current */
+  if (status == NULL) { /* with the call's device current */
+    status = builtin ? in_tree(op, &check.device, ptrs, n_decl, &e->kernel) : build(ctx, &req, &e->kernel);
     tr__device_leave(&guard);
   }
   if (status == NULL && e->kernel.call == NULL) {

@@ -7,6 +7,8 @@
 
 #include "components/settle/settle.h"
 #include "components/validate/validate.h"
+#include "kernels/cuda/driver.h"
+#include "kernels/intree/intree.h"
 #include "runtime/internal.h"
 
 static void default_warn(void *ctx, const char *line) {
@@ -73,8 +75,10 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
     const char *file = o->pipeline_file ? o->pipeline_file : tr_plat_getenv("TILERUN_PIPELINE");
     if (file != NULL && file[0] != '\0') status = tr_pipeline_config_load(file, &config);
     else tr_pipeline_config_default(&config);
-    tr_component_handler handlers[TR_COMPONENT_COUNT] = {tr_validate_handle, tr_settle_handle, NULL, NULL, NULL};
-    void *contexts[TR_COMPONENT_COUNT] = {rt->manifest, rt->registry, NULL, NULL, NULL};
+    tr_component_handler handlers[TR_COMPONENT_COUNT] = {tr_validate_handle, tr_settle_handle, tr_select_handle,
+                                                         NULL, NULL};
+    /* the select table is filled at discovery, before any op can call select */
+    void *contexts[TR_COMPONENT_COUNT] = {rt->manifest, rt->registry, &rt->select_table, NULL, NULL};
     if (status == NULL) status = tr_pipeline_new(&config, handlers, contexts, &rt->pipeline);
   }
   if (status != NULL) {
@@ -89,7 +93,9 @@ void tr_runtime_destroy(tr_runtime **runtime_p) {
   if (runtime_p == NULL || *runtime_p == NULL) return;
   tr_runtime *rt = *runtime_p;
   *runtime_p = NULL;
-  tr_pipeline_destroy(&rt->pipeline); /* its actors read the manifest and the registry */
+  tr_pipeline_destroy(&rt->pipeline); /* its actors read the manifest, registry and selectors */
+  for (size_t i = 0; i < rt->select_table.n_entries; i++) tr_selector_destroy(&rt->select_entries[i].selector);
+  free(rt->select_entries);
   tr_manifest_destroy(&rt->manifest);
   tr_registry_destroy(&rt->registry);
   if (rt->backend_dirs != NULL) tr_plat_free_names(&rt->backend_dirs, rt->n_backend_dirs);
@@ -97,6 +103,33 @@ void tr_runtime_destroy(tr_runtime **runtime_p) {
   free(rt->builtin_inits);
   tr_plat_mutex_destroy(&rt->lock);
   free(rt);
+}
+
+static tr_status *facts_of(void *ctx, const tr_device *device, tr_device_facts *out) {
+  return tr_device_facts_of(ctx, device, out);
+}
+
+/* The in-tree ops' selectors: their own kernel types and those plugins registered for them. */
+static tr_status *make_selectors(tr_runtime *rt) {
+  size_t n = tr_intree_op_count();
+  rt->select_entries = calloc(n, sizeof(tr_select_entry));
+  if (rt->select_entries == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "the in-tree selectors");
+  for (size_t i = 0; i < n; i++) {
+    const tr_intree_op *op = tr_intree_op_at(i);
+    const tr_kernel_type *types[64];
+    size_t n_types = 0;
+    for (size_t t = 0; t < op->n_types && n_types < 64; t++) types[n_types++] = op->types[t];
+    n_types += tr_registry_kernel_types(rt->registry, op->op, types + n_types, 64 - n_types);
+    tr_select_entry *e = &rt->select_entries[i];
+    TR_RETURN_IF_ERROR(tr_selector_new(op->op, op->interfaces, op->n_interfaces, types, n_types, facts_of, rt,
+                                       &e->selector));
+    e->op = op->op;
+    e->n_interfaces = op->n_interfaces;
+    e->interfaces = op->interfaces;
+    rt->select_table.n_entries = i + 1;
+  }
+  rt->select_table.entries = rt->select_entries;
+  return NULL;
 }
 
 tr_status *tr__runtime_discover(tr_runtime *rt) {
@@ -117,6 +150,7 @@ tr_status *tr__runtime_discover(tr_runtime *rt) {
     tr_discovery *found = NULL;
     if (status == NULL) status = tr_backend_discover((const char *const *)dirs, n_dirs, &found);
     if (status == NULL) status = tr_registry_load_all(rt->registry, found);
+    if (status == NULL && rt->select_entries == NULL) status = make_selectors(rt);
     tr_discovery_destroy(&found);
     if (searched != NULL) tr_discovery_free_dirs(&searched, n_dirs);
     rt->discovered = status == NULL;
@@ -175,4 +209,11 @@ tr_status *tr_device_facts_of(tr_runtime *rt, const tr_device *device, tr_device
   TR_RETURN_IF_ERROR(tr__runtime_discover(rt));
   if (strcmp(device->type, "cuda") == 0) return tr__cuda_facts(device, out);
   return tr_registry_device_facts(rt->registry, device, out);
+}
+
+tr_status *tr_cuda_set_stream(int32_t device_index, void *stream) { return tr_cu_set_stream(device_index, stream); }
+
+void *tr_cuda_stream(int32_t device_index) {
+  void *s = tr_cu_current_stream(device_index);
+  return s == TR_CU_PER_THREAD_STREAM ? NULL : s;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/intree/intree.h"
 #include "runtime/internal.h"
 
 /* What a tensor's deleter needs: lives in the same block as the DLManagedTensor. */
@@ -24,6 +25,20 @@ static void delete_owned(DLManagedTensor *self) {
 
 #define CPU_ALIGN 64
 
+/* cuda memory: the in-tree kernels' stream-ordered allocator (NULL when out of memory). */
+static void *cuda_alloc(void *ctx, const tr_device *device, size_t bytes) {
+  (void)ctx;
+  void *p = NULL;
+  tr_status *status = tr_intree_alloc(device->index < 0 ? 0 : device->index, bytes, &p);
+  tr_status_destroy(&status);
+  return p;
+}
+
+static void cuda_free(void *ctx, const tr_device *device, void *ptr) {
+  (void)ctx;
+  tr_intree_free(device->index < 0 ? 0 : device->index, ptr);
+}
+
 tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, const DLDevice *dl,
                             DLManagedTensor **out) {
   *out = NULL;
@@ -40,13 +55,13 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
   tr_free_fn free_fn = NULL;
   tr_copy_fn copy = NULL;
   void *ctx = NULL;
-  if (!is_cpu && !tr_registry_allocator(rt->registry, spec->device.type, &alloc, &free_fn, &copy, &ctx)) {
+  int is_cuda = strcmp(spec->device.type, "cuda") == 0;
+  if (is_cuda) { /* stream-ordered, on the device's current stream */
+    alloc = cuda_alloc;
+    free_fn = cuda_free;
+  } else if (!is_cpu && !tr_registry_allocator(rt->registry, spec->device.type, &alloc, &free_fn, &copy, &ctx)) {
     char dev[TR_DEVICE_FORMAT_MAX];
     tr_device_format(&spec->device, dev, sizeof(dev));
-    if (strcmp(spec->device.type, "cuda") == 0) {
-      return TR_STATUS(TR_OP_NOT_AVAILABLE, "tilerun cannot allocate outputs on %s in this build (cuda "
-                       "allocation comes with the CUDA kernels); give the outputs with tr_op_call_into", dev);
-    }
     return TR_STATUS(TR_OP_NOT_AVAILABLE, "tilerun cannot allocate memory on %s: no backend "
                      "registered an allocator for device type '%s'", dev, spec->device.type);
   }
@@ -125,6 +140,7 @@ static tr_status *device_copy(const tr_runtime *rt, const DLTensor *src, DLTenso
                  (const char *)src->data + src->byte_offset, src->strides, src->shape, src->ndim, elem);
     return NULL;
   }
+  if (strcmp(device.type, "cuda") == 0) return tr_intree_copy(src, dst, src->strides == NULL && dst->strides != NULL);
   tr_alloc_fn alloc;
   tr_free_fn free_fn;
   tr_copy_fn copy = NULL;

@@ -517,3 +517,14 @@ tr_status *tr_selector_kernel_for(tr_selector *sel, const char *interface, const
 }
 
 tr_selector_stats tr_selector_get_stats(const tr_selector *sel) { return sel->stats; }
+
+const tr_kernel_type *tr_selector_type(const tr_selector *sel, const char *interface, const char *key) {
+  for (size_t i = 0; i < sel->n_ifaces; i++) {
+    const iface_entry *e = &sel->ifaces[i];
+    if (strcmp(e->iface->name, interface) != 0) continue;
+    for (size_t t = 0; t < e->n_types; t++) {
+      if (strcmp(e->types[t]->key, key) == 0) return e->types[t];
+    }
+  }
+  return NULL;
+}

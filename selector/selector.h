@@ -174,6 +174,10 @@ typedef struct tr_selected {
 tr_status *tr_selector_kernel_for(tr_selector *selector, const char *interface,
                                   const tr_call_spec *call, tr_selected *out) TR_MUST_USE;
 
+/* The implementation registered under `key` for `interface`, or NULL (what the build step runs
+ * once select has answered a key). */
+const tr_kernel_type *tr_selector_type(const tr_selector *selector, const char *interface, const char *key);
+
 /* Counters for tests and benchmarks: selections made, factories run, cache hits. */
 typedef struct tr_selector_stats {
   uint64_t selections, builds, hits;

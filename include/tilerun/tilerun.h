@@ -104,6 +104,15 @@ const char *tr_default_target(tr_runtime *runtime);
 tr_status *tr_device_facts_of(tr_runtime *runtime, const tr_device *device,
                               tr_device_facts *out) TR_MUST_USE;
 
+/* The current stream of a cuda device, per calling thread: where tilerun launches in-tree
+ * kernels, allocates outputs and frees them (stream-ordered). `stream` is a CUstream /
+ * cudaStream_t; NULL selects the per-thread default stream (the default: tilerun never uses the
+ * legacy default stream unless the caller sets it, as the handle 0x1). A device index outside
+ * 0..63 is a ValueError naming it. */
+tr_status *tr_cuda_set_stream(int32_t device_index, void *stream) TR_MUST_USE;
+/* The calling thread's current stream for that device (NULL: the per-thread default stream). */
+void *tr_cuda_stream(int32_t device_index);
+
 /* Backends that failed to load: how many, and each one's name, descriptor and reason. */
 size_t tr_load_failure_count(tr_runtime *runtime);
 const char *tr_load_failure_backend(tr_runtime *runtime, size_t i);

@@ -1,10 +1,13 @@
-/* fs.c: files and directories (read, write, list, temp dirs, removal) for POSIX. */
+/* fs.c: files and directories (read, write, atomic replace, rename, mkdir -p, list, temp dirs,
+ * removal) for POSIX. */
 #define _XOPEN_SOURCE 700 /* POSIX 2008 with XSI: realpath */
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -97,12 +100,9 @@ tr_status *tr_plat_read_file(const char *path, char **out_data, size_t *out_size
   return NULL;
 }
 
-tr_status *tr_plat_write_file(const char *path, const void *data, size_t size) {
-  int fd;
-  do {
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return TR__FS_ERROR(errno, "cannot write file", path);
+/* Writes all `size` bytes to `fd` and closes it (always). Returns 0, or the errno of the
+ * first failure. */
+static int tr__fs_write_close(int fd, const void *data, size_t size) {
   const char *bytes = data;
   size_t done = 0;
   while (done < size) {
@@ -111,12 +111,73 @@ tr_status *tr_plat_write_file(const char *path, const void *data, size_t size) {
       if (errno == EINTR) continue;
       int err = errno;
       close(fd);
-      return TR__FS_ERROR(err, "cannot write file", path);
+      return err;
     }
     done += (size_t)put;
   }
   /* close reports late write failures (a full disk on a network file system). */
-  if (close(fd) != 0 && errno != EINTR) return TR__FS_ERROR(errno, "cannot write file", path);
+  if (close(fd) != 0 && errno != EINTR) return errno;
+  return 0;
+}
+
+tr_status *tr_plat_write_file(const char *path, const void *data, size_t size) {
+  int fd;
+  do {
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return TR__FS_ERROR(errno, "cannot write file", path);
+  int err = tr__fs_write_close(fd, data, size);
+  return err != 0 ? TR__FS_ERROR(err, "cannot write file", path) : NULL;
+}
+
+/* Distinguishes the temporary files of one process's threads. */
+static atomic_uint tr__fs_temp_counter;
+
+tr_status *tr_plat_write_file_atomic(const char *path, const void *data, size_t size) {
+  /* "<path>.tmp-<pid>-<n>": beside the file (so the rename stays on its file system), made
+   * with O_EXCL (so no two writers share one), 0666 less the umask like write_file's files. */
+  size_t path_len = strlen(path);
+  size_t temp_size = path_len + 64;
+  char *temp = malloc(temp_size);
+  if (temp == NULL) {
+    return TR_STATUS(TR_OUT_OF_MEMORY, "cannot write file '%s': out of memory", path);
+  }
+  int fd = -1, err = 0;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    snprintf(temp, temp_size, "%s.tmp-%ld-%u", path, (long)getpid(),
+             atomic_fetch_add(&tr__fs_temp_counter, 1u));
+    do {
+      fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    } while (fd < 0 && errno == EINTR);
+    err = fd < 0 ? errno : 0;
+    if (fd < 0 && err != EEXIST) break; /* a stale file of a dead process with our pid: retry */
+  }
+  if (fd < 0) {
+    free(temp);
+    return TR__FS_ERROR(err, "cannot write file", path);
+  }
+  err = tr__fs_write_close(fd, data, size);
+  if (err == 0 && rename(temp, path) != 0) err = errno;
+  if (err != 0) {
+    (void)unlink(temp);
+    char text[TR__PLAT_ERRTEXT_SIZE];
+    tr__plat_errtext(err, text, sizeof text);
+    tr_status *status = TR_STATUS(err == ENOMEM ? TR_OUT_OF_MEMORY : TR_IO,
+                                  "cannot write file '%s' (through the temporary file '%s'): %s",
+                                  path, temp, text);
+    free(temp);
+    return status;
+  }
+  free(temp);
+  return NULL;
+}
+
+tr_status *tr_plat_rename(const char *from, const char *to) {
+  if (rename(from, to) != 0) {
+    char text[TR__PLAT_ERRTEXT_SIZE];
+    tr__plat_errtext(errno, text, sizeof text);
+    return TR_STATUS(TR_IO, "cannot rename '%s' to '%s': %s", from, to, text);
+  }
   return NULL;
 }
 
@@ -195,6 +256,43 @@ int tr_plat_is_dir(const char *path) {
 int tr_plat_file_exists(const char *path) {
   struct stat st;
   return stat(path, &st) == 0;
+}
+
+tr_status *tr_plat_make_dirs(const char *path) {
+  if (path == NULL || path[0] == '\0') {
+    return TR_STATUS(TR_VALUE, "cannot make directories: the path is empty");
+  }
+  if (tr_plat_is_dir(path)) return NULL;
+  size_t len = strlen(path);
+  char *prefix = malloc(len + 1);
+  if (prefix == NULL) {
+    return TR_STATUS(TR_OUT_OF_MEMORY, "cannot make directory '%s': out of memory", path);
+  }
+  memcpy(prefix, path, len + 1);
+  /* Each prefix ending before a '/' (and the whole path), parents first; "a//b" and a
+   * trailing '/' make empty or repeated prefixes, which are skipped or found existing. */
+  tr_status *status = NULL;
+  for (size_t end = 1; end <= len && status == NULL; ++end) {
+    if (end < len && path[end] != '/') continue;
+    if (path[end - 1] == '/') continue;
+    prefix[end] = '\0';
+    if (mkdir(prefix, 0777) != 0) {
+      /* A directory already there is fine, whoever made it and whenever (some systems say
+       * EACCES or EROFS rather than EEXIST for one). */
+      int err = errno;
+      struct stat st;
+      int exists = stat(prefix, &st) == 0;
+      if (exists && !S_ISDIR(st.st_mode)) {
+        status = TR_STATUS(TR_IO, "cannot make directory '%s': it exists and is not a "
+                           "directory", prefix);
+      } else if (!exists) {
+        status = TR__FS_ERROR(err, "cannot make directory", prefix);
+      }
+    }
+    prefix[end] = path[end];
+  }
+  free(prefix);
+  return status;
 }
 
 /* ---- Temporary trees --------------------------------------------------------------------- */

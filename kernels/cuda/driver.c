@@ -1,0 +1,223 @@
+/* driver.c: the CUDA driver API through the platform layer: libcuda is opened on first use, its
+ * entry points looked up by name, and every CUresult turned into a status with the driver's
+ * own name and text for it. */
+#include "kernels/cuda/driver.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "platform/platform.h"
+
+typedef int (*init_fn)(unsigned flags);
+typedef int (*device_get_fn)(int *device, int ordinal);
+typedef int (*ctx_retain_fn)(tr_cu_ctx *ctx, int device);
+typedef int (*ctx_get_fn)(tr_cu_ctx *ctx);
+typedef int (*ctx_set_fn)(tr_cu_ctx ctx);
+typedef int (*module_load_fn)(tr_cu_module *module, const void *image);
+typedef int (*module_function_fn)(tr_cu_function *function, tr_cu_module module, const char *name);
+typedef int (*func_attr_fn)(tr_cu_function function, int attribute, int value);
+typedef int (*launch_fn)(tr_cu_function f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                         unsigned bz, unsigned smem, tr_cu_stream stream, void **params, void **extra);
+typedef int (*alloc_async_fn)(tr_cu_ptr *ptr, size_t bytes, tr_cu_stream stream);
+typedef int (*free_async_fn)(tr_cu_ptr ptr, tr_cu_stream stream);
+typedef int (*error_text_fn)(int code, const char **text);
+
+enum { kFuncAttrMaxDynamicSmem = 8 };      /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+
+static struct {
+  tr_plat_lib *lib;
+  char error[512];
+  int init_rc;
+  init_fn init;
+  device_get_fn device_get;
+  ctx_retain_fn ctx_retain;
+  ctx_get_fn ctx_get;
+  ctx_set_fn ctx_set;
+  module_load_fn module_load;
+  module_function_fn module_function;
+  func_attr_fn func_attr;
+  launch_fn launch;
+  alloc_async_fn alloc_async;
+  free_async_fn free_async;
+  error_text_fn error_name, error_string;
+  tr_plat_mutex lock; /* the contexts */
+  tr_cu_ctx contexts[TR_CUDA_MAX_DEVICES];
+} g;
+
+static tr_plat_once g_once = TR_PLAT_ONCE_INIT;
+
+static void *sym(const char *name, int *missing) {
+  void *p = tr_plat_lib_symbol(g.lib, name);
+  if (p == NULL && !*missing) {
+    *missing = 1;
+    snprintf(g.error, sizeof(g.error), "libcuda has no '%s' (a driver older than CUDA 11.2?)", name);
+  }
+  return p;
+}
+
+#define BIND(field, name)                            \
+  do {                                               \
+    void *p_ = sym(name, &missing);                  \
+    memcpy(&g.field, &p_, sizeof(g.field));          \
+  } while (0)
+
+static void load_once(void) {
+  static const char *const kNames[] = {"libcuda.so.1", "libcuda.so"};
+  for (size_t i = 0; i < sizeof(kNames) / sizeof(kNames[0]) && g.lib == NULL; i++) {
+    tr_status *failed = tr_plat_lib_open(kNames[i], &g.lib);
+    if (failed != NULL) {
+      snprintf(g.error, sizeof(g.error), "%s", tr_status_message(failed));
+      tr_status_destroy(&failed);
+    }
+  }
+  if (g.lib == NULL) return;
+  g.error[0] = '\0';
+  int missing = 0;
+  BIND(init, "cuInit");
+  BIND(device_get, "cuDeviceGet");
+  BIND(ctx_retain, "cuDevicePrimaryCtxRetain");
+  BIND(ctx_get, "cuCtxGetCurrent");
+  BIND(ctx_set, "cuCtxSetCurrent");
+  BIND(module_load, "cuModuleLoadData");
+  BIND(module_function, "cuModuleGetFunction");
+  BIND(func_attr, "cuFuncSetAttribute");
+  BIND(launch, "cuLaunchKernel");
+  BIND(alloc_async, "cuMemAllocAsync");
+  BIND(free_async, "cuMemFreeAsync");
+  BIND(error_name, "cuGetErrorName");
+  BIND(error_string, "cuGetErrorString");
+  if (missing) return;
+  tr_status *failed = tr_plat_mutex_init(&g.lock);
+  if (failed != NULL) {
+    snprintf(g.error, sizeof(g.error), "%s", tr_status_message(failed));
+    tr_status_destroy(&failed);
+    g.init = NULL;
+    return;
+  }
+  g.init_rc = g.init(0);
+}
+
+const char *tr_cu_error_text(int code, char *buf, size_t size) {
+  const char *name = NULL, *text = NULL;
+  if (g.error_name != NULL) g.error_name(code, &name);
+  if (g.error_string != NULL) g.error_string(code, &text);
+  snprintf(buf, size, "%s (%d): %s", name ? name : "CUDA error", code, text ? text : "no description");
+  return buf;
+}
+
+/* A status for a failed driver call. */
+static tr_status *cu_error(int rc, const char *fmt_what, const char *what) {
+  char text[256], doing[256];
+  snprintf(doing, sizeof(doing), fmt_what, what ? what : "");
+  return TR_STATUS(TR_BACKEND, "%s: %s", doing, tr_cu_error_text(rc, text, sizeof(text)));
+}
+
+tr_status *tr_cu_load(void) {
+  tr_plat_once_run(&g_once, load_once);
+  if (g.lib == NULL || g.init == NULL) {
+    return TR_STATUS(TR_BACKEND, "the CUDA driver (libcuda.so.1) could not be loaded: %s",
+                     g.error[0] ? g.error : "unknown reason");
+  }
+  if (g.init_rc != 0) return cu_error(g.init_rc, "initialising the CUDA driver (cuInit)%s", "");
+  return NULL;
+}
+
+tr_status *tr_cu_device_context(int32_t index, tr_cu_ctx *out) {
+  *out = NULL;
+  TR_RETURN_IF_ERROR(tr_cu_load());
+  if (index < 0 || index >= TR_CUDA_MAX_DEVICES) {
+    return TR_STATUS(TR_VALUE, "cuda device index %d is outside 0..%d", index, TR_CUDA_MAX_DEVICES - 1);
+  }
+  tr_plat_mutex_lock(&g.lock);
+  tr_status *status = NULL;
+  if (g.contexts[index] == NULL) {
+    int device = 0;
+    char what[32];
+    snprintf(what, sizeof(what), "cuda:%d", index);
+    int rc = g.device_get(&device, index);
+    if (rc != 0) status = cu_error(rc, "finding device %s", what);
+    if (status == NULL && (rc = g.ctx_retain(&g.contexts[index], device)) != 0) {
+      status = cu_error(rc, "retaining the primary context of %s", what);
+    }
+  }
+  *out = g.contexts[index];
+  tr_plat_mutex_unlock(&g.lock);
+  return status;
+}
+
+tr_status *tr_cu_enter_context(tr_cu_ctx ctx, tr_cu_ctx *previous) {
+  *previous = ctx;
+  tr_cu_ctx current = NULL;
+  int rc = g.ctx_get(&current);
+  if (rc != 0) return cu_error(rc, "reading the current CUDA context%s", "");
+  *previous = current;
+  if (current == ctx) return NULL;
+  rc = g.ctx_set(ctx);
+  if (rc != 0) return cu_error(rc, "making a CUDA context current%s", "");
+  return NULL;
+}
+
+void tr_cu_restore_context(tr_cu_ctx ctx, tr_cu_ctx previous) {
+  if (previous != ctx) g.ctx_set(previous);
+}
+
+tr_status *tr_cu_module_load(const void *image, const char *name, const char *entry, tr_cu_module *module,
+                             tr_cu_function *function) {
+  *module = NULL;
+  *function = NULL;
+  int rc = g.module_load(module, image);
+  if (rc != 0) return cu_error(rc, "loading the cubin of kernel '%s'", name);
+  rc = g.module_function(function, *module, entry);
+  if (rc != 0) {
+    char text[256];
+    return TR_STATUS(TR_BACKEND, "kernel '%s' has no entry '%s': %s", name, entry,
+                     tr_cu_error_text(rc, text, sizeof(text)));
+  }
+  return NULL;
+}
+
+tr_status *tr_cu_function_set_smem(tr_cu_function function, int bytes) {
+  int rc = g.func_attr(function, kFuncAttrMaxDynamicSmem, bytes);
+  if (rc != 0) return cu_error(rc, "raising a kernel's dynamic shared memory%s", "");
+  return NULL;
+}
+
+tr_status *tr_cu_launch(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t grid_y,
+                        uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args) {
+  int rc = g.launch(function, grid_x, grid_y, 1, block_x, 1, 1, smem, stream, args, NULL);
+  if (rc == 0) return NULL;
+  char text[256];
+  return TR_STATUS(TR_BACKEND, "launching kernel '%s' (grid %u x %u, block %u, %u B shared): %s", what,
+                   grid_x, grid_y, block_x, smem, tr_cu_error_text(rc, text, sizeof(text)));
+}
+
+tr_status *tr_cu_alloc_async(size_t bytes, tr_cu_stream stream, tr_cu_ptr *out) {
+  *out = 0;
+  int rc = g.alloc_async(out, bytes, stream);
+  if (rc == 0) return NULL;
+  char text[256];
+  return TR_STATUS(TR_OUT_OF_MEMORY, "allocating %zu bytes on a cuda device (stream-ordered): %s", bytes,
+                   tr_cu_error_text(rc, text, sizeof(text)));
+}
+
+void tr_cu_free_async(tr_cu_ptr ptr, tr_cu_stream stream) {
+  if (ptr != 0 && g.free_async != NULL) g.free_async(ptr, stream);
+}
+
+/* The streams this thread set, per device (NULL: the per-thread default). */
+static _Thread_local tr_cu_stream t_streams[TR_CUDA_MAX_DEVICES];
+
+tr_cu_stream tr_cu_current_stream(int32_t index) {
+  if (index < 0 || index >= TR_CUDA_MAX_DEVICES) index = 0;
+  tr_cu_stream s = t_streams[index];
+  return s != NULL ? s : TR_CU_PER_THREAD_STREAM;
+}
+
+tr_status *tr_cu_set_stream(int32_t index, tr_cu_stream stream) {
+  if (index < 0 || index >= TR_CUDA_MAX_DEVICES) {
+    return TR_STATUS(TR_VALUE, "setting the stream of cuda device %d: the index must be in 0..%d", index,
+                     TR_CUDA_MAX_DEVICES - 1);
+  }
+  t_streams[index] = stream;
+  return NULL;
+}

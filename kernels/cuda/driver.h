@@ -1,0 +1,67 @@
+/* driver.h: the CUDA driver API, loaded at run time (libcuda.so.1 through the platform layer), so
+ * that tilerun builds and runs where there is no GPU or no CUDA Toolkit. Only what tilerun uses:
+ * primary contexts, modules, launches, stream-ordered memory, per-thread current streams. */
+#ifndef TILERUN_KERNELS_CUDA_DRIVER_H_
+#define TILERUN_KERNELS_CUDA_DRIVER_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tilerun/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opaque driver handles (CUcontext, CUmodule, CUfunction, CUstream, CUgraph...). */
+typedef void *tr_cu_ctx;
+typedef void *tr_cu_module;
+typedef void *tr_cu_function;
+typedef void *tr_cu_stream;
+typedef uint64_t tr_cu_ptr; /* CUdeviceptr */
+
+/* The most devices tilerun addresses (indices 0..TR_CUDA_MAX_DEVICES-1). */
+#define TR_CUDA_MAX_DEVICES 64
+
+/* Loads libcuda and initialises it (once per process); fails with a BackendError saying why
+ * (the library missing, cuInit's error). Thread-safe. Called on the miss path only. */
+tr_status *tr_cu_load(void) TR_MUST_USE;
+
+/* The primary context of device `index`, retained once per process and device. Thread-safe. */
+tr_status *tr_cu_device_context(int32_t index, tr_cu_ctx *out) TR_MUST_USE;
+
+/* Makes `ctx` current on this thread when it is not; *previous receives what was current (to
+ * pass to tr_cu_restore_context). Cheap when already current. */
+tr_status *tr_cu_enter_context(tr_cu_ctx ctx, tr_cu_ctx *previous) TR_MUST_USE;
+void tr_cu_restore_context(tr_cu_ctx ctx, tr_cu_ctx previous);
+
+/* Loads a cubin into the current context and finds its entry. */
+tr_status *tr_cu_module_load(const void *image, const char *name, const char *entry,
+                             tr_cu_module *module, tr_cu_function *function) TR_MUST_USE;
+/* Raises a function's dynamic shared memory limit (bytes above 48 KiB need it). */
+tr_status *tr_cu_function_set_smem(tr_cu_function function, int bytes) TR_MUST_USE;
+
+/* Launches on `stream` (an already current context). `what` names the kernel in errors. */
+tr_status *tr_cu_launch(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t grid_y,
+                        uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args) TR_MUST_USE;
+
+/* Stream-ordered memory on `stream` (current context must be the device's). */
+tr_status *tr_cu_alloc_async(size_t bytes, tr_cu_stream stream, tr_cu_ptr *out) TR_MUST_USE;
+void tr_cu_free_async(tr_cu_ptr ptr, tr_cu_stream stream);
+
+/* CU_STREAM_PER_THREAD: the per-thread default stream's handle. */
+#define TR_CU_PER_THREAD_STREAM ((tr_cu_stream)0x2)
+
+/* The stream tilerun works on for device `index` in this thread: the one set with
+ * tr_cu_set_stream, else the per-thread default stream (CU_STREAM_PER_THREAD). */
+tr_cu_stream tr_cu_current_stream(int32_t index);
+tr_status *tr_cu_set_stream(int32_t index, tr_cu_stream stream) TR_MUST_USE;
+
+/* The driver's text for an error code ("CUDA_ERROR_INVALID_VALUE: invalid argument"). */
+const char *tr_cu_error_text(int code, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TILERUN_KERNELS_CUDA_DRIVER_H_ */

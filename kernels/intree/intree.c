@@ -1,0 +1,657 @@
+/* intree.c: the in-tree CUDA ops for the selector: call-spec types, interfaces, implementations
+ * with their refusals and precedence, the factories (NVRTC artifact, module loaded once per
+ * device, a kernel launching it on the current stream), and cuda memory and copies. */
+#include "kernels/intree/intree.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/artifact.h"
+#include "kernels/cuda/driver.h"
+#include "platform/platform.h"
+
+/* The sources, with the common header in front (kernels/tools/embed.py). */
+extern const char tr_src_norm[], tr_src_softmax[], tr_src_add[], tr_src_copy[];
+
+/* ---- call-spec types and interfaces ---- */
+
+static const tr_call_field kNormFields[] = {
+    {"dtype", TR_VALUE_DTYPE, 0, 0, {0}},
+    {"row", TR_VALUE_INT, 0, 0, {0}},
+    {"weight", TR_VALUE_BOOL, 0, 1, {.kind = TR_VALUE_BOOL, .as.b = false}},
+    {"bias", TR_VALUE_BOOL, 0, 1, {.kind = TR_VALUE_BOOL, .as.b = false}},
+    {"eps", TR_VALUE_FLOAT, 0, 1, {.kind = TR_VALUE_FLOAT, .as.f = 1e-5}},
+};
+static const tr_call_spec_type kNormCall = {"NormCall", 5, kNormFields};
+
+static const tr_call_field kSoftmaxFields[] = {
+    {"dtype", TR_VALUE_DTYPE, 0, 0, {0}},
+    {"out_dtype", TR_VALUE_DTYPE, 0, 0, {0}},
+    {"row", TR_VALUE_INT, 0, 0, {0}},
+    {"inner", TR_VALUE_INT, 0, 1, {.kind = TR_VALUE_INT, .as.i = 1}},
+};
+static const tr_call_spec_type kSoftmaxCall = {"SoftmaxCall", 4, kSoftmaxFields};
+
+static const tr_call_field kElementwiseFields[] = {
+    {"dtype", TR_VALUE_DTYPE, 0, 0, {0}},
+    {"alpha", TR_VALUE_FLOAT, 0, 1, {.kind = TR_VALUE_FLOAT, .as.f = 1.0}},
+};
+static const tr_call_spec_type kElementwiseCall = {"ElementwiseCall", 2, kElementwiseFields};
+
+static const char *const kRmsArgs[] = {"x", "weight", NULL};
+static const char *const kLayerArgs[] = {"x", "weight", "bias", NULL};
+static const char *const kSoftmaxArgs[] = {"x", NULL};
+static const char *const kAddArgs[] = {"a", "b", NULL};
+static const char *const kY[] = {"y"};
+static const char *const kC[] = {"c"};
+
+static const tr_kernel_interface kRmsIface = {
+    "RMSNormRowFwdInterface", &kNormCall, 2, kRmsArgs, 1, kY,
+    "x [rows, row] contiguous, weight [row] or absent, same dtype, on one cuda device; returns y like x; "
+    "nothing written in place"};
+static const tr_kernel_interface kLayerIface = {
+    "LayerNormRowFwdInterface", &kNormCall, 3, kLayerArgs, 1, kY,
+    "x [rows, row] contiguous, weight and bias [row] or absent, same dtype, on one cuda device; returns y like "
+    "x; nothing written in place"};
+static const tr_kernel_interface kSoftmaxIface = {
+    "SoftmaxRowFwdInterface", &kSoftmaxCall, 1, kSoftmaxArgs, 1, kY,
+    "x [outer, row, inner] contiguous on a cuda device; returns y of x's shape in out_dtype; nothing written "
+    "in place"};
+static const tr_kernel_interface kAddIface = {
+    "AddElementwiseFwdInterface", &kElementwiseCall, 2, kAddArgs, 1, kC,
+    "a and b of one shape and dtype, contiguous, on one cuda device; returns c = a + alpha * b; nothing "
+    "written in place"};
+
+/* ---- implementations ---- */
+
+/* bf16 conversions (cvt.rn.bf16.f32) need SM80 or later. */
+static const int32_t kArchs[] = {80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121};
+#define N_ARCHS (sizeof(kArchs) / sizeof(kArchs[0]))
+
+enum { WARP_MAX_ROW = 1024, BLOCK_MAX_ROW = 32768 };
+
+typedef enum impl_kind { IMPL_WARP, IMPL_BLOCK, IMPL_LOOPED, IMPL_STRIDED, IMPL_ELEMENTWISE } impl_kind;
+typedef enum family { FAM_RMS, FAM_LAYER, FAM_SOFTMAX, FAM_ADD } family;
+
+typedef struct impl_info {
+  family fam;
+  impl_kind kind;
+} impl_info;
+
+static const impl_info kInfo[] = {
+    {FAM_RMS, IMPL_WARP},         {FAM_RMS, IMPL_BLOCK},         {FAM_RMS, IMPL_LOOPED},
+    {FAM_LAYER, IMPL_WARP},       {FAM_LAYER, IMPL_BLOCK},       {FAM_LAYER, IMPL_LOOPED},
+    {FAM_SOFTMAX, IMPL_WARP},     {FAM_SOFTMAX, IMPL_BLOCK},     {FAM_SOFTMAX, IMPL_LOOPED},
+    {FAM_SOFTMAX, IMPL_STRIDED},  {FAM_ADD, IMPL_ELEMENTWISE},
+};
+
+static int is_float16ish(tr_dtype d) {
+  return tr_dtype_equal(d, TR_FLOAT16) || tr_dtype_equal(d, TR_BFLOAT16) || tr_dtype_equal(d, TR_FLOAT32);
+}
+
+static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
+  const impl_info *info = self->ctx;
+  int64_t row = tr_call_spec_int(call, "row");
+  if (info->fam == FAM_ADD) {
+    tr_dtype d = tr_call_spec_get(call, "dtype")->as.dtype;
+    if (is_float16ish(d) || tr_dtype_equal(d, TR_FLOAT64) || tr_dtype_equal(d, TR_INT32) ||
+        tr_dtype_equal(d, TR_INT64)) {
+      return NULL;
+    }
+    snprintf(buf, size, "adds float16, bfloat16, float32, float64, int32 and int64; got %s", tr_dtype_name(d));
+    return buf;
+  }
+  const char *fields[] = {"dtype", "out_dtype"};
+  for (size_t i = 0; i < (info->fam == FAM_SOFTMAX ? 2u : 1u); i++) {
+    tr_dtype d = tr_call_spec_get(call, fields[i])->as.dtype;
+    if (!is_float16ish(d)) {
+      snprintf(buf, size, "%s must be float16, bfloat16 or float32; got %s", fields[i], tr_dtype_name(d));
+      return buf;
+    }
+  }
+  if (row < 1) {
+    snprintf(buf, size, "rows must hold at least one element; got row %lld", (long long)row);
+    return buf;
+  }
+  if (info->fam == FAM_SOFTMAX && info->kind != IMPL_STRIDED && tr_call_spec_int(call, "inner") != 1) {
+    snprintf(buf, size, "serves softmax along the last non-unit axis only; got an inner stride of %lld",
+             (long long)tr_call_spec_int(call, "inner"));
+    return buf;
+  }
+  if (info->kind == IMPL_WARP && row > WARP_MAX_ROW) {
+    snprintf(buf, size, "a warp holds rows of at most %d elements; got row %lld", WARP_MAX_ROW, (long long)row);
+    return buf;
+  }
+  if (info->kind == IMPL_BLOCK && row > BLOCK_MAX_ROW) {
+    snprintf(buf, size, "a block holds rows of at most %d elements in registers; got row %lld", BLOCK_MAX_ROW,
+             (long long)row);
+    return buf;
+  }
+  return NULL;
+}
+
+static tr_status *factory(const tr_kernel_type *self, const tr_call_spec *call, tr_kernel *out);
+
+#define TYPE(var, key_, iface, idx, general_, preferred_)                                                    \
+  static const tr_kernel_type var = {sizeof(tr_kernel_type), key_, &iface, NULL, kArchs, N_ARCHS, general_, \
+                                     preferred_, NULL, refusal, NULL, factory, NULL, (void *)&kInfo[idx]}
+
+static const char *const kRmsWarpOver[] = {"rms_norm_block", NULL};
+static const char *const kLayerWarpOver[] = {"layer_norm_block", NULL};
+static const char *const kSoftmaxWarpOver[] = {"softmax_block", "softmax_looped", NULL};
+static const char *const kSoftmaxBlockOver[] = {"softmax_looped", NULL};
+
+TYPE(kRmsWarp, "rms_norm_warp", kRmsIface, 0, 0, kRmsWarpOver);
+TYPE(kRmsBlock, "rms_norm_block", kRmsIface, 1, 0, NULL);
+TYPE(kRmsLooped, "rms_norm_looped", kRmsIface, 2, 1, NULL);
+TYPE(kLayerWarp, "layer_norm_warp", kLayerIface, 3, 0, kLayerWarpOver);
+TYPE(kLayerBlock, "layer_norm_block", kLayerIface, 4, 0, NULL);
+TYPE(kLayerLooped, "layer_norm_looped", kLayerIface, 5, 1, NULL);
+TYPE(kSoftmaxWarp, "softmax_warp", kSoftmaxIface, 6, 0, kSoftmaxWarpOver);
+TYPE(kSoftmaxBlock, "softmax_block", kSoftmaxIface, 7, 0, kSoftmaxBlockOver);
+TYPE(kSoftmaxLooped, "softmax_looped", kSoftmaxIface, 8, 0, NULL);
+TYPE(kSoftmaxStrided, "softmax_strided", kSoftmaxIface, 9, 1, NULL);
+TYPE(kAdd, "add_elementwise", kAddIface, 10, 1, NULL);
+
+/* ---- call specs of calls ---- */
+
+static const tr_value *param(const tr_named_value *params, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(params[i].name, name) == 0) return &params[i].value;
+  }
+  return NULL;
+}
+
+static int64_t spec_numel(const tr_tensor_spec *s, int32_t from, int32_t to) {
+  int64_t n = 1;
+  for (int32_t d = from; d < to; d++) n *= s->shape[d];
+  return n;
+}
+
+/* torch.finfo(dtype).eps: RMSNorm's eps when none is given. */
+static double finfo_eps(tr_dtype d) {
+  if (tr_dtype_equal(d, TR_FLOAT16)) return 0.0009765625;
+  if (tr_dtype_equal(d, TR_BFLOAT16)) return 0.0078125;
+  if (tr_dtype_equal(d, TR_FLOAT64)) return 2.220446049250313e-16;
+  return 1.1920928955078125e-07;
+}
+
+static tr_status *norm_spec(const char *op, int rms, const tr_tensor_spec *const *in, size_t n_in,
+                            const tr_named_value *params, size_t n_params, const tr_device *device,
+                            tr_call_spec *out) {
+  const tr_value *shape = param(params, n_params, "normalized_shape");
+  const tr_value *eps = param(params, n_params, "eps");
+  if (shape == NULL || shape->kind != TR_VALUE_INT_LIST || n_in < 1 || in[0] == NULL) {
+    return TR_STATUS(TR_VALUE, "%s: the in-tree kernels need normalized_shape and x", op);
+  }
+  const tr_tensor_spec *x = in[0];
+  int32_t k = (int32_t)shape->as.list.len;
+  double e = eps != NULL && eps->kind == TR_VALUE_FLOAT ? eps->as.f : rms ? finfo_eps(x->dtype) : 1e-5;
+  tr_named_value v[5] = {
+      {"dtype", tr_value_dtype(x->dtype)},
+      {"row", tr_value_int(spec_numel(x, x->rank - k, x->rank))},
+      {"weight", tr_value_bool(n_in > 1 && in[1] != NULL)},
+      {"bias", tr_value_bool(!rms && n_in > 2 && in[2] != NULL)},
+      {"eps", tr_value_float(e)},
+  };
+  return tr_call_spec_init(out, &kNormCall, device, v, 5);
+}
+
+static tr_status *rms_spec(const tr_tensor_spec *const *in, size_t n_in, const tr_named_value *params, size_t n_params,
+                           const tr_device *device, const char **iface, tr_call_spec *out) {
+  *iface = kRmsIface.name;
+  return norm_spec("RMSNormFwdOp", 1, in, n_in, params, n_params, device, out);
+}
+
+static tr_status *layer_spec(const tr_tensor_spec *const *in, size_t n_in, const tr_named_value *params,
+                             size_t n_params, const tr_device *device, const char **iface, tr_call_spec *out) {
+  *iface = kLayerIface.name;
+  return norm_spec("LayerNormFwdOp", 0, in, n_in, params, n_params, device, out);
+}
+
+static tr_status *softmax_spec(const tr_tensor_spec *const *in, size_t n_in, const tr_named_value *params,
+                               size_t n_params, const tr_device *device, const char **iface, tr_call_spec *out) {
+  *iface = kSoftmaxIface.name;
+  const tr_value *dim = param(params, n_params, "dim");
+  const tr_value *dtype = param(params, n_params, "dtype");
+  if (n_in < 1 || in[0] == NULL) return TR_STATUS(TR_VALUE, "SoftmaxFwdOp: the in-tree kernels need x");
+  const tr_tensor_spec *x = in[0];
+  int64_t d = dim != NULL && dim->kind == TR_VALUE_INT ? dim->as.i : -1;
+  int32_t rank = x->rank;
+  if (rank == 0) { /* a scalar: one row of one element */
+    d = 0;
+  } else {
+    if (d < 0) d += rank;
+    if (d < 0 || d >= rank) {
+      return TR_STATUS(TR_VALUE, "SoftmaxFwdOp: dim %lld is outside a tensor of rank %d",
+                       (long long)(dim ? dim->as.i : -1), rank);
+    }
+  }
+  tr_dtype o = dtype != NULL && dtype->kind == TR_VALUE_DTYPE ? dtype->as.dtype : x->dtype;
+  tr_named_value v[4] = {
+      {"dtype", tr_value_dtype(x->dtype)},
+      {"out_dtype", tr_value_dtype(o)},
+      {"row", tr_value_int(rank == 0 ? 1 : x->shape[d])},
+      {"inner", tr_value_int(rank == 0 ? 1 : spec_numel(x, (int32_t)d + 1, rank))},
+  };
+  return tr_call_spec_init(out, &kSoftmaxCall, device, v, 4);
+}
+
+static tr_status *add_spec(const tr_tensor_spec *const *in, size_t n_in, const tr_named_value *params, size_t n_params,
+                           const tr_device *device, const char **iface, tr_call_spec *out) {
+  *iface = kAddIface.name;
+  const tr_value *alpha = param(params, n_params, "alpha");
+  if (n_in < 2 || in[0] == NULL) return TR_STATUS(TR_VALUE, "AddFwdOp: the in-tree kernels need a and b");
+  double a = alpha == NULL ? 1.0 : alpha->kind == TR_VALUE_INT ? (double)alpha->as.i : alpha->as.f;
+  tr_named_value v[2] = {{"dtype", tr_value_dtype(in[0]->dtype)}, {"alpha", tr_value_float(a)}};
+  return tr_call_spec_init(out, &kElementwiseCall, device, v, 2);
+}
+
+static const tr_kernel_interface *const kRmsIfaces[] = {&kRmsIface};
+static const tr_kernel_interface *const kLayerIfaces[] = {&kLayerIface};
+static const tr_kernel_interface *const kSoftmaxIfaces[] = {&kSoftmaxIface};
+static const tr_kernel_interface *const kAddIfaces[] = {&kAddIface};
+static const tr_kernel_type *const kRmsTypes[] = {&kRmsWarp, &kRmsBlock, &kRmsLooped};
+static const tr_kernel_type *const kLayerTypes[] = {&kLayerWarp, &kLayerBlock, &kLayerLooped};
+static const tr_kernel_type *const kSoftmaxTypes[] = {&kSoftmaxWarp, &kSoftmaxBlock, &kSoftmaxLooped,
+                                                      &kSoftmaxStrided};
+static const tr_kernel_type *const kAddTypes[] = {&kAdd};
+
+static const tr_intree_op kOps[] = {
+    {"RMSNormFwdOp", 1, kRmsIfaces, 3, kRmsTypes, rms_spec},
+    {"LayerNormFwdOp", 1, kLayerIfaces, 3, kLayerTypes, layer_spec},
+    {"SoftmaxFwdOp", 1, kSoftmaxIfaces, 4, kSoftmaxTypes, softmax_spec},
+    {"AddFwdOp", 1, kAddIfaces, 1, kAddTypes, add_spec},
+};
+
+size_t tr_intree_op_count(void) { return sizeof(kOps) / sizeof(kOps[0]); }
+const tr_intree_op *tr_intree_op_at(size_t i) { return i < tr_intree_op_count() ? &kOps[i] : NULL; }
+const tr_intree_op *tr_intree_find(const char *op) {
+  for (size_t i = 0; i < tr_intree_op_count(); i++) {
+    if (strcmp(kOps[i].op, op) == 0) return &kOps[i];
+  }
+  return NULL;
+}
+
+void tr_intree_arch_name(int32_t arch, char *buf, size_t size) {
+  /* Hopper's arch-specific features need the "a" target; a cubin for sm_90a runs on SM90 only */
+  snprintf(buf, size, arch == 90 ? "sm_%da" : "sm_%d", (int)arch);
+}
+
+/* ---- specialisations ---- */
+
+static const char *c_type(tr_dtype d) {
+  if (tr_dtype_equal(d, TR_FLOAT16)) return "f16";
+  if (tr_dtype_equal(d, TR_BFLOAT16)) return "bf16";
+  if (tr_dtype_equal(d, TR_FLOAT32)) return "float";
+  if (tr_dtype_equal(d, TR_FLOAT64)) return "double";
+  if (tr_dtype_equal(d, TR_INT32)) return "int";
+  if (tr_dtype_equal(d, TR_INT64)) return "i64";
+  return NULL;
+}
+
+enum { ELEMENTWISE_BLOCK = 256, WARP_BLOCK = 128, LOOPED_BLOCK = 1024, COPY_MAX_BLOCKS = 4096 };
+
+/* Threads for a block-per-row kernel holding the row in registers: about two 16-byte vectors
+ * per thread, at least 64 and at most 1024 threads. */
+static uint32_t block_threads(int64_t row, size_t elem) {
+  size_t v = 16 / elem;
+  int64_t nv = row % (int64_t)v == 0 ? row / (int64_t)v : row;
+  int64_t t = (nv + 1) / 2;
+  t = (t + 31) / 32 * 32;
+  if (t < 64) t = 64;
+  if (t > 1024) t = 1024;
+  return (uint32_t)t;
+}
+
+static void add_int(tr_intree_source *s, const char *fmt, long long value) {
+  if (s->n_options >= 16) return;
+  snprintf(s->option_text[s->n_options], 64, fmt, value);
+  s->options[s->n_options] = s->option_text[s->n_options];
+  s->n_options++;
+}
+
+static void add_text(tr_intree_source *s, const char *fmt, const char *value) {
+  if (s->n_options >= 16) return;
+  snprintf(s->option_text[s->n_options], 64, fmt, value);
+  s->options[s->n_options] = s->option_text[s->n_options];
+  s->n_options++;
+}
+
+tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
+  memset(out, 0, sizeof(*out));
+  const impl_info *info = type->ctx;
+  out->name = type->key;
+  tr_dtype dt = tr_call_spec_get(call, "dtype")->as.dtype;
+  const char *t = c_type(dt);
+  if (t == NULL) return TR_STATUS(TR_VALUE, "kernel '%s' has no specialisation for dtype %s", type->key, tr_dtype_name(dt));
+  add_text(out, "-DTR_T=%s", t);
+  int64_t row = tr_call_spec_int(call, "row");
+  if (info->fam == FAM_ADD) {
+    out->source = tr_src_add;
+    out->entry = "tr_add";
+    out->block = ELEMENTWISE_BLOCK;
+  } else {
+    add_int(out, "-DTR_N=%lld", (long long)row);
+    out->block = info->kind == IMPL_WARP ? WARP_BLOCK
+                 : info->kind == IMPL_BLOCK ? block_threads(row, tr_dtype_bytes(dt))
+                 : info->kind == IMPL_STRIDED ? ELEMENTWISE_BLOCK : LOOPED_BLOCK;
+    static const char *const kImpl[] = {"-DTR_IMPL_WARP", "-DTR_IMPL_BLOCK", "-DTR_IMPL_LOOPED", "-DTR_IMPL_STRIDED"};
+    add_text(out, "%s", kImpl[info->kind]);
+    if (info->fam == FAM_SOFTMAX) {
+      out->source = tr_src_softmax;
+      out->entry = "tr_softmax";
+      add_text(out, "-DTR_OUT=%s", c_type(tr_call_spec_get(call, "out_dtype")->as.dtype));
+    } else {
+      out->source = tr_src_norm;
+      out->entry = "tr_norm";
+      add_int(out, "-DTR_RMS=%lld", info->fam == FAM_RMS);
+      add_int(out, "-DTR_HAS_W=%lld", tr_call_spec_get(call, "weight")->as.b);
+      add_int(out, "-DTR_HAS_B=%lld", tr_call_spec_get(call, "bias")->as.b);
+    }
+  }
+  add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
+  return NULL;
+}
+
+/* ---- modules: one per device and artifact ---- */
+
+typedef struct module_entry {
+  int32_t index;
+  uint64_t key[2];
+  tr_cu_module module;
+  tr_cu_function function;
+  struct module_entry *next;
+} module_entry;
+
+static struct {
+  tr_plat_mutex lock;
+  module_entry *modules;
+  _Atomic(tr_cu_ctx) contexts[TR_CUDA_MAX_DEVICES];
+  _Atomic(tr_cu_function) copies[TR_CUDA_MAX_DEVICES][4]; /* element sizes 1, 2, 4, 8 */
+  atomic_uint_fast64_t compiled, from_cache, loaded, kernels;
+  tr_artifact_cache cache;
+} g;
+static tr_plat_once g_once = TR_PLAT_ONCE_INIT;
+static int g_lock_ok;
+
+static void init_once(void) {
+  tr_status *failed = tr_plat_mutex_init(&g.lock);
+  g_lock_ok = failed == NULL;
+  tr_status_destroy(&failed);
+  tr_artifact_cache_default(&g.cache);
+}
+
+tr_intree_stats tr_intree_get_stats(void) {
+  tr_intree_stats s = {atomic_load(&g.compiled), atomic_load(&g.from_cache), atomic_load(&g.loaded),
+                       atomic_load(&g.kernels)};
+  return s;
+}
+
+/* The function of a specialisation on device `index` (its context current): compiled or taken
+ * from the disk cache, loaded once per device. */
+static tr_status *function_for(int32_t index, const char *arch, const tr_intree_source *src, tr_cu_function *out) {
+  tr_artifact_source as = {src->name, src->source, arch, src->options, src->n_options, src->entry};
+  tr_artifact art;
+  memset(&art, 0, sizeof(art));
+  int from_cache = 0;
+  char *warning = NULL;
+  TR_RETURN_IF_ERROR(tr_artifact_build(&as, &g.cache, &art, &from_cache, &warning));
+  free(warning); /* the cache is best effort; the build went on */
+  atomic_fetch_add(from_cache ? &g.from_cache : &g.compiled, 1);
+  tr_plat_mutex_lock(&g.lock);
+  tr_status *status = NULL;
+  module_entry *m = g.modules;
+  while (m != NULL && !(m->index == index && m->key[0] == art.key[0] && m->key[1] == art.key[1])) m = m->next;
+  if (m == NULL) {
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) status = TR_STATUS(TR_OUT_OF_MEMORY, "a module entry for kernel '%s'", src->name);
+    if (status == NULL) status = tr_cu_module_load(art.cubin, src->name, src->entry, &m->module, &m->function);
+    if (status == NULL) {
+      m->index = index;
+      m->key[0] = art.key[0];
+      m->key[1] = art.key[1];
+      m->next = g.modules;
+      g.modules = m;
+      atomic_fetch_add(&g.loaded, 1);
+    } else {
+      free(m);
+      m = NULL;
+    }
+  }
+  if (m != NULL) *out = m->function;
+  tr_plat_mutex_unlock(&g.lock);
+  tr_artifact_clear(&art);
+  return status;
+}
+
+/* The copy kernels of a device (for strided inputs), loaded with its first in-tree kernel. */
+static tr_status *ensure_copies(int32_t index, const char *arch) {
+  static const size_t kSizes[4] = {1, 2, 4, 8};
+  for (size_t i = 0; i < 4; i++) {
+    if (atomic_load(&g.copies[index][i]) != NULL) continue;
+    tr_intree_source s;
+    memset(&s, 0, sizeof(s));
+    s.name = "copy_strided";
+    s.source = tr_src_copy;
+    s.entry = "tr_copy";
+    s.block = ELEMENTWISE_BLOCK;
+    add_int(&s, "-DTR_ES=%lld", (long long)kSizes[i]);
+    add_int(&s, "-DTR_BLOCK=%lld", (long long)s.block);
+    tr_cu_function f = NULL;
+    TR_RETURN_IF_ERROR(function_for(index, arch, &s, &f));
+    atomic_store(&g.copies[index][i], f);
+  }
+  return NULL;
+}
+
+/* ---- kernels ---- */
+
+typedef struct intree_kernel {
+  const impl_info *info;
+  const char *key;
+  tr_cu_function function;
+  tr_cu_ctx ctx;
+  int32_t index;
+  uint32_t block;
+  int32_t sm_count;
+  int64_t row, inner;
+  float eps;
+  double alpha;
+} intree_kernel;
+
+static int64_t numel(const DLTensor *t) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < t->ndim; d++) n *= t->shape[d];
+  return n;
+}
+
+static void *data_of(const DLTensor *t) { return t ? (char *)t->data + t->byte_offset : NULL; }
+
+static tr_status *launch_rows(const intree_kernel *k, int64_t rows, uint32_t rows_per_block, tr_cu_stream stream,
+                              void **args) {
+  int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  if (blocks == 0) return NULL;
+  uint32_t gx = blocks > INT32_MAX ? (1u << 30) : (uint32_t)blocks;
+  uint32_t gy = (uint32_t)((blocks + gx - 1) / gx);
+  return tr_cu_launch(k->function, k->key, gx, gy, k->block, 0, stream, args);
+}
+
+static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTensor *const *out, size_t n_out) {
+  const intree_kernel *k = self;
+  (void)n_out;
+  tr_cu_stream stream = tr_cu_current_stream(k->index);
+  tr_cu_ctx previous;
+  TR_RETURN_IF_ERROR(tr_cu_enter_context(k->ctx, &previous));
+  tr_status *status = NULL;
+  switch (k->info->fam) {
+    case FAM_RMS:
+    case FAM_LAYER: {
+      void *x = data_of(in[0]), *w = n_in > 1 ? data_of(in[1]) : NULL, *y = data_of(out[0]);
+      void *b = k->info->fam == FAM_LAYER && n_in > 2 ? data_of(in[2]) : NULL;
+      int64_t rows = numel(in[0]) / k->row;
+      float eps = k->eps;
+      void *args[] = {&x, &w, &b, &y, &rows, &eps};
+      status = launch_rows(k, rows, k->info->kind == IMPL_WARP ? k->block / 32 : 1, stream, args);
+      break;
+    }
+    case FAM_SOFTMAX: {
+      void *x = data_of(in[0]), *y = data_of(out[0]);
+      int64_t inner = k->inner, outer = numel(in[0]) / (k->row * k->inner);
+      void *args[] = {&x, &y, &outer, &inner};
+      if (k->info->kind == IMPL_STRIDED) {
+        int64_t blocks = (outer * inner + k->block - 1) / k->block;
+        if (blocks > 0) status = tr_cu_launch(k->function, k->key, (uint32_t)blocks, 1, k->block, 0, stream, args);
+      } else {
+        status = launch_rows(k, outer, k->info->kind == IMPL_WARP ? k->block / 32 : 1, stream, args);
+      }
+      break;
+    }
+    case FAM_ADD: {
+      void *a = data_of(in[0]), *b = data_of(in[1]), *c = data_of(out[0]);
+      int64_t n = numel(in[0]);
+      double alpha = k->alpha;
+      void *args[] = {&a, &b, &c, &n, &alpha};
+      int64_t per_block = (int64_t)k->block * (int64_t)(16 / (in[0]->dtype.bits / 8));
+      int64_t blocks = (n + per_block - 1) / per_block, cap = (int64_t)k->sm_count * 16;
+      if (blocks > cap) blocks = cap;
+      if (blocks > 0) status = tr_cu_launch(k->function, k->key, (uint32_t)blocks, 1, k->block, 0, stream, args);
+      break;
+    }
+  }
+  tr_cu_restore_context(k->ctx, previous);
+  return status;
+}
+
+static void kernel_release(void *self) { free(self); }
+
+static tr_status *factory(const tr_kernel_type *self, const tr_call_spec *call, tr_kernel *out) {
+  tr_plat_once_run(&g_once, init_once);
+  if (!g_lock_ok) return TR_STATUS(TR_BACKEND, "the in-tree kernels could not make their lock");
+  if (strcmp(call->device.type, "cuda") != 0) {
+    char dev[TR_DEVICE_FORMAT_MAX];
+    tr_device_format(&call->device, dev, sizeof(dev));
+    return TR_STATUS(TR_OP_NOT_AVAILABLE, "kernel '%s' runs on cuda devices; the call is on %s", self->key, dev);
+  }
+  if (!call->facts_known || call->facts.arch < 0) {
+    return TR_STATUS(TR_BACKEND, "building kernel '%s': the device's architecture is not known", self->key);
+  }
+  int32_t index = call->device.index < 0 ? 0 : call->device.index;
+  char arch[16];
+  tr_intree_arch_name(call->facts.arch, arch, sizeof(arch));
+  tr_intree_source src;
+  TR_RETURN_IF_ERROR(tr_intree_source_for(self, call, &src));
+  tr_cu_ctx ctx = NULL, previous = NULL;
+  TR_RETURN_IF_ERROR(tr_cu_device_context(index, &ctx));
+  TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
+  atomic_store(&g.contexts[index], ctx);
+  tr_cu_function f = NULL;
+  tr_status *status = function_for(index, arch, &src, &f);
+  if (status == NULL) status = ensure_copies(index, arch);
+  tr_cu_restore_context(ctx, previous);
+  TR_RETURN_IF_ERROR(status);
+  intree_kernel *k = calloc(1, sizeof(*k));
+  if (k == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "kernel '%s'", self->key);
+  k->info = self->ctx;
+  k->key = self->key;
+  k->function = f;
+  k->ctx = ctx;
+  k->index = index;
+  k->block = src.block;
+  k->sm_count = call->facts.sm_count > 0 ? call->facts.sm_count : 1;
+  if (k->info->fam != FAM_ADD) k->row = tr_call_spec_int(call, "row");
+  if (k->info->fam == FAM_SOFTMAX) k->inner = tr_call_spec_int(call, "inner");
+  if (k->info->fam == FAM_RMS || k->info->fam == FAM_LAYER) k->eps = (float)tr_call_spec_float(call, "eps");
+  if (k->info->fam == FAM_ADD) k->alpha = tr_call_spec_float(call, "alpha");
+  out->self = k;
+  out->call = kernel_call;
+  out->release = kernel_release;
+  atomic_fetch_add(&g.kernels, 1);
+  return NULL;
+}
+
+/* ---- cuda tensors ---- */
+
+static tr_status *device_ctx(int32_t index, tr_cu_ctx *ctx) {
+  if (index < 0 || index >= TR_CUDA_MAX_DEVICES) {
+    return TR_STATUS(TR_VALUE, "cuda device index %d is outside 0..%d", index, TR_CUDA_MAX_DEVICES - 1);
+  }
+  *ctx = atomic_load(&g.contexts[index]);
+  if (*ctx == NULL) {
+    TR_RETURN_IF_ERROR(tr_cu_device_context(index, ctx));
+    atomic_store(&g.contexts[index], *ctx);
+  }
+  return NULL;
+}
+
+tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out) {
+  *out = NULL;
+  tr_cu_ctx ctx, previous;
+  TR_RETURN_IF_ERROR(device_ctx(index, &ctx));
+  TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
+  tr_cu_ptr p = 0;
+  tr_status *status = tr_cu_alloc_async(bytes ? bytes : 1, tr_cu_current_stream(index), &p);
+  tr_cu_restore_context(ctx, previous);
+  *out = (void *)(uintptr_t)p;
+  return status;
+}
+
+void tr_intree_free(int32_t index, void *ptr) {
+  tr_cu_ctx ctx, previous;
+  tr_status *status = device_ctx(index, &ctx);
+  if (status == NULL) status = tr_cu_enter_context(ctx, &previous);
+  if (status != NULL) { /* nothing can be freed without the driver */
+    tr_status_destroy(&status);
+    return;
+  }
+  tr_cu_free_async((tr_cu_ptr)(uintptr_t)ptr, tr_cu_current_stream(index));
+  tr_cu_restore_context(ctx, previous);
+}
+
+typedef struct copy_layout {
+  int64_t rank;
+  int64_t shape[8];
+  int64_t strides[8];
+} copy_layout;
+
+tr_status *tr_intree_copy(const DLTensor *src, const DLTensor *dst, int scatter) {
+  const DLTensor *strided = scatter ? dst : src;
+  int32_t index = dst->device.device_id;
+  size_t es = (size_t)src->dtype.bits * src->dtype.lanes / 8;
+  int slot = es == 1 ? 0 : es == 2 ? 1 : es == 4 ? 2 : es == 8 ? 3 : -1;
+  if (slot < 0 || strided->ndim > 8 || index < 0 || index >= TR_CUDA_MAX_DEVICES) {
+    return TR_STATUS(TR_VALUE, "copying a cuda tensor of rank %d with %zu-byte elements: the copy kernel takes rank "
+                     "<= 8 and 1, 2, 4 or 8-byte elements", strided->ndim, es);
+  }
+  tr_cu_function f = atomic_load(&g.copies[index][slot]);
+  if (f == NULL) {
+    return TR_STATUS(TR_BACKEND, "no copy kernel is loaded on cuda:%d yet (they load with the first in-tree kernel)",
+                     index);
+  }
+  copy_layout layout;
+  memset(&layout, 0, sizeof(layout));
+  layout.rank = strided->ndim;
+  int64_t n = 1, step = 1;
+  for (int32_t d = strided->ndim - 1; d >= 0; d--) {
+    layout.shape[d] = strided->shape[d];
+    layout.strides[d] = strided->strides ? strided->strides[d] : step;
+    step *= strided->shape[d];
+    n *= strided->shape[d];
+  }
+  if (n == 0) return NULL;
+  void *s = data_of(src), *t = data_of(dst);
+  int sc = scatter;
+  void *args[] = {&s, &t, &n, &layout, &sc};
+  tr_cu_ctx ctx, previous;
+  TR_RETURN_IF_ERROR(device_ctx(index, &ctx));
+  TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
+  int64_t blocks = (n + ELEMENTWISE_BLOCK - 1) / ELEMENTWISE_BLOCK;
+  if (blocks > COPY_MAX_BLOCKS) blocks = COPY_MAX_BLOCKS;
+  tr_status *status = tr_cu_launch(f, "copy_strided", (uint32_t)blocks, 1, ELEMENTWISE_BLOCK, 0,
+                                   tr_cu_current_stream(index), args);
+  tr_cu_restore_context(ctx, previous);
+  return status;
+}

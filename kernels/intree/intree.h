@@ -1,0 +1,82 @@
+/* intree.h: the in-tree CUDA kernels as the selector sees them: for each op its kernel
+ * interface, call-spec type and implementations (availability, refusal, precedence), the call
+ * spec a call makes, and the factories that specialise a CUDA C source with NVRTC into an
+ * artifact (cached on disk), load it on the call's device and return a kernel that launches it
+ * on the device's current stream. Also the device memory and copies the runtime needs for cuda
+ * tensors (stream-ordered). No ZeroMQ here; the CUDA driver is loaded at run time. */
+#ifndef TILERUN_KERNELS_INTREE_H_
+#define TILERUN_KERNELS_INTREE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#include "selector/selector.h"
+#include "tilerun/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One in-tree op: its interfaces and implementations, and how a call becomes a call spec. */
+typedef struct tr_intree_op {
+  const char *op;
+  size_t n_interfaces;
+  const tr_kernel_interface *const *interfaces;
+  size_t n_types;
+  const tr_kernel_type *const *types;
+  /* The call spec of a validated call (input specs in declaration order, NULL for an absent
+   * one; the op instance's params by name) and the interface it goes to. A call the family
+   * cannot express (a rank or a param it does not know) is a ValueError naming it. */
+  tr_status *(*call_spec)(const tr_tensor_spec *const *inputs, size_t n_inputs, const tr_named_value *params,
+                          size_t n_params, const tr_device *device, const char **interface,
+                          tr_call_spec *out);
+} tr_intree_op;
+
+/* The in-tree ops (RMSNormFwdOp, LayerNormFwdOp, SoftmaxFwdOp, AddFwdOp). */
+size_t tr_intree_op_count(void);
+const tr_intree_op *tr_intree_op_at(size_t i);
+const tr_intree_op *tr_intree_find(const char *op); /* NULL: no in-tree kernels */
+
+/* The NVRTC architecture name for a device's arch (90 -> "sm_90a", 80 -> "sm_80"). */
+void tr_intree_arch_name(int32_t arch, char *buf, size_t size);
+
+/* One specialisation's source text, options and entry: what the factory compiles, exposed so
+ * CI can compile every specialisation the tests and benchmarks use without a GPU. `call` must
+ * be a call spec of the type's interface that the type serves. Fills up to 16 options into
+ * storage the caller gives (`option_text`, 16 x 64 bytes). */
+typedef struct tr_intree_source {
+  const char *name;   /* the kernel type's key */
+  const char *source; /* common header + family source */
+  const char *entry;
+  size_t n_options;
+  const char *options[16];
+  char option_text[16][64];
+  uint32_t block; /* threads per block */
+} tr_intree_source;
+tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *call,
+                                tr_intree_source *out) TR_MUST_USE;
+
+/* Kernels, artifacts and modules made so far in this process (for tests and benchmarks). */
+typedef struct tr_intree_stats {
+  uint64_t compiled;    /* NVRTC ran */
+  uint64_t from_cache;  /* an artifact came from the disk cache */
+  uint64_t loaded;      /* modules loaded (once per device and artifact) */
+  uint64_t kernels;     /* kernels built (once per memo entry) */
+} tr_intree_stats;
+tr_intree_stats tr_intree_get_stats(void);
+
+/* cuda tensors for the runtime: stream-ordered allocation and free on device `index`'s current
+ * stream (this thread's), and a strided <-> contiguous copy on it (scatter 0: `src` strided into
+ * contiguous `dst`; 1: contiguous `src` into strided `dst`). The copy kernels are loaded when
+ * the first in-tree kernel of the device is built; before, a copy is a BackendError. */
+tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out) TR_MUST_USE;
+void tr_intree_free(int32_t index, void *ptr);
+tr_status *tr_intree_copy(const DLTensor *src, const DLTensor *dst, int scatter) TR_MUST_USE;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TILERUN_KERNELS_INTREE_H_ */

@@ -1,0 +1,114 @@
+// intree_compile_test.cc: NVRTC compiles every specialisation of the in-tree kernels that the
+// GPU tests and benchmarks use (python/tests/test_ops_gpu.py, tools' bench of the workload
+// rows), for sm_90a and sm_80, with no GPU: a kernel that does not compile fails here, in CI,
+// before any GPU machine sees it. Sharded (each shard compiles every n-th specialisation).
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/test_support.h"
+#include "kernels/artifact.h"
+#include "kernels/intree/intree.h"
+
+namespace {
+
+struct Case {
+  const tr_kernel_type *type;
+  tr_call_spec call;
+};
+
+const tr_kernel_type *type_of(const tr_intree_op *op, const char *key) {
+  for (size_t i = 0; i < op->n_types; i++) {
+    if (std::string(op->types[i]->key) == key) return op->types[i];
+  }
+  return nullptr;
+}
+
+const char *row_impl(int64_t row) { return row <= 1024 ? "warp" : row <= 32768 ? "block" : "looped"; }
+
+void add(std::vector<Case> &cases, const tr_intree_op *op, const std::string &key, const tr_call_spec_type *,
+         std::vector<tr_named_value> values) {
+  Case c;
+  c.type = type_of(op, key.c_str());
+  REQUIRE(c.type != nullptr);
+  tr_device dev = {"cuda", 0};
+  tr_status *status = tr_call_spec_init(&c.call, c.type->interface->request, &dev, values.data(), values.size());
+  REQUIRE(status == nullptr);
+  cases.push_back(c);
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  const int64_t rows[] = {1, 3, 4095, 4096, 65536, 2048, 8192, 16384, 128256};
+  const tr_dtype floats[] = {TR_FLOAT16, TR_BFLOAT16, TR_FLOAT32};
+  for (const char *name : {"RMSNormFwdOp", "LayerNormFwdOp"}) {
+    const tr_intree_op *op = tr_intree_find(name);
+    std::string prefix = std::string(name) == "RMSNormFwdOp" ? "rms_norm_" : "layer_norm_";
+    for (tr_dtype dt : floats) {
+      for (int64_t row : rows) {
+        for (int flags = 0; flags < 4; flags++) {
+          bool w = flags & 1, b = flags & 2;
+          if (prefix == "rms_norm_" && b) continue;
+          add(cases, op, prefix + row_impl(row), nullptr,
+              {{"dtype", tr_value_dtype(dt)}, {"row", tr_value_int(row)}, {"weight", tr_value_bool(w)},
+               {"bias", tr_value_bool(b)}});
+        }
+      }
+    }
+  }
+  const tr_intree_op *softmax = tr_intree_find("SoftmaxFwdOp");
+  for (tr_dtype dt : floats) {
+    for (tr_dtype out : floats) {
+      for (int64_t row : rows) {
+        add(cases, softmax, std::string("softmax_") + row_impl(row), nullptr,
+            {{"dtype", tr_value_dtype(dt)}, {"out_dtype", tr_value_dtype(out)}, {"row", tr_value_int(row)}});
+      }
+      add(cases, softmax, "softmax_strided", nullptr,
+          {{"dtype", tr_value_dtype(dt)}, {"out_dtype", tr_value_dtype(out)}, {"row", tr_value_int(8)},
+           {"inner", tr_value_int(3)}});
+    }
+  }
+  const tr_intree_op *addop = tr_intree_find("AddFwdOp");
+  for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16, TR_FLOAT32, TR_FLOAT64, TR_INT32, TR_INT64}) {
+    add(cases, addop, "add_elementwise", nullptr, {{"dtype", tr_value_dtype(dt)}});
+  }
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("every specialisation the GPU tests and benchmarks use compiles for sm_90a and sm_80") {
+  std::vector<Case> cases = all_cases();
+  long shards = 1, shard = 0;
+  if (const char *n = getenv("TEST_TOTAL_SHARDS")) shards = atol(n);
+  if (const char *i = getenv("TEST_SHARD_INDEX")) shard = atol(i);
+  if (const char *f = getenv("TEST_SHARD_STATUS_FILE")) {  // tell bazel this test shards
+    FILE *fp = fopen(f, "w");
+    if (fp) fclose(fp);
+  }
+  size_t compiled = 0;
+  for (size_t i = 0; i < cases.size(); i++) {
+    if ((long)(i % shards) != shard) continue;
+    tr_intree_source src;
+    REQUIRE(tr_intree_source_for(cases[i].type, &cases[i].call, &src) == nullptr);
+    for (const char *arch : {"sm_90a", "sm_80"}) {
+      tr_artifact_source as = {src.name, src.source, arch, src.options, src.n_options, src.entry};
+      tr_artifact art;
+      tr_status *status = tr_artifact_build(&as, nullptr, &art, nullptr, nullptr);
+      std::string opts;
+      for (size_t k = 0; k < src.n_options; k++) opts += std::string(" ") + src.options[k];
+      INFO(src.name << " " << arch << opts << ": " << (status ? tr_status_message(status) : "ok"));
+      CHECK(status == nullptr);
+      CHECK(art.size > 0);
+      tr_status_destroy(&status);
+      tr_artifact_clear(&art);
+      compiled++;
+    }
+  }
+  for (Case &c : cases) tr_call_spec_clear(&c.call);
+  CHECK(compiled > 0);
+  WARN("compiled " << compiled << " specialisations (shard " << shard << " of " << shards << ", "
+                   << cases.size() << " in all)");
+}

@@ -1,0 +1,151 @@
+// intree_select_test.cc: the in-tree ops as the selector sees them (no GPU, no NVRTC): the
+// selectors build (table 5's checks), and each call goes to the implementation meant for it,
+// at every boundary: warp rows up to 1024, block rows up to 32768, looped beyond; softmax along
+// an inner axis goes to the strided kernel; what no implementation serves is refused with each
+// implementation's reason.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "core/test_support.h"
+#include "kernels/intree/intree.h"
+
+namespace {
+
+struct Selector {
+  tr_selector *sel = nullptr;
+  const tr_intree_op *op;
+  explicit Selector(const char *name) : op(tr_intree_find(name)) {
+    REQUIRE(op != nullptr);
+    tr_status *status = tr_selector_new(op->op, op->interfaces, op->n_interfaces, op->types, op->n_types, nullptr,
+                                        nullptr, &sel);
+    REQUIRE(status == nullptr);
+  }
+  ~Selector() { tr_selector_destroy(&sel); }
+};
+
+tr_device cuda0() {
+  tr_device d = {"cuda", 0};
+  return d;
+}
+
+// key_for a call made by the family from input specs and params, with facts stated.
+std::string key_for(Selector &s, const tr_tensor_spec *const *inputs, size_t n, const tr_named_value *params,
+                    size_t n_params, int32_t arch = 90, std::string *error = nullptr) {
+  tr_device dev = cuda0();
+  const char *iface = nullptr;
+  tr_call_spec call;
+  tr_status *status = s.op->call_spec(inputs, n, params, n_params, &dev, &iface, &call);
+  REQUIRE(status == nullptr);
+  tr_device_facts facts = {arch, nullptr, 132, 232448};
+  tr_call_spec_state_facts(&call, TR_FACT_ARCH | TR_FACT_SM_COUNT | TR_FACT_SMEM_BUDGET, &facts);
+  const char *key = nullptr;
+  status = tr_selector_key_for(s.sel, iface, &call, &key);
+  tr_call_spec_clear(&call);
+  if (status != nullptr) {
+    if (error != nullptr) *error = tr_status_message(status);
+    tr_status_destroy(&status);
+    return "";
+  }
+  return key;
+}
+
+tr_tensor_spec spec(tr_dtype dt, std::initializer_list<int64_t> shape) {
+  tr_tensor_spec s;
+  memset(&s, 0, sizeof(s));
+  s.dtype = dt;
+  s.device = cuda0();
+  s.rank = (int32_t)shape.size();
+  int i = 0;
+  for (int64_t d : shape) s.shape[i++] = d;
+  return s;
+}
+
+std::string norm_key(Selector &s, tr_dtype dt, int64_t rows, int64_t row) {
+  tr_tensor_spec x = spec(dt, {rows, row}), w = spec(dt, {row});
+  const tr_tensor_spec *in[3] = {&x, &w, nullptr};
+  int64_t shape[1] = {row};
+  tr_named_value p[2];
+  p[0].name = "normalized_shape";
+  REQUIRE(tr_value_int_list(shape, 1, &p[0].value) == nullptr);
+  p[1].name = "eps";
+  p[1].value = tr_value_float(1e-6);
+  std::string key = key_for(s, in, 3, p, 2);
+  tr_value_clear(&p[0].value);
+  return key;
+}
+
+}  // namespace
+
+TEST_CASE("every in-tree op's selector passes the checks made when it is built") {
+  REQUIRE(tr_intree_op_count() == 4);
+  for (size_t i = 0; i < tr_intree_op_count(); i++) {
+    const tr_intree_op *op = tr_intree_op_at(i);
+    tr_selector *sel = nullptr;
+    tr_status *status = tr_selector_new(op->op, op->interfaces, op->n_interfaces, op->types, op->n_types, nullptr,
+                                        nullptr, &sel);
+    INFO(op->op << ": " << (status ? tr_status_message(status) : ""));
+    CHECK(status == nullptr);
+    tr_status_destroy(&status);
+    tr_selector_destroy(&sel);
+    for (size_t k = 0; k < op->n_interfaces; k++) CHECK(tr_interface_name_ok(op->interfaces[k]->name));
+  }
+  CHECK(tr_intree_find("GemmFwdOp") == nullptr);
+}
+
+TEST_CASE("RMSNorm and LayerNorm rows go to warp, block and looped at their boundaries") {
+  for (const char *name : {"RMSNormFwdOp", "LayerNormFwdOp"}) {
+    Selector s(name);
+    std::string prefix = std::string(name) == "RMSNormFwdOp" ? "rms_norm_" : "layer_norm_";
+    for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16, TR_FLOAT32}) {
+      INFO(name << " " << tr_dtype_name(dt));
+      CHECK(norm_key(s, dt, 7, 1) == prefix + "warp");
+      CHECK(norm_key(s, dt, 1, 1024) == prefix + "warp");
+      CHECK(norm_key(s, dt, 1, 1025) == prefix + "block");
+      CHECK(norm_key(s, dt, 2048, 4096) == prefix + "block");
+      CHECK(norm_key(s, dt, 1, 32768) == prefix + "block");
+      CHECK(norm_key(s, dt, 1, 32769) == prefix + "looped");
+      CHECK(norm_key(s, dt, 3, 65536) == prefix + "looped");
+    }
+  }
+}
+
+TEST_CASE("softmax: contiguous rows by length, an inner axis to the strided kernel, dtypes refused") {
+  Selector s("SoftmaxFwdOp");
+  auto key = [&](tr_tensor_spec x, int64_t dim, const tr_dtype *out, std::string *error = nullptr) {
+    const tr_tensor_spec *in[1] = {&x};
+    tr_named_value p[2] = {{"dim", tr_value_int(dim)}, {"dtype", out ? tr_value_dtype(*out) : tr_value_none()}};
+    return key_for(s, in, 1, p, 2, 90, error);
+  };
+  CHECK(key(spec(TR_BFLOAT16, {64, 1000}), -1, nullptr) == "softmax_warp");
+  CHECK(key(spec(TR_BFLOAT16, {16, 32, 2048, 2048}), -1, nullptr) == "softmax_block");
+  tr_dtype f32 = TR_FLOAT32, f64 = TR_FLOAT64;
+  CHECK(key(spec(TR_BFLOAT16, {64, 128256}), -1, &f32) == "softmax_looped");
+  CHECK(key(spec(TR_FLOAT32, {4, 8, 3}), 1, nullptr) == "softmax_strided");
+  CHECK(key(spec(TR_FLOAT32, {4, 8, 1}), 1, nullptr) == "softmax_warp");  // inner 1: a contiguous row
+  std::string error;
+  CHECK(key(spec(TR_FLOAT32, {4, 8}), -1, &f64, &error).empty());
+  CHECK(error.find("no implementation serves this call") != std::string::npos);
+  CHECK(error.find("out_dtype must be float16, bfloat16 or float32; got float64") != std::string::npos);
+}
+
+TEST_CASE("architectures before SM80 have no in-tree kernels; add serves its six dtypes") {
+  Selector s("AddFwdOp");
+  for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16, TR_FLOAT32, TR_FLOAT64, TR_INT32, TR_INT64}) {
+    tr_tensor_spec a = spec(dt, {3, 5});
+    const tr_tensor_spec *in[2] = {&a, &a};
+    tr_named_value p[1] = {{"alpha", tr_value_float(0.5)}};
+    CHECK(key_for(s, in, 2, p, 1) == "add_elementwise");
+    std::string error;
+    CHECK(key_for(s, in, 2, p, 1, 75, &error).empty());
+    CHECK(error.find("75") != std::string::npos);
+  }
+}
+
+TEST_CASE("architecture names for NVRTC") {
+  char buf[16];
+  tr_intree_arch_name(90, buf, sizeof(buf));
+  CHECK(std::string(buf) == "sm_90a");
+  tr_intree_arch_name(80, buf, sizeof(buf));
+  CHECK(std::string(buf) == "sm_80");
+}

@@ -1,0 +1,93 @@
+// common.cuh: what every in-tree kernel source shares (compiled by NVRTC, no CUDA header):
+// 16-bit float storage and conversions, vector access, warp and block reductions.
+// The build passes the specialisation as macros: TR_T (the element type: f16, bf16, float,
+// double, int, i64), TR_N (the row length), TR_BLOCK (threads per block) and per-kernel ones.
+typedef long long i64;
+typedef unsigned long long u64;
+
+struct __align__(2) f16 { unsigned short bits; };
+struct __align__(2) bf16 { unsigned short bits; };
+
+__device__ __forceinline__ float to_f32(f16 x) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  return f;
+}
+__device__ __forceinline__ float to_f32(bf16 x) { return __uint_as_float(((unsigned)x.bits) << 16); }
+__device__ __forceinline__ float to_f32(float x) { return x; }
+
+template <class T> __device__ __forceinline__ T from_f32(float f);
+template <> __device__ __forceinline__ f16 from_f32<f16>(float f) {
+  f16 r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(f));
+  return r;
+}
+template <> __device__ __forceinline__ bf16 from_f32<bf16>(float f) {
+  bf16 r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(f));
+  return r;
+}
+template <> __device__ __forceinline__ float from_f32<float>(float f) { return f; }
+
+// V elements of T loaded or stored at once (16 bytes when V * sizeof(T) == 16).
+template <class T, int V> struct __align__(sizeof(T) * V) vec_t { T v[V]; };
+
+template <class T, int V>
+__device__ __forceinline__ void load_f32(const T *p, float (&out)[V]) {
+  vec_t<T, V> r = *reinterpret_cast<const vec_t<T, V> *>(p);
+#pragma unroll
+  for (int i = 0; i < V; i++) out[i] = to_f32(r.v[i]);
+}
+
+template <class T, int V>
+__device__ __forceinline__ void store_f32(T *p, const float (&in)[V]) {
+  vec_t<T, V> r;
+#pragma unroll
+  for (int i = 0; i < V; i++) r.v[i] = from_f32<T>(in[i]);
+  *reinterpret_cast<vec_t<T, V> *>(p) = r;
+}
+
+#ifdef TR_N
+// Elements per 16-byte access when the row length allows it.
+template <class T> struct vec_width {
+  static constexpr int full = 16 / sizeof(T);
+  static constexpr int value = (TR_N % full == 0) ? full : 1;
+};
+#endif
+
+__device__ __forceinline__ bool aligned16(const void *p) { return (reinterpret_cast<u64>(p) & 15) == 0; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (every thread gets it). `scratch` holds 32 floats; reusable after return.
+template <int BLOCK>
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+  v = warp_sum(v);
+  if (BLOCK <= 32) return v;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < BLOCK / 32 ? scratch[lane] : 0.f;
+  return warp_sum(v);
+}
+template <int BLOCK>
+__device__ __forceinline__ float block_max(float v, float *scratch) {
+  v = warp_max(v);
+  if (BLOCK <= 32) return v;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < BLOCK / 32 ? scratch[lane] : -__int_as_float(0x7f800000);
+  return warp_max(v);
+}
