@@ -536,7 +536,7 @@ static tr_status *factory(const tr_kernel_type *self, const tr_call_spec *call, 
     tr_device_format(&call->device, dev, sizeof(dev));
     return TR_STATUS(TR_OP_NOT_AVAILABLE, "kernel '%s' runs on cuda devices; the call is on %s", self->key, dev);
   }
-  if (!call->facts_known || call->facts.arch < 0) {
+  if (!(call->facts_known || (call->stated_facts & TR_FACT_ARCH)) || call->facts.arch < 0) {
     return TR_STATUS(TR_BACKEND, "building kernel '%s': the device's architecture is not known", self->key);
   }
   int32_t index = call->device.index < 0 ? 0 : call->device.index;

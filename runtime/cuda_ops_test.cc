@@ -1,0 +1,261 @@
+// cuda_ops_test.cc (needs a GPU): the in-tree CUDA path end to end through the runtime: a call on
+// cuda settles BUILTIN, selects, builds once per signature (the memo), loads an artifact from the
+// disk cache in a second runtime, launches on the caller's current stream, copies strided inputs,
+// allocates outputs stream-ordered, can be captured into a CUDA graph and replayed, and refuses
+// what no implementation serves with the implementations' reasons. Correctness against PyTorch
+// for every dtype and row length is python/tests/test_ops_gpu.py.
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "kernels/intree/intree.h"
+#include "platform/platform.h"
+#include "runtime/runtime_testing.h"
+
+namespace {
+
+using tr_test::ok;
+
+tr_runtime *cuda_runtime() {
+  const char *no_dirs[] = {"/nonexistent"};
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = no_dirs;
+  o.n_backend_dirs = 1;
+  tr_runtime *rt = nullptr;
+  ok(tr_runtime_new(&o, &rt));
+  return rt;
+}
+
+// A float32 tensor on cuda:0 with host-chosen values.
+struct CudaTensor {
+  std::vector<int64_t> shape, strides;
+  float *dev = nullptr;
+  size_t n = 0;
+  DLTensor t{};
+  CudaTensor(std::vector<int64_t> s, const std::vector<float> &values) : shape(std::move(s)) {
+    n = values.size();
+    REQUIRE(cudaMalloc(&dev, n * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(dev, values.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+    t.data = dev;
+    t.device = {kDLCUDA, 0};
+    t.ndim = (int32_t)shape.size();
+    t.dtype = TR_FLOAT32;
+    t.shape = shape.data();
+  }
+  ~CudaTensor() { cudaFree(dev); }
+};
+
+std::vector<float> host(const DLTensor &t) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < t.ndim; d++) n *= t.shape[d];
+  std::vector<float> out((size_t)n);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(cudaMemcpy(out.data(), (char *)t.data + t.byte_offset, out.size() * sizeof(float), cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
+  return out;
+}
+
+std::vector<float> values(size_t n, unsigned seed) {
+  std::vector<float> v(n);
+  srand(seed);
+  for (auto &x : v) x = (float)rand() / RAND_MAX * 4.f - 2.f;
+  return v;
+}
+
+// float64 reference of RMSNorm over rows of `row`.
+std::vector<double> rms_ref(const std::vector<float> &x, const std::vector<float> &w, size_t row, double eps) {
+  std::vector<double> y(x.size());
+  for (size_t r = 0; r < x.size() / row; r++) {
+    double ss = 0;
+    for (size_t i = 0; i < row; i++) ss += (double)x[r * row + i] * x[r * row + i];
+    double rs = 1.0 / std::sqrt(ss / row + eps);
+    for (size_t i = 0; i < row; i++) y[r * row + i] = x[r * row + i] * rs * w[i];
+  }
+  return y;
+}
+
+void near(const std::vector<float> &got, const std::vector<double> &want, double tol) {
+  REQUIRE(got.size() == want.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    if (!(std::fabs(got[i] - want[i]) <= tol * (1 + std::fabs(want[i])))) bad++;
+  }
+  CHECK(bad == 0);
+}
+
+tr_op *rms_op(tr_runtime *rt, int64_t row) {
+  tr_value shape;
+  ok(tr_value_int_list(&row, 1, &shape));
+  tr_named_value p[2] = {{"normalized_shape", shape}, {"eps", tr_value_float(1e-6)}};
+  tr_op *op = nullptr;
+  ok(tr_op_new(rt, "RMSNormFwdOp", p, 2, nullptr, &op));
+  tr_value_clear(&shape);
+  return op;
+}
+
+struct CacheDir {
+  char *path = nullptr;
+  CacheDir() {
+    ok(tr_plat_make_temp_dir("tilerun-cache", &path));
+    ok(tr_plat_setenv("TILERUN_CACHE_DIR", path));
+  }
+  ~CacheDir() {
+    tr_status *s = tr_plat_remove_tree(path);
+    tr_status_destroy(&s);
+    free(path);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a cuda call settles BUILTIN, builds once per signature, and matches float64") {
+  tr_runtime *rt = cuda_runtime();
+  tr_op *op = rms_op(rt, 4096);
+  std::vector<float> xv = values(7 * 4096, 1), wv = values(4096, 2);
+  CudaTensor x({7, 4096}, xv), w({4096}, wv);
+  const DLTensor *in[] = {&x.t, &w.t};
+  tr_intree_stats before = tr_intree_get_stats();
+  for (int i = 0; i < 3; i++) {
+    tr_test::Outputs out;
+    ok(tr_op_call(op, in, 2, out.items, 1));
+    CHECK(out.items[0]->dl_tensor.device.device_type == kDLCUDA);
+    near(host(out.items[0]->dl_tensor), rms_ref(xv, wv, 4096, 1e-6), 1e-5);
+  }
+  CHECK(std::string(tr_op_target(op)) == TR_BUILTIN);
+  CHECK(tr_op_memo_count(op) == 1);
+  CHECK(tr_intree_get_stats().kernels == before.kernels + 1);  // built once for three calls
+  CudaTensor x2({3, 4096}, values(3 * 4096, 3));                 // another signature: a second entry
+  const DLTensor *in2[] = {&x2.t, &w.t};
+  tr_test::Outputs out2;
+  ok(tr_op_call(op, in2, 2, out2.items, 1));
+  CHECK(tr_op_memo_count(op) == 2);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("an artifact compiled by one runtime is loaded from the disk cache by the next") {
+  CacheDir cache;
+  for (int round = 0; round < 2; round++) {
+    tr_runtime *rt = cuda_runtime();
+    tr_op *op = rms_op(rt, 1000);  // a row length no other test uses
+    CudaTensor x({2, 1000}, values(2000, 4)), w({1000}, values(1000, 5));
+    const DLTensor *in[] = {&x.t, &w.t};
+    tr_intree_stats before = tr_intree_get_stats();
+    tr_test::Outputs out;
+    ok(tr_op_call(op, in, 2, out.items, 1));
+    tr_intree_stats after = tr_intree_get_stats();
+    if (round == 0) CHECK(after.compiled == before.compiled + 1);
+    else CHECK(after.from_cache == before.from_cache + 1);  // not compiled again
+    if (round == 1) CHECK(after.compiled == before.compiled);
+    tr_op_destroy(&op);
+    tr_runtime_destroy(&rt);
+  }
+}
+
+TEST_CASE("calls launch on the caller's current stream; strided inputs are copied first") {
+  tr_runtime *rt = cuda_runtime();
+  tr_op *op = rms_op(rt, 64);
+  cudaStream_t stream;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  CHECK(tr_cuda_stream(0) == nullptr);  // the per-thread default stream until set
+  ok(tr_cuda_set_stream(0, stream));
+  CHECK(tr_cuda_stream(0) == (void *)stream);
+  std::vector<float> xv = values(64 * 32, 6), wv = values(64, 7);
+  CudaTensor xt({64, 32}, xv), w({64}, wv);  // stored [64, 32]; viewed as its transpose [32, 64]
+  xt.shape = {32, 64};
+  xt.strides = {1, 32};
+  xt.t.shape = xt.shape.data();
+  xt.t.strides = xt.strides.data();
+  std::vector<float> contiguous(64 * 32);  // the transpose's values, row-major
+  for (int r = 0; r < 32; r++)
+    for (int c = 0; c < 64; c++) contiguous[r * 64 + c] = xv[c * 32 + r];
+  const DLTensor *in[] = {&xt.t, &w.t};
+  tr_test::Outputs out;
+  ok(tr_op_call(op, in, 2, out.items, 1));
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);  // the work went to `stream`
+  near(host(out.items[0]->dl_tensor), rms_ref(contiguous, wv, 64, 1e-6), 1e-5);
+  out.reset();
+  ok(tr_cuda_set_stream(0, nullptr));
+  tr_status *bad = tr_cuda_set_stream(64, stream);
+  REQUIRE(bad != nullptr);
+  CHECK(std::string(tr_status_message(bad)).find("64") != std::string::npos);
+  tr_status_destroy(&bad);
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("100 warmed-up calls captured into a CUDA graph replay to the eager results") {
+  tr_runtime *rt = cuda_runtime();
+  tr_op *op = rms_op(rt, 4096);
+  const int kCalls = 100;
+  std::vector<float> wv = values(4096, 8);
+  CudaTensor w({4096}, wv);
+  std::vector<std::vector<float>> xs;
+  std::vector<CudaTensor *> x, y;
+  for (int i = 0; i < kCalls; i++) {
+    xs.push_back(values(4 * 4096, 100 + i));
+    x.push_back(new CudaTensor({4, 4096}, xs.back()));
+    y.push_back(new CudaTensor({4, 4096}, std::vector<float>(4 * 4096, NAN)));
+  }
+  cudaStream_t stream;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  ok(tr_cuda_set_stream(0, stream));
+  const DLTensor *in0[] = {&x[0]->t, &w.t};
+  DLTensor *out0[] = {&y[0]->t};
+  ok(tr_op_call_into(op, in0, 2, out0, 1));  // the warm-up: builds
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  REQUIRE(cudaMemsetAsync(y[0]->dev, 0xff, 4 * 4096 * sizeof(float), stream) == cudaSuccess);  // NaN again
+  cudaGraph_t graph;
+  REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  for (int i = 0; i < kCalls; i++) {
+    const DLTensor *in[] = {&x[i]->t, &w.t};
+    DLTensor *out[] = {&y[i]->t};
+    ok(tr_op_call_into(op, in, 2, out, 1));
+  }
+  REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+  size_t nodes = 0;
+  REQUIRE(cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess);
+  CHECK(nodes == (size_t)kCalls);  // one kernel node per call, nothing else
+  cudaGraphExec_t exec;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  for (int i = 0; i < kCalls; i++) near(host(y[i]->t), rms_ref(xs[i], wv, 4096, 1e-6), 1e-5);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  ok(tr_cuda_set_stream(0, nullptr));
+  cudaStreamDestroy(stream);
+  for (auto *t : x) delete t;
+  for (auto *t : y) delete t;
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("a call no in-tree implementation serves is refused with every implementation's reason") {
+  tr_runtime *rt = cuda_runtime();
+  tr_named_value p[1] = {{"dtype", tr_value_dtype(TR_FLOAT64)}};
+  tr_op *op = nullptr;
+  ok(tr_op_new(rt, "SoftmaxFwdOp", p, 1, nullptr, &op));
+  CudaTensor x({2, 8}, values(16, 9));
+  const DLTensor *in[] = {&x.t};
+  tr_test::Outputs out;
+  tr_status *status = tr_op_call(op, in, 1, out.items, 1);
+  REQUIRE(status != nullptr);
+  std::string msg = tr_status_message(status);
+  INFO(msg);
+  CHECK(msg.find("no implementation serves this call") != std::string::npos);
+  CHECK(msg.find("softmax_warp") != std::string::npos);
+  CHECK(msg.find("got float64") != std::string::npos);
+  tr_status_destroy(&status);
+  CHECK(tr_op_memo_count(op) == 0);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
