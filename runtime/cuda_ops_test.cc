@@ -128,6 +128,15 @@ TEST_CASE("a cuda call settles BUILTIN, builds once per signature, and matches f
     near(host(out.items[0]->dl_tensor), rms_ref(xv, wv, 4096, 1e-6), 1e-5);
   }
   CHECK(std::string(tr_op_target(op)) == TR_BUILTIN);
+  {  // an output freed on the default stream is reused by the next call of that size
+    tr_test::Outputs a, b;
+    ok(tr_op_call(op, in, 2, a.items, 1));
+    void *first = a.items[0]->dl_tensor.data;
+    a.reset();
+    ok(tr_op_call(op, in, 2, b.items, 1));
+    CHECK(b.items[0]->dl_tensor.data == first);
+    near(host(b.items[0]->dl_tensor), rms_ref(xv, wv, 4096, 1e-6), 1e-5);
+  }
   CHECK(tr_op_memo_count(op) == 1);
   CHECK(tr_intree_get_stats().kernels == before.kernels + 1);  // built once for three calls
   CudaTensor x2({3, 4096}, values(3 * 4096, 3));                 // another signature: a second entry

@@ -96,6 +96,7 @@ void tr_runtime_destroy(tr_runtime **runtime_p) {
   tr_pipeline_destroy(&rt->pipeline); /* its actors read the manifest, registry and selectors */
   for (size_t i = 0; i < rt->select_table.n_entries; i++) tr_selector_destroy(&rt->select_entries[i].selector);
   free(rt->select_entries);
+  tr_intree_trim(); /* cuda blocks kept for reuse go back to the driver */
   tr_manifest_destroy(&rt->manifest);
   tr_registry_destroy(&rt->registry);
   if (rt->backend_dirs != NULL) tr_plat_free_names(&rt->backend_dirs, rt->n_backend_dirs);

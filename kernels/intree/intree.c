@@ -82,8 +82,8 @@ typedef struct impl_info {
 } impl_info;
 
 static const impl_info kInfo[] = {
-    {FAM_RMS, IMPL_WARP},         {FAM_RMS, IMPL_BLOCK},         {FAM_RMS, IMPL_LOOPED},
-    {FAM_LAYER, IMPL_WARP},       {FAM_LAYER, IMPL_BLOCK},       {FAM_LAYER, IMPL_LOOPED},
+    {FAM_RMS, IMPL_WARP},         {FAM_RMS, IMPL_LOOPED},        {FAM_LAYER, IMPL_WARP},
+    {FAM_LAYER, IMPL_LOOPED},
     {FAM_SOFTMAX, IMPL_WARP},     {FAM_SOFTMAX, IMPL_BLOCK},     {FAM_SOFTMAX, IMPL_LOOPED},
     {FAM_SOFTMAX, IMPL_STRIDED},  {FAM_ADD, IMPL_ELEMENTWISE},
 };
@@ -139,22 +139,23 @@ static tr_status *factory(const tr_kernel_type *self, const tr_call_spec *call, 
   static const tr_kernel_type var = {sizeof(tr_kernel_type), key_, &iface, NULL, kArchs, N_ARCHS, general_, \
                                      preferred_, NULL, refusal, NULL, factory, NULL, (void *)&kInfo[idx]}
 
-static const char *const kRmsWarpOver[] = {"rms_norm_block", NULL};
-static const char *const kLayerWarpOver[] = {"layer_norm_block", NULL};
 static const char *const kSoftmaxWarpOver[] = {"softmax_block", "softmax_looped", NULL};
 static const char *const kSoftmaxBlockOver[] = {"softmax_looped", NULL};
 
-TYPE(kRmsWarp, "rms_norm_warp", kRmsIface, 0, 0, kRmsWarpOver);
-TYPE(kRmsBlock, "rms_norm_block", kRmsIface, 1, 0, NULL);
-TYPE(kRmsLooped, "rms_norm_looped", kRmsIface, 2, 1, NULL);
-TYPE(kLayerWarp, "layer_norm_warp", kLayerIface, 3, 0, kLayerWarpOver);
-TYPE(kLayerBlock, "layer_norm_block", kLayerIface, 4, 0, NULL);
-TYPE(kLayerLooped, "layer_norm_looped", kLayerIface, 5, 1, NULL);
-TYPE(kSoftmaxWarp, "softmax_warp", kSoftmaxIface, 6, 0, kSoftmaxWarpOver);
-TYPE(kSoftmaxBlock, "softmax_block", kSoftmaxIface, 7, 0, kSoftmaxBlockOver);
-TYPE(kSoftmaxLooped, "softmax_looped", kSoftmaxIface, 8, 0, NULL);
-TYPE(kSoftmaxStrided, "softmax_strided", kSoftmaxIface, 9, 1, NULL);
-TYPE(kAdd, "add_elementwise", kAddIface, 10, 1, NULL);
+/* RMSNorm and LayerNorm: a warp per row up to 1024 elements, else the looped kernel (general).
+ * A block holding the row in registers was measured slower than the looped one on every row
+ * (H200, bf16, 4096..16384: 49-70% of copy against 70-92%: it needs too many registers for
+ * enough rows to be in flight), so norms have none. Softmax keeps its block kernel: one read and
+ * the exponentials kept measured 82-93% against the looped kernel's 60-80%. */
+TYPE(kRmsWarp, "rms_norm_warp", kRmsIface, 0, 0, NULL);
+TYPE(kRmsLooped, "rms_norm_looped", kRmsIface, 1, 1, NULL);
+TYPE(kLayerWarp, "layer_norm_warp", kLayerIface, 2, 0, NULL);
+TYPE(kLayerLooped, "layer_norm_looped", kLayerIface, 3, 1, NULL);
+TYPE(kSoftmaxWarp, "softmax_warp", kSoftmaxIface, 4, 0, kSoftmaxWarpOver);
+TYPE(kSoftmaxBlock, "softmax_block", kSoftmaxIface, 5, 0, kSoftmaxBlockOver);
+TYPE(kSoftmaxLooped, "softmax_looped", kSoftmaxIface, 6, 0, NULL);
+TYPE(kSoftmaxStrided, "softmax_strided", kSoftmaxIface, 7, 1, NULL);
+TYPE(kAdd, "add_elementwise", kAddIface, 8, 1, NULL);
 
 /* ---- call specs of calls ---- */
 
@@ -254,15 +255,15 @@ static const tr_kernel_interface *const kRmsIfaces[] = {&kRmsIface};
 static const tr_kernel_interface *const kLayerIfaces[] = {&kLayerIface};
 static const tr_kernel_interface *const kSoftmaxIfaces[] = {&kSoftmaxIface};
 static const tr_kernel_interface *const kAddIfaces[] = {&kAddIface};
-static const tr_kernel_type *const kRmsTypes[] = {&kRmsWarp, &kRmsBlock, &kRmsLooped};
-static const tr_kernel_type *const kLayerTypes[] = {&kLayerWarp, &kLayerBlock, &kLayerLooped};
+static const tr_kernel_type *const kRmsTypes[] = {&kRmsWarp, &kRmsLooped};
+static const tr_kernel_type *const kLayerTypes[] = {&kLayerWarp, &kLayerLooped};
 static const tr_kernel_type *const kSoftmaxTypes[] = {&kSoftmaxWarp, &kSoftmaxBlock, &kSoftmaxLooped,
                                                       &kSoftmaxStrided};
 static const tr_kernel_type *const kAddTypes[] = {&kAdd};
 
 static const tr_intree_op kOps[] = {
-    {"RMSNormFwdOp", 1, kRmsIfaces, 3, kRmsTypes, rms_spec},
-    {"LayerNormFwdOp", 1, kLayerIfaces, 3, kLayerTypes, layer_spec},
+    {"RMSNormFwdOp", 1, kRmsIfaces, 2, kRmsTypes, rms_spec},
+    {"LayerNormFwdOp", 1, kLayerIfaces, 2, kLayerTypes, layer_spec},
     {"SoftmaxFwdOp", 1, kSoftmaxIfaces, 4, kSoftmaxTypes, softmax_spec},
     {"AddFwdOp", 1, kAddIfaces, 1, kAddTypes, add_spec},
 };
@@ -295,8 +296,8 @@ static const char *c_type(tr_dtype d) {
 
 enum { ELEMENTWISE_BLOCK = 256, WARP_BLOCK = 128, LOOPED_BLOCK = 1024, COPY_MAX_BLOCKS = 4096 };
 
-/* Threads for a block-per-row kernel holding the row in registers: about two 16-byte vectors
- * per thread, at least 64 and at most 1024 threads. */
+/* Threads for softmax's block-per-row kernel holding the row in registers: about two 16-byte
+ * vectors per thread (measured best on the H200 against four), at least 64 and at most 1024. */
 static uint32_t block_threads(int64_t row, size_t elem) {
   size_t v = 16 / elem;
   int64_t nv = row % (int64_t)v == 0 ? row / (int64_t)v : row;
@@ -305,6 +306,12 @@ static uint32_t block_threads(int64_t row, size_t elem) {
   if (t < 64) t = 64;
   if (t > 1024) t = 1024;
   return (uint32_t)t;
+}
+
+/* A block size for `n` threads' worth of work: a multiple of 32 in 64..1024. */
+static uint32_t clamp_threads(int64_t n) {
+  n = (n + 31) / 32 * 32;
+  return (uint32_t)(n < 64 ? 64 : n > 1024 ? 1024 : n);
 }
 
 static void add_int(tr_intree_source *s, const char *fmt, long long value) {
@@ -341,6 +348,12 @@ tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *
                  : info->kind == IMPL_STRIDED ? ELEMENTWISE_BLOCK : LOOPED_BLOCK;
     static const char *const kImpl[] = {"-DTR_IMPL_WARP", "-DTR_IMPL_BLOCK", "-DTR_IMPL_LOOPED", "-DTR_IMPL_STRIDED"};
     add_text(out, "%s", kImpl[info->kind]);
+    if (info->kind == IMPL_LOOPED && info->fam != FAM_SOFTMAX) {
+      int64_t v = 16 / (int64_t)tr_dtype_bytes(dt), nv = row % v == 0 ? row / v : row;
+      out->block = clamp_threads((nv + 3) / 4);
+      out->wide_block = clamp_threads(nv);
+      if (out->wide_block == out->block) out->wide_block = 0;
+    }
     if (info->fam == FAM_SOFTMAX) {
       out->source = tr_src_softmax;
       out->entry = "tr_softmax";
@@ -457,6 +470,8 @@ typedef struct intree_kernel {
   tr_cu_ctx ctx;
   int32_t index;
   uint32_t block;
+  tr_cu_function wide_function; /* looped norms: the build for few rows (NULL: none) */
+  uint32_t wide_threads;
   int32_t sm_count;
   int64_t row, inner;
   float eps;
@@ -471,13 +486,13 @@ static int64_t numel(const DLTensor *t) {
 
 static void *data_of(const DLTensor *t) { return t ? (char *)t->data + t->byte_offset : NULL; }
 
-static tr_status *launch_rows(const intree_kernel *k, int64_t rows, uint32_t rows_per_block, tr_cu_stream stream,
-                              void **args) {
+static tr_status *launch_rows(const intree_kernel *k, int64_t rows, uint32_t rows_per_block, uint32_t threads,
+                              tr_cu_stream stream, void **args) {
   int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   if (blocks == 0) return NULL;
   uint32_t gx = blocks > INT32_MAX ? (1u << 30) : (uint32_t)blocks;
   uint32_t gy = (uint32_t)((blocks + gx - 1) / gx);
-  return tr_cu_launch(k->function, k->key, gx, gy, k->block, 0, stream, args);
+  return tr_cu_launch(k->function, k->key, gx, gy, threads, 0, stream, args);
 }
 
 static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTensor *const *out, size_t n_out) {
@@ -495,7 +510,14 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
       int64_t rows = numel(in[0]) / k->row;
       float eps = k->eps;
       void *args[] = {&x, &w, &b, &y, &rows, &eps};
-      status = launch_rows(k, rows, k->info->kind == IMPL_WARP ? k->block / 32 : 1, stream, args);
+      if (k->info->kind == IMPL_WARP) {
+        status = launch_rows(k, rows, k->block / 32, k->block, stream, args);
+      } else { /* few rows: the wide build (latency); many: the narrow one (bandwidth) */
+        int wide = rows < k->sm_count && k->wide_function != NULL;
+        intree_kernel kk = *k;
+        if (wide) kk.function = k->wide_function;
+        status = launch_rows(&kk, rows, 1, wide ? k->wide_threads : k->block, stream, args);
+      }
       break;
     }
     case FAM_SOFTMAX: {
@@ -506,7 +528,7 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
         int64_t blocks = (outer * inner + k->block - 1) / k->block;
         if (blocks > 0) status = tr_cu_launch(k->function, k->key, (uint32_t)blocks, 1, k->block, 0, stream, args);
       } else {
-        status = launch_rows(k, outer, k->info->kind == IMPL_WARP ? k->block / 32 : 1, stream, args);
+        status = launch_rows(k, outer, k->info->kind == IMPL_WARP ? k->block / 32 : 1, k->block, stream, args);
       }
       break;
     }
@@ -550,6 +572,13 @@ static tr_status *factory(const tr_kernel_type *self, const tr_call_spec *call, 
   atomic_store(&g.contexts[index], ctx);
   tr_cu_function f = NULL;
   tr_status *status = function_for(index, arch, &src, &f);
+  tr_cu_function wide = NULL;
+  if (status == NULL && src.wide_block > 0) { /* the same source with more threads */
+    tr_intree_source w = src;
+    for (size_t i = 0; i < w.n_options; i++) w.options[i] = w.option_text[i];
+    snprintf(w.option_text[w.n_options - 1], 64, "-DTR_BLOCK=%u", w.wide_block);
+    status = function_for(index, arch, &w, &wide);
+  }
   if (status == NULL) status = ensure_copies(index, arch);
   tr_cu_restore_context(ctx, previous);
   TR_RETURN_IF_ERROR(status);
@@ -563,6 +592,8 @@ static tr_status *factory(const tr_kernel_type *self, const tr_call_spec *call, 
   k->block = src.block;
   k->sm_count = call->facts.sm_count > 0 ? call->facts.sm_count : 1;
   if (k->info->fam != FAM_ADD) k->row = tr_call_spec_int(call, "row");
+  k->wide_function = wide;
+  k->wide_threads = src.wide_block;
   if (k->info->fam == FAM_SOFTMAX) k->inner = tr_call_spec_int(call, "inner");
   if (k->info->fam == FAM_RMS || k->info->fam == FAM_LAYER) k->eps = (float)tr_call_spec_float(call, "eps");
   if (k->info->fam == FAM_ADD) k->alpha = tr_call_spec_float(call, "alpha");
@@ -587,28 +618,113 @@ static tr_status *device_ctx(int32_t index, tr_cu_ctx *ctx) {
   return NULL;
 }
 
+/* Blocks freed on the per-thread or legacy default stream, kept for the next allocation of the
+ * same size on the same stream (stream order makes that safe without a sync, as in the driver's
+ * own pool); a memo-hit tr_op_call then costs no driver allocation. Streams the caller made are
+ * never cached (one may be destroyed, or captured into a graph): their blocks go back to the
+ * driver. */
+enum { POOL_BLOCKS = 64 };
+#define POOL_MAX_BYTES ((size_t)1 << 30)
+
+typedef struct pool_block {
+  void *ptr;
+  size_t bytes;
+  tr_cu_stream stream;
+} pool_block;
+
+typedef struct pool {
+  tr_plat_mutex lock;
+  int ready;
+  size_t n, held;
+  pool_block blocks[POOL_BLOCKS];
+} pool;
+
+static pool g_pools[TR_CUDA_MAX_DEVICES];
+static tr_plat_once g_pool_once = TR_PLAT_ONCE_INIT;
+
+static void pools_init(void) {
+  for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) {
+    tr_status *failed = tr_plat_mutex_init(&g_pools[i].lock);
+    g_pools[i].ready = failed == NULL;
+    tr_status_destroy(&failed);
+  }
+}
+
+static int poolable(tr_cu_stream stream) { return stream == TR_CU_PER_THREAD_STREAM || stream == (tr_cu_stream)0x1; }
+
 tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out) {
   *out = NULL;
   tr_cu_ctx ctx, previous;
   TR_RETURN_IF_ERROR(device_ctx(index, &ctx));
+  tr_cu_stream stream = tr_cu_current_stream(index);
+  if (bytes == 0) bytes = 1;
+  tr_plat_once_run(&g_pool_once, pools_init);
+  pool *p = &g_pools[index];
+  if (poolable(stream) && p->ready) {
+    tr_plat_mutex_lock(&p->lock);
+    for (size_t i = p->n; i-- > 0;) {
+      if (p->blocks[i].bytes == bytes && p->blocks[i].stream == stream) {
+        *out = p->blocks[i].ptr;
+        p->held -= bytes;
+        p->blocks[i] = p->blocks[--p->n];
+        break;
+      }
+    }
+    tr_plat_mutex_unlock(&p->lock);
+    if (*out != NULL) return NULL;
+  }
   TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
-  tr_cu_ptr p = 0;
-  tr_status *status = tr_cu_alloc_async(bytes ? bytes : 1, tr_cu_current_stream(index), &p);
+  tr_cu_ptr ptr = 0;
+  tr_status *status = tr_cu_alloc_async(bytes, stream, &ptr);
   tr_cu_restore_context(ctx, previous);
-  *out = (void *)(uintptr_t)p;
+  *out = (void *)(uintptr_t)ptr;
   return status;
 }
 
-void tr_intree_free(int32_t index, void *ptr) {
+void tr_intree_free(int32_t index, void *ptr, size_t bytes) {
+  if (ptr == NULL) return;
   tr_cu_ctx ctx, previous;
   tr_status *status = device_ctx(index, &ctx);
+  tr_cu_stream stream = tr_cu_current_stream(index);
+  if (bytes == 0) bytes = 1;
+  tr_plat_once_run(&g_pool_once, pools_init);
+  pool *p = &g_pools[index];
+  if (status == NULL && poolable(stream) && p->ready) {
+    tr_plat_mutex_lock(&p->lock);
+    int kept = p->n < POOL_BLOCKS && p->held + bytes <= POOL_MAX_BYTES;
+    if (kept) {
+      p->blocks[p->n++] = (pool_block){ptr, bytes, stream};
+      p->held += bytes;
+    }
+    tr_plat_mutex_unlock(&p->lock);
+    if (kept) return;
+  }
   if (status == NULL) status = tr_cu_enter_context(ctx, &previous);
   if (status != NULL) { /* nothing can be freed without the driver */
     tr_status_destroy(&status);
     return;
   }
-  tr_cu_free_async((tr_cu_ptr)(uintptr_t)ptr, tr_cu_current_stream(index));
+  tr_cu_free_async((tr_cu_ptr)(uintptr_t)ptr, stream);
   tr_cu_restore_context(ctx, previous);
+}
+
+void tr_intree_trim(void) {
+  tr_plat_once_run(&g_pool_once, pools_init);
+  for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) {
+    pool *p = &g_pools[i];
+    if (!p->ready) continue;
+    tr_plat_mutex_lock(&p->lock);
+    tr_cu_ctx ctx = atomic_load(&g.contexts[i]), previous;
+    tr_status *status = p->n > 0 && ctx != NULL ? tr_cu_enter_context(ctx, &previous) : NULL;
+    if (status == NULL && p->n > 0 && ctx != NULL) {
+      for (size_t b = 0; b < p->n; b++) tr_cu_free_async((tr_cu_ptr)(uintptr_t)p->blocks[b].ptr, p->blocks[b].stream);
+      tr_cu_restore_context(ctx, previous);
+      p->n = 0;
+      p->held = 0;
+    }
+    tr_status_destroy(&status);
+    tr_plat_mutex_unlock(&p->lock);
+  }
 }
 
 typedef struct copy_layout {

@@ -54,6 +54,9 @@ typedef struct tr_intree_source {
   const char *options[16];
   char option_text[16][64];
   uint32_t block; /* threads per block */
+  /* Looped norms are built a second time for calls of few rows: with this many threads
+   * (replacing the last option, -DTR_BLOCK=...); 0: no second build. */
+  uint32_t wide_block;
 } tr_intree_source;
 tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *call,
                                 tr_intree_source *out) TR_MUST_USE;
@@ -68,11 +71,15 @@ typedef struct tr_intree_stats {
 tr_intree_stats tr_intree_get_stats(void);
 
 /* cuda tensors for the runtime: stream-ordered allocation and free on device `index`'s current
- * stream (this thread's), and a strided <-> contiguous copy on it (scatter 0: `src` strided into
- * contiguous `dst`; 1: contiguous `src` into strided `dst`). The copy kernels are loaded when
- * the first in-tree kernel of the device is built; before, a copy is a BackendError. */
+ * stream (this thread's); `bytes` at free is the size allocated. Blocks freed on the per-thread
+ * or legacy default stream are kept (up to 64 per device, 1 GiB) for the next allocation of
+ * that size on that stream; tr_intree_trim gives them back to the driver. A strided <-> contiguous
+ * copy on the current stream (scatter 0: `src` strided into contiguous `dst`; 1: contiguous
+ * `src` into strided `dst`). The copy kernels are loaded when the first in-tree kernel of the
+ * device is built; before, a copy is a BackendError. Thread-safe. */
 tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out) TR_MUST_USE;
-void tr_intree_free(int32_t index, void *ptr);
+void tr_intree_free(int32_t index, void *ptr, size_t bytes);
+void tr_intree_trim(void);
 tr_status *tr_intree_copy(const DLTensor *src, const DLTensor *dst, int scatter) TR_MUST_USE;
 
 #ifdef __cplusplus

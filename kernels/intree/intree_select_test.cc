@@ -93,7 +93,7 @@ TEST_CASE("every in-tree op's selector passes the checks made when it is built")
   CHECK(tr_intree_find("GemmFwdOp") == nullptr);
 }
 
-TEST_CASE("RMSNorm and LayerNorm rows go to warp, block and looped at their boundaries") {
+TEST_CASE("RMSNorm and LayerNorm rows go to a warp up to 1024 elements, else to the looped kernel") {
   for (const char *name : {"RMSNormFwdOp", "LayerNormFwdOp"}) {
     Selector s(name);
     std::string prefix = std::string(name) == "RMSNormFwdOp" ? "rms_norm_" : "layer_norm_";
@@ -101,9 +101,9 @@ TEST_CASE("RMSNorm and LayerNorm rows go to warp, block and looped at their boun
       INFO(name << " " << tr_dtype_name(dt));
       CHECK(norm_key(s, dt, 7, 1) == prefix + "warp");
       CHECK(norm_key(s, dt, 1, 1024) == prefix + "warp");
-      CHECK(norm_key(s, dt, 1, 1025) == prefix + "block");
-      CHECK(norm_key(s, dt, 2048, 4096) == prefix + "block");
-      CHECK(norm_key(s, dt, 1, 32768) == prefix + "block");
+      CHECK(norm_key(s, dt, 1, 1025) == prefix + "looped");
+      CHECK(norm_key(s, dt, 2048, 4096) == prefix + "looped");
+      CHECK(norm_key(s, dt, 1, 32768) == prefix + "looped");
       CHECK(norm_key(s, dt, 1, 32769) == prefix + "looped");
       CHECK(norm_key(s, dt, 3, 65536) == prefix + "looped");
     }

@@ -40,6 +40,12 @@ __device__ __forceinline__ void load_f32(const T *p, float (&out)[V]) {
 }
 
 template <class T, int V>
+__device__ __forceinline__ void to_f32(const vec_t<T, V> &r, float (&out)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; i++) out[i] = to_f32(r.v[i]);
+}
+
+template <class T, int V>
 __device__ __forceinline__ void store_f32(T *p, const float (&in)[V]) {
   vec_t<T, V> r;
 #pragma unroll
@@ -80,6 +86,25 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
   v = lane < BLOCK / 32 ? scratch[lane] : 0.f;
   return warp_sum(v);
 }
+// Two sums over the block at once (one exchange through `scratch`, which holds 64 floats).
+template <int BLOCK>
+__device__ __forceinline__ void block_sum2(float &a, float &b, float *scratch) {
+  a = warp_sum(a);
+  b = warp_sum(b);
+  if (BLOCK <= 32) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) {
+    scratch[warp] = a;
+    scratch[32 + warp] = b;
+  }
+  __syncthreads();
+  a = lane < BLOCK / 32 ? scratch[lane] : 0.f;
+  b = lane < BLOCK / 32 ? scratch[32 + lane] : 0.f;
+  a = warp_sum(a);
+  b = warp_sum(b);
+}
+
 template <int BLOCK>
 __device__ __forceinline__ float block_max(float v, float *scratch) {
   v = warp_max(v);

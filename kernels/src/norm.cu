@@ -1,74 +1,108 @@
-// norm.cu: RMSNorm (TR_RMS=1) and LayerNorm (TR_RMS=0) over rows of TR_N elements, one of three
-// implementations chosen by the build (TR_IMPL_WARP, TR_IMPL_BLOCK, TR_IMPL_LOOPED):
-//   warp:   a warp per row, the row in registers (TR_N <= 1024), TR_BLOCK / 32 rows per block;
-//   block:  a block per row, the row in registers (TR_N / TR_BLOCK <= 32 elements per thread);
-//   looped: a block per row for any TR_N, reading the row again per pass.
-// Statistics in float32; TR_HAS_W / TR_HAS_B say whether weight and bias are given.
+// norm.cu: RMSNorm (TR_RMS=1) and LayerNorm (TR_RMS=0) over rows of TR_N elements, one of two
+// implementations chosen by the build (TR_IMPL_WARP or TR_IMPL_LOOPED):
+//   warp:   a warp per row, the row held in registers (TR_N <= 1024), TR_BLOCK / 32 rows per
+//           block;
+//   looped: a block per row for any TR_N: one pass reads the row for its statistics, a second
+//           reads it again (from L2, where the first pass left it) to write y. Few registers, so
+//           many rows are in flight per SM. Built twice: about four 16-byte vectors per thread
+//           (bandwidth, for many rows) and one or two (latency, for a few rows); the launch
+//           picks by the row count.
+// Statistics in float32. In the warp kernel LayerNorm's come from the sums of d = x - x[0] and
+// d * d in one reduction: shifting by a value of the row keeps the variance exact where the mean
+// is large against the spread. TR_HAS_W / TR_HAS_B say whether weight and bias are given.
 // Entry: tr_norm(const T *x, const T *w, const T *b, T *y, i64 rows, float eps).
 typedef TR_T T;
 
-template <int THREADS>
-__device__ __forceinline__ float group_sum(float v, float *scratch) {
-  if (THREADS == 32) return warp_sum(v);
-  return block_sum<THREADS>(v, scratch);
+// Sums over `threads` threads (a warp, or the whole block); `scratch` holds 64 floats.
+__device__ __forceinline__ void group_sum2(float &a, float &b, int threads, float *scratch) {
+  a = warp_sum(a);
+  b = warp_sum(b);
+  if (threads <= 32) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = threads >> 5;
+  __syncthreads();
+  if (lane == 0) {
+    scratch[warp] = a;
+    scratch[32 + warp] = b;
+  }
+  __syncthreads();
+  a = lane < warps ? scratch[lane] : 0.f;
+  b = lane < warps ? scratch[32 + lane] : 0.f;
+  a = warp_sum(a);
+  b = warp_sum(b);
 }
 
-// One row held in registers, THREADS threads cooperating (tid in 0..THREADS-1).
-template <int THREADS, int V>
-__device__ __forceinline__ void norm_row_regs(const T *x, const T *w, const T *b, T *y, float eps, int tid,
-                                              float *scratch) {
-  constexpr int NV = TR_N / V;
-  constexpr int PER = (NV + THREADS - 1) / THREADS;
-  float v[PER][V];
-  float s = 0.f;
-#pragma unroll
-  for (int p = 0; p < PER; p++) {
-    const int i = tid + p * THREADS;
-    if (i < NV) {
-      load_f32<T, V>(x + (i64)i * V, v[p]);
-#pragma unroll
-      for (int k = 0; k < V; k++) s += TR_RMS ? v[p][k] * v[p][k] : v[p][k];
-    } else {
-#pragma unroll
-      for (int k = 0; k < V; k++) v[p][k] = 0.f;
-    }
-  }
-  s = group_sum<THREADS>(s, scratch);
-  float mean = 0.f, rstd;
+// mean and rstd from the shifted sums.
+__device__ __forceinline__ void stats(float s1, float s2, float shift, float eps, float &mean, float &rstd) {
   if (TR_RMS) {
-    rstd = rsqrtf(s / (float)TR_N + eps);
+    mean = 0.f;
+    rstd = rsqrtf(s2 / (float)TR_N + eps);
   } else {
-    mean = s / (float)TR_N;
-    float d = 0.f;
-#pragma unroll
-    for (int p = 0; p < PER; p++) {
-      if (tid + p * THREADS < NV) {
-#pragma unroll
-        for (int k = 0; k < V; k++) d += (v[p][k] - mean) * (v[p][k] - mean);
-      }
-    }
-    d = group_sum<THREADS>(d, scratch);
-    rstd = rsqrtf(d / (float)TR_N + eps);
-  }
-#pragma unroll
-  for (int p = 0; p < PER; p++) {
-    const int i = tid + p * THREADS;
-    if (i >= NV) continue;
-    float o[V], wv[V], bv[V];
-    if (TR_HAS_W) load_f32<T, V>(w + (i64)i * V, wv);
-    if (TR_HAS_B) load_f32<T, V>(b + (i64)i * V, bv);
-#pragma unroll
-    for (int k = 0; k < V; k++) {
-      float r = (v[p][k] - mean) * rstd;
-      if (TR_HAS_W) r *= wv[k];
-      if (TR_HAS_B) r += bv[k];
-      o[k] = r;
-    }
-    store_f32<T, V>(y + (i64)i * V, o);
+    const float m = s1 / (float)TR_N;
+    mean = shift + m;
+    rstd = rsqrtf(fmaxf(s2 / (float)TR_N - m * m, 0.f) + eps);
   }
 }
 
-// One row of any length, re-read per pass (a block per row).
+template <int V>
+__device__ __forceinline__ void accumulate(const vec_t<T, V> &r, float shift, float &s1, float &s2) {
+  float v[V];
+  to_f32<T, V>(r, v);
+#pragma unroll
+  for (int k = 0; k < V; k++) {
+    const float d = v[k] - shift;
+    s1 += d;
+    s2 += d * d;
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void write(const vec_t<T, V> &r, const T *w, const T *b, T *y, int i, float mean,
+                                      float rstd) {
+  float v[V], wv[V], bv[V];
+  to_f32<T, V>(r, v);
+  if (TR_HAS_W) load_f32<T, V>(w + (i64)i * V, wv);
+  if (TR_HAS_B) load_f32<T, V>(b + (i64)i * V, bv);
+#pragma unroll
+  for (int k = 0; k < V; k++) {
+    float o = (v[k] - mean) * rstd;
+    if (TR_HAS_W) o *= wv[k];
+    if (TR_HAS_B) o += bv[k];
+    v[k] = o;
+  }
+  store_f32<T, V>(y + (i64)i * V, v);
+}
+
+// One row held in a warp's registers (lane in 0..31).
+template <int V>
+__device__ __forceinline__ void norm_row_warp(const T *x, const T *w, const T *b, T *y, float eps, int lane) {
+  constexpr int NV = TR_N / V;
+  constexpr int PER = (NV + 31) / 32;
+  vec_t<T, V> xr[PER];
+#pragma unroll
+  for (int p = 0; p < PER; p++) {
+    const int i = lane + p * 32;
+    if (i < NV) xr[p] = reinterpret_cast<const vec_t<T, V> *>(x)[i];
+  }
+  const float shift = TR_RMS ? 0.f : to_f32(x[0]);
+  float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+  for (int p = 0; p < PER; p++) {
+    if (lane + p * 32 < NV) accumulate<V>(xr[p], shift, s1, s2);
+  }
+  s1 = warp_sum(s1);
+  s2 = warp_sum(s2);
+  float mean, rstd;
+  stats(s1, s2, shift, eps, mean, rstd);
+#pragma unroll
+  for (int p = 0; p < PER; p++) {
+    const int i = lane + p * 32;
+    if (i < NV) write<V>(xr[p], w, b, y, i, mean, rstd);
+  }
+}
+
+// One row of any length by the block (TR_BLOCK threads), re-read per pass (from L2, where the
+// first pass left it): RMSNorm reads it twice, LayerNorm three times (mean, then the variance
+// around it, then y).
 template <int V>
 __device__ __forceinline__ void norm_row_looped(const T *x, const T *w, const T *b, T *y, float eps,
                                                 float *scratch) {
@@ -97,44 +131,27 @@ __device__ __forceinline__ void norm_row_looped(const T *x, const T *w, const T 
     d = block_sum<TR_BLOCK>(d, scratch);
     rstd = rsqrtf(d / (float)TR_N + eps);
   }
-  for (int i = tid; i < NV; i += TR_BLOCK) {
-    float v[V], wv[V], bv[V];
-    load_f32<T, V>(x + (i64)i * V, v);
-    if (TR_HAS_W) load_f32<T, V>(w + (i64)i * V, wv);
-    if (TR_HAS_B) load_f32<T, V>(b + (i64)i * V, bv);
-#pragma unroll
-    for (int k = 0; k < V; k++) {
-      float r = (v[k] - mean) * rstd;
-      if (TR_HAS_W) r *= wv[k];
-      if (TR_HAS_B) r += bv[k];
-      v[k] = r;
-    }
-    store_f32<T, V>(y + (i64)i * V, v);
-  }
+  const vec_t<T, V> *xv = reinterpret_cast<const vec_t<T, V> *>(x);
+  for (int i = tid; i < NV; i += TR_BLOCK) write<V>(xv[i], w, b, y, i, mean, rstd);
 }
 
 extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_norm(const T *x, const T *w, const T *b, T *y, i64 rows,
                                                                float eps) {
-  __shared__ float scratch[32];
   constexpr int V = vec_width<T>::value;
   const bool vec = V > 1 && aligned16(x) && aligned16(y) && (!TR_HAS_W || aligned16(w)) && (!TR_HAS_B || aligned16(b));
 #if defined(TR_IMPL_WARP)
-  const i64 row = (i64)blockIdx.x * (TR_BLOCK / 32) + (threadIdx.x >> 5);
+  const i64 row = (i64)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
   if (row >= rows) return;
   const int lane = threadIdx.x & 31;
   const i64 off = row * (i64)TR_N;
-  if (vec) norm_row_regs<32, V>(x + off, w, b, y + off, eps, lane, scratch);
-  else norm_row_regs<32, 1>(x + off, w, b, y + off, eps, lane, scratch);
+  if (vec) norm_row_warp<V>(x + off, w, b, y + off, eps, lane);
+  else norm_row_warp<1>(x + off, w, b, y + off, eps, lane);
 #else
+  __shared__ float scratch[64];
   const i64 row = (i64)blockIdx.x + (i64)blockIdx.y * gridDim.x;
   if (row >= rows) return;
   const i64 off = row * (i64)TR_N;
-#if defined(TR_IMPL_BLOCK)
-  if (vec) norm_row_regs<TR_BLOCK, V>(x + off, w, b, y + off, eps, threadIdx.x, scratch);
-  else norm_row_regs<TR_BLOCK, 1>(x + off, w, b, y + off, eps, threadIdx.x, scratch);
-#else
   if (vec) norm_row_looped<V>(x + off, w, b, y + off, eps, scratch);
   else norm_row_looped<1>(x + off, w, b, y + off, eps, scratch);
-#endif
 #endif
 }

@@ -1,0 +1,346 @@
+"""The Python binding on the cpu backend, with numpy arrays (unittest).
+
+Under Bazel (`bazel test //python:binding_cpu_test`) the library, the cpu backend and the
+manifest come from the runfiles. Run directly (`python3 python/tests/test_binding_cpu.py`, after
+`bazel build //python:libtilerun.so //backends/cpu:installed`), it uses the repository's
+bazel-bin/ and manifest/spec, unless TILERUN_LIBRARY, TILERUN_BACKEND_PATH or
+TILERUN_MANIFEST_DIR say otherwise.
+"""
+
+import gc
+import os
+import sys
+import threading
+import unittest
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.normpath(os.path.join(_HERE, os.pardir, os.pardir))
+
+
+def _setup_paths():
+    srcdir = os.environ.get("TEST_SRCDIR")
+    workspace = os.environ.get("TEST_WORKSPACE", "tilerun")  # WORKSPACE: name = "tilerun"
+    if srcdir and os.path.isdir(os.path.join(srcdir, workspace)):
+        # Under Bazel: the runfiles hold the built files beside the sources.
+        root = os.path.join(srcdir, workspace)
+        os.environ["TILERUN_BACKEND_PATH"] = os.path.join(root, "backends", "cpu")
+        os.environ["TILERUN_MANIFEST_DIR"] = os.path.join(root, "manifest", "spec")
+    else:
+        # Run by hand: the repository's bazel-bin and manifest, unless the caller set them.
+        sys.path.insert(0, os.path.join(_REPO, "python"))
+        os.environ.setdefault("TILERUN_BACKEND_PATH",
+                              os.path.join(_REPO, "bazel-bin", "backends", "cpu"))
+        os.environ.setdefault("TILERUN_MANIFEST_DIR", os.path.join(_REPO, "manifest", "spec"))
+
+
+_setup_paths()
+
+import tilerun  # noqa: E402  (after the paths are set)
+
+
+def rms_norm_ref(x, weight, eps):
+    x64 = x.astype(np.float64)
+    y = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
+    if weight is not None:
+        y = y * weight.astype(np.float64)
+    return y
+
+
+def layer_norm_ref(x, weight, bias, eps):
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=-1, keepdims=True)
+    var = ((x64 - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = (x64 - mean) / np.sqrt(var + eps)
+    if weight is not None:
+        y = y * weight.astype(np.float64)
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    return y
+
+
+def softmax_ref(x, axis=-1):
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class Producer:
+    """A DLPack producer that is neither numpy nor torch: its outputs stay tilerun.Tensors."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+class BindingCpuTest(unittest.TestCase):
+    RTOL = 1e-5
+    ATOL = 1e-6
+
+    def setUp(self):
+        self.rng = np.random.default_rng(1234)
+
+    def randn(self, *shape, dtype=np.float32):
+        return self.rng.standard_normal(shape).astype(dtype)
+
+    def assertClose(self, got, want, rtol=None, atol=None):
+        self.assertIsInstance(got, np.ndarray)
+        self.assertEqual(got.shape, want.shape)
+        np.testing.assert_allclose(got.astype(np.float64), want,
+                                   rtol=rtol or self.RTOL, atol=atol or self.ATOL)
+
+    # ---- ops against float64 references ----
+
+    def test_rms_norm(self):
+        op = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
+        x, w = self.randn(8, 64), self.randn(64)
+        y = op(x, w)
+        self.assertEqual(y.dtype, np.float32)
+        self.assertClose(y, rms_norm_ref(x, w, 1e-6))
+        self.assertEqual(op.target, "cpu")
+        self.assertEqual(op.memo_count, 1)
+        self.assertEqual(op.input_names, ("x", "weight"))
+        self.assertEqual(op.output_names, ("y",))
+
+    def test_rms_norm_without_weight(self):
+        op = tilerun.op("RMSNormFwdOp", normalized_shape=[64], eps=1e-6)
+        x = self.randn(3, 5, 64)
+        self.assertClose(op(x, None), rms_norm_ref(x, None, 1e-6))
+        self.assertClose(op(x), rms_norm_ref(x, None, 1e-6))  # trailing optional left out
+
+    def test_rms_norm_default_eps(self):
+        op = tilerun.op("RMSNormFwdOp", normalized_shape=(64,))  # eps None: finfo(float32).eps
+        x = self.randn(4, 64)
+        self.assertClose(op(x), rms_norm_ref(x, None, float(np.finfo(np.float32).eps)))
+
+    def test_layer_norm(self):
+        op = tilerun.op("LayerNormFwdOp", normalized_shape=(128,), eps=1e-5)
+        x, w, b = self.randn(16, 128), self.randn(128), self.randn(128)
+        self.assertClose(op(x, w, b), layer_norm_ref(x, w, b, 1e-5))
+        self.assertClose(op(x, None, b), layer_norm_ref(x, None, b, 1e-5))
+        self.assertClose(op(x, w, None), layer_norm_ref(x, w, None, 1e-5))
+        self.assertClose(op(x, None, None), layer_norm_ref(x, None, None, 1e-5))
+
+    def test_softmax(self):
+        op = tilerun.op("SoftmaxFwdOp", dim=-1)
+        x = self.randn(8, 100) * 4
+        self.assertClose(op(x), softmax_ref(x))
+        op0 = tilerun.op("SoftmaxFwdOp", dim=0)
+        self.assertClose(op0(x), softmax_ref(x, axis=0))
+
+    def test_softmax_dtype_param(self):
+        x = self.randn(4, 33)
+        for dt in (np.float32, np.dtype("float32"), tilerun.dtype("float32")):
+            y = tilerun.op("SoftmaxFwdOp", dim=-1, dtype=dt)(x)
+            self.assertEqual(y.dtype, np.float32)
+            self.assertClose(y, softmax_ref(x))
+
+    def test_add_float32(self):
+        op = tilerun.op("AddFwdOp", alpha=2.0)
+        a, b = self.randn(7, 9), self.randn(7, 9)
+        self.assertClose(op(a, b), a.astype(np.float64) + 2.0 * b.astype(np.float64))
+
+    def test_add_int64(self):
+        op = tilerun.op("AddFwdOp", alpha=2.0)
+        a = self.rng.integers(-1000, 1000, size=(5, 11), dtype=np.int64)
+        b = self.rng.integers(-1000, 1000, size=(5, 11), dtype=np.int64)
+        c = op(a, b)
+        self.assertEqual(c.dtype, np.int64)
+        np.testing.assert_array_equal(c, a + 2 * b)
+        np.testing.assert_array_equal(tilerun.op("AddFwdOp", alpha=2)(a, b), a + 2 * b)
+
+    # ---- layouts and optional inputs ----
+
+    def test_strided_inputs_match_contiguous(self):
+        op = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
+        base = self.randn(64, 16)
+        xt = base.T  # (16, 64), transposed strides
+        self.assertFalse(xt.flags.c_contiguous)
+        np.testing.assert_array_equal(op(xt), op(np.ascontiguousarray(xt)))
+        wide = self.randn(10, 128)
+        xs = wide[:, ::2]  # every other column
+        np.testing.assert_array_equal(op(xs), op(xs.copy()))
+        self.assertClose(op(xs), rms_norm_ref(xs, None, 1e-6))
+        add = tilerun.op("AddFwdOp", alpha=2.0)
+        a, b = self.randn(12, 8).T, self.randn(24, 12)[::3]
+        np.testing.assert_array_equal(add(a, b), add(a.copy(), b.copy()))
+
+    def test_omitted_optional_input(self):
+        op = tilerun.op("LayerNormFwdOp", normalized_shape=(32,))
+        x, b = self.randn(4, 32), self.randn(32)
+        self.assertClose(op(x, None, b), layer_norm_ref(x, None, b, 1e-5))
+
+    # ---- outputs of other producers: tilerun.Tensor ----
+
+    def test_tensor_output(self):
+        op = tilerun.op("AddFwdOp")
+        a, b = self.randn(3, 4), self.randn(3, 4)
+        t = op(Producer(a), b)
+        self.assertIsInstance(t, tilerun.Tensor)
+        self.assertEqual(t.shape, (3, 4))
+        self.assertEqual(t.dtype, "float32")
+        self.assertEqual(t.device, "cpu")
+        self.assertEqual(t.__dlpack_device__(), (1, 0))
+        # A Tensor passed back in is borrowed, not exported.
+        t2 = op(t, b)
+        self.assertEqual(t.shape, (3, 4))
+        np.testing.assert_allclose(np.from_dlpack(t2), a + 2 * b, rtol=1e-6)
+        np.testing.assert_allclose(np.from_dlpack(t), a + b, rtol=1e-6)
+        with self.assertRaises(BufferError):
+            t.__dlpack__()  # exported once already
+
+    def test_call_into(self):
+        op = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
+        x = self.randn(5, 64)
+        out = np.full((5, 64), np.nan, np.float32)
+        ret = op.call_into([x, None], [out])
+        self.assertIs(ret[0], out)
+        self.assertClose(out, rms_norm_ref(x, None, 1e-6))
+        out[:] = np.nan
+        self.assertIs(op.call_into([x], out), out)  # one output: given bare
+        self.assertClose(out, rms_norm_ref(x, None, 1e-6))
+        bad = np.zeros((5, 63), np.float32)
+        with self.assertRaises(tilerun.Error) as cm:
+            op.call_into([x], [bad])
+        self.assertTrue(cm.exception.is_signature_error)
+
+    # ---- errors ----
+
+    def test_wrong_shape_is_signature_error(self):
+        op = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
+        with self.assertRaises(tilerun.Error) as cm:
+            op(self.randn(4, 63))
+        e = cm.exception
+        self.assertIsInstance(e, tilerun.SignatureError)
+        self.assertTrue(e.code.startswith("SignatureError"), e.code)
+        self.assertEqual(e.code, "SignatureError(shape)")
+        self.assertIn("'x'", e.message)
+        with self.assertRaises(tilerun.Error) as cm:
+            op(self.randn(4, 64), self.randn(32))
+        self.assertIn("'weight'", cm.exception.message)
+
+    def test_wrong_dtype_is_signature_error(self):
+        op = tilerun.op("AddFwdOp")
+        with self.assertRaises(tilerun.SignatureError) as cm:
+            op(self.randn(3, 3), self.randn(3, 3, dtype=np.float64))
+        self.assertEqual(cm.exception.code, "SignatureError(dtype)")
+
+    def test_unknown_op(self):
+        with self.assertRaises(tilerun.Error) as cm:
+            tilerun.op("NoSuchFwdOp")
+        self.assertIn("NoSuchFwdOp", str(cm.exception))
+        self.assertEqual(cm.exception.code, "OpNotAvailableError")
+
+    def test_bad_param_type(self):
+        with self.assertRaises(tilerun.Error) as cm:
+            tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps="small")
+        self.assertEqual(cm.exception.code, "SignatureError(param)")
+        self.assertIn("eps", cm.exception.message)
+        with self.assertRaises(tilerun.SignatureError):
+            tilerun.op("RMSNormFwdOp", normalized_shape=(64,), epsilon=1e-6)  # unknown param
+        with self.assertRaises(TypeError):
+            tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=object())
+        with self.assertRaises(TypeError):
+            tilerun.op("RMSNormFwdOp", normalized_shape=(64, "a"))
+
+    def test_unknown_target(self):
+        with self.assertRaises(tilerun.UnknownTargetError):
+            tilerun.op("AddFwdOp", target="no-such-target")
+
+    def test_not_a_tensor(self):
+        with self.assertRaises(TypeError):
+            tilerun.op("AddFwdOp")([1, 2], [3, 4])
+
+    def test_dtype_names(self):
+        self.assertEqual(tilerun.dtype("bfloat16").dl, (4, 16, 1))
+        self.assertEqual(tilerun.dtype("float32"), "float32")
+        with self.assertRaises(ValueError):
+            tilerun.dtype("floot32")
+
+    # ---- the runtime ----
+
+    def test_explicit_runtime(self):
+        rt = tilerun.Runtime(manifest_dir=os.environ["TILERUN_MANIFEST_DIR"],
+                             backend_dirs=[os.environ["TILERUN_BACKEND_PATH"]])
+        op = rt.op("AddFwdOp")
+        a = self.randn(2, 2)
+        np.testing.assert_array_equal(op(a, a), a + a)
+        self.assertIn("cpu", rt.registered_targets("AddFwdOp"))
+        self.assertEqual(rt.load_failures(), [])
+
+    def test_bad_manifest_dir(self):
+        with self.assertRaises(tilerun.Error) as cm:
+            tilerun.Runtime(manifest_dir="/nonexistent/manifest")
+        self.assertIn("/nonexistent/manifest", str(cm.exception))
+
+    # ---- streams ----
+
+    def test_streams(self):
+        try:
+            tilerun.stream(0)
+        except NotImplementedError as e:
+            self.skipTest(str(e))
+        self.assertIsNone(tilerun.stream(0))  # the per-thread default stream
+        try:
+            tilerun.set_stream(0, 0x1234)
+            self.assertEqual(tilerun.stream(0), 0x1234)
+            seen = []
+            t = threading.Thread(target=lambda: seen.append(tilerun.stream(0)))
+            t.start()
+            t.join()
+            self.assertEqual(seen, [None])  # per calling thread
+            tilerun.set_stream(0, 0)  # torch's handle of the legacy default stream
+            self.assertEqual(tilerun.stream(0), 1)
+        finally:
+            tilerun.set_stream(0, None)
+        self.assertIsNone(tilerun.stream(0))
+        with self.assertRaises(tilerun.Error) as cm:
+            tilerun.set_stream(64, None)
+        self.assertEqual(cm.exception.code, "ValueError")
+        self.assertIn("64", cm.exception.message)
+
+    # ---- outputs are freed ----
+
+    def _growth(self, fn, n=10000):
+        for _ in range(200):  # warm up: kernels built, allocator pools settled
+            fn()
+        gc.collect()
+        before = rss_bytes()
+        for _ in range(n):
+            fn()
+        gc.collect()
+        return rss_bytes() - before
+
+    @unittest.skipIf(os.environ.get("TILERUN_TEST_SANITIZED"),
+                     "AddressSanitizer's quarantine holds freed memory, so RSS grows anyway; "
+                     "the plain build's run checks this")
+    def test_outputs_are_freed(self):
+        # Each output is 32x64 float32 (8 KiB): 10000 leaked outputs would be 80 MiB.
+        op = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
+        x = self.randn(32, 64)
+        limit = 8 << 20
+        grown = self._growth(lambda: op(x))  # numpy outputs
+        self.assertLess(grown, limit, "numpy outputs: RSS grew by %d bytes" % grown)
+        px = Producer(x)
+        grown = self._growth(lambda: op(px))  # tilerun.Tensor outputs, never exported
+        self.assertLess(grown, limit, "Tensor outputs: RSS grew by %d bytes" % grown)
+        grown = self._growth(lambda: op(px).__dlpack__())  # exported, capsule never consumed
+        self.assertLess(grown, limit, "unconsumed capsules: RSS grew by %d bytes" % grown)
+        call_into_out = np.empty((32, 64), np.float32)
+        grown = self._growth(lambda: op.call_into([x], [call_into_out]))
+        self.assertLess(grown, limit, "call_into: RSS grew by %d bytes" % grown)
+
+
+if __name__ == "__main__":
+    unittest.main()

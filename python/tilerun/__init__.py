@@ -1,0 +1,1011 @@
+"""tilerun: call tilerun ops from Python with DLPack tensors (PyTorch, JAX, CuPy, NumPy).
+
+A ctypes binding of the caller's API (include/tilerun/tilerun.h); standard library only::
+
+    import numpy as np, tilerun
+    op = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
+    y = op(np.ones((8, 64), np.float32), None)     # a numpy array, as the input was
+    op.target                                      # 'cpu': settled by the first call's device
+
+The shared object is found at $TILERUN_LIBRARY, else libtilerun.so beside the package (in the
+package folder or its parent), else <repository>/bazel-bin/python/libtilerun.so (built by
+``bazel build //python:libtilerun.so``). A runtime reads the manifest from its ``manifest_dir``
+(default: $TILERUN_MANIFEST_DIR, else ``manifest/spec`` under the working directory) and looks
+for backends in ``backend_dirs`` (default: $TILERUN_BACKEND_PATH, then the install prefix's).
+
+Tensors are borrowed for the length of a call (tilerun never keeps them); outputs are allocated
+by tilerun and handed over without a copy: as a torch tensor or a numpy array when the first
+given input is one, else as a :class:`Tensor` (a DLPack producer).
+"""
+
+import ctypes
+import os
+import sys
+import threading
+
+__all__ = [
+    "Error", "SignatureError", "BackendError", "UnknownTargetError", "AmbiguousTargetError",
+    "OpNotAvailableError", "SelectionError", "ManifestError", "TransportError", "CompileError",
+    "InternalError",
+    "Runtime", "Op", "Tensor", "dtype", "op", "default_runtime", "set_stream", "stream",
+    "library_path",
+]
+
+# ---- the shared object ----------------------------------------------------------------------
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _candidates():
+    env = os.environ.get("TILERUN_LIBRARY")
+    if env:
+        return [("$TILERUN_LIBRARY", env)]
+    parent = os.path.dirname(_PACKAGE_DIR)
+    return [
+        ("beside the package", os.path.join(_PACKAGE_DIR, "libtilerun.so")),
+        ("beside the package", os.path.join(parent, "libtilerun.so")),
+        ("the repository's bazel-bin",
+         os.path.join(parent, os.pardir, "bazel-bin", "python", "libtilerun.so")),
+    ]
+
+
+def _load_library():
+    tried = []
+    for how, path in _candidates():
+        path = os.path.normpath(path)
+        if not os.path.isfile(path):
+            tried.append("%s (%s): not found" % (path, how))
+            continue
+        try:
+            return path, ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s): %s" % (path, how, e))
+    raise ImportError(
+        "tilerun: cannot load libtilerun.so; looked at:\n  " + "\n  ".join(tried) +
+        "\nBuild it with `bazel build //python:libtilerun.so` or set TILERUN_LIBRARY to its path.")
+
+
+library_path, _lib = _load_library()
+
+# ---- C types (dlpack/dlpack.h, tilerun/value.h, tilerun/tilerun.h) --------------------------
+
+_c_status_p = ctypes.c_void_p  # tr_status *; NULL (None) is success
+
+kDLCPU, kDLCUDA, kDLCUDAHost, kDLROCM, kDLCUDAManaged = 1, 2, 3, 10, 13
+_DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal",
+                 9: "vpi", 10: "rocm", 11: "rocm_host", 12: "ext_dev", 13: "cuda_managed",
+                 14: "oneapi", 15: "webgpu", 16: "hexagon"}
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DLDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensor._fields_ = [
+    ("dl_tensor", DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", _DLDeleter),
+]
+
+(TR_VALUE_NONE, TR_VALUE_INT, TR_VALUE_FLOAT, TR_VALUE_BOOL, TR_VALUE_STR, TR_VALUE_DTYPE,
+ TR_VALUE_INT_LIST) = range(7)
+
+
+class _ValueStr(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_char_p), ("len", ctypes.c_size_t)]
+
+
+class _ValueList(ctypes.Structure):
+    _fields_ = [("items", ctypes.POINTER(ctypes.c_int64)), ("len", ctypes.c_size_t)]
+
+
+class _ValueUnion(ctypes.Union):
+    _fields_ = [("i", ctypes.c_int64), ("f", ctypes.c_double), ("b", ctypes.c_bool),
+                ("dtype", DLDataType), ("str", _ValueStr), ("list", _ValueList)]
+
+
+class _Value(ctypes.Structure):  # tr_value
+    _fields_ = [("kind", ctypes.c_int), ("as_", _ValueUnion)]
+
+
+class _NamedValue(ctypes.Structure):  # tr_named_value
+    _fields_ = [("name", ctypes.c_char_p), ("value", _Value)]
+
+
+class _RuntimeOptions(ctypes.Structure):  # tr_runtime_options; NULL fields mean defaults
+    _fields_ = [
+        ("manifest_dir", ctypes.c_char_p),
+        ("backend_dirs", ctypes.POINTER(ctypes.c_char_p)),
+        ("n_backend_dirs", ctypes.c_size_t),
+        ("builtin_names", ctypes.POINTER(ctypes.c_char_p)),
+        ("builtin_inits", ctypes.c_void_p),
+        ("n_builtins", ctypes.c_size_t),
+        ("pipeline_file", ctypes.c_char_p),
+        ("warn", ctypes.c_void_p),
+        ("warn_ctx", ctypes.c_void_p),
+    ]
+
+
+def _bind(name, restype, argtypes, required=True):
+    """The C function `name`, typed; None when it is missing and not required."""
+    fn = getattr(_lib, name, None)
+    if fn is None:
+        if required:
+            raise ImportError("tilerun: %s does not export %s (rebuild //python:libtilerun.so)"
+                              % (library_path, name))
+        return None
+    fn.restype = restype
+    fn.argtypes = argtypes
+    return fn
+
+
+_vp, _sz, _cp = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p
+# status.h
+_tr_code_name = _bind("tr_code_name", _cp, [ctypes.c_int])
+_tr_code_is_signature_error = _bind("tr_code_is_signature_error", ctypes.c_int, [ctypes.c_int])
+_tr_status_code = _bind("tr_status_code", ctypes.c_int, [_vp])
+_tr_status_message = _bind("tr_status_message", _cp, [_vp])
+_tr_status_destroy = _bind("tr_status_destroy", None, [ctypes.POINTER(_vp)])
+# dtype.h
+_tr_dtype_name = _bind("tr_dtype_name", _cp, [DLDataType])
+# tilerun.h
+_tr_runtime_new = _bind("tr_runtime_new", _c_status_p,
+                        [ctypes.POINTER(_RuntimeOptions), ctypes.POINTER(_vp)])
+_tr_runtime_destroy = _bind("tr_runtime_destroy", None, [ctypes.POINTER(_vp)])
+_tr_op_new = _bind("tr_op_new", _c_status_p,
+                   [_vp, _cp, ctypes.POINTER(_NamedValue), _sz, _cp, ctypes.POINTER(_vp)])
+_tr_op_destroy = _bind("tr_op_destroy", None, [ctypes.POINTER(_vp)])
+_tr_op_call = _bind("tr_op_call", _c_status_p,
+                    [_vp, ctypes.POINTER(_vp), _sz, ctypes.POINTER(_vp), _sz])
+_tr_op_call_into = _bind("tr_op_call_into", _c_status_p,
+                         [_vp, ctypes.POINTER(_vp), _sz, ctypes.POINTER(_vp), _sz])
+_tr_op_target = _bind("tr_op_target", _cp, [_vp])
+_tr_op_memo_count = _bind("tr_op_memo_count", _sz, [_vp])
+_tr_op_request_tune = _bind("tr_op_request_tune", _c_status_p, [_vp], required=False)
+_tr_registered_targets = _bind("tr_registered_targets", _sz,
+                               [_vp, _cp, ctypes.POINTER(_cp), _sz], required=False)
+_tr_set_default_target = _bind("tr_set_default_target", _c_status_p, [_vp, _cp],
+                               required=False)
+_tr_default_target = _bind("tr_default_target", _cp, [_vp], required=False)
+_tr_load_failure_count = _bind("tr_load_failure_count", _sz, [_vp], required=False)
+_tr_load_failure_backend = _bind("tr_load_failure_backend", _cp, [_vp, _sz], required=False)
+_tr_load_failure_reason = _bind("tr_load_failure_reason", _cp, [_vp, _sz], required=False)
+# Streams: bound lazily (see _stream_fns), so that a library without them still loads.
+_stream_lock = threading.Lock()
+_stream_fns_cache = []
+# manifest/manifest.h: not the public API, but exported by libtilerun.so (python/BUILD lists
+# them); the binding reads each op's input and output names from the manifest the runtime uses,
+# since tilerun.h has no accessor for them (tr_op_call needs room for every output).
+_tr_manifest_load_dir = _bind("tr_manifest_load_dir", _c_status_p, [_cp, ctypes.POINTER(_vp)])
+_tr_manifest_destroy = _bind("tr_manifest_destroy", None, [ctypes.POINTER(_vp)])
+_tr_manifest_find = _bind("tr_manifest_find", _vp, [_vp, _cp])
+_tr_op_def_doc = _bind("tr_op_def_doc", _cp, [_vp])
+_tr_op_def_is_composite = _bind("tr_op_def_is_composite", ctypes.c_int, [_vp])
+_tr_op_def_input_count = _bind("tr_op_def_input_count", _sz, [_vp])
+_tr_op_def_input_name = _bind("tr_op_def_input_name", _cp, [_vp, _sz])
+_tr_op_def_input_optional = _bind("tr_op_def_input_optional", ctypes.c_int, [_vp, _sz])
+_tr_op_def_output_count = _bind("tr_op_def_output_count", _sz, [_vp])
+_tr_op_def_output_name = _bind("tr_op_def_output_name", _cp, [_vp, _sz])
+
+_pythonapi = ctypes.pythonapi
+_PyCapsule_GetPointer = _pythonapi.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = ctypes.c_void_p
+_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_PyCapsule_IsValid = _pythonapi.PyCapsule_IsValid
+_PyCapsule_IsValid.restype = ctypes.c_int
+_PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_PyCapsule_New = _pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+# For the destructor, which receives the capsule as a borrowed PyObject * (no new reference).
+_PyCapsule_IsValid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", _pythonapi))
+_PyCapsule_GetPointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _pythonapi))
+
+_DLTENSOR = b"dltensor"  # the capsule name (kept alive here: capsules point at it)
+
+# ---- errors ----------------------------------------------------------------------------------
+
+
+class Error(Exception):
+    """A failed tilerun call. ``code`` is the status code's printed name (status.h), e.g.
+    ``"SignatureError(shape)"``, ``"OpNotAvailableError"``; ``code_number`` its number;
+    ``message`` the text tilerun wrote. ``str(e)`` is ``"<code>: <message>"``."""
+
+    def __init__(self, code, message, code_number=None):
+        super().__init__("%s: %s" % (code, message))
+        self.code = code
+        self.message = message
+        self.code_number = code_number
+
+    @property
+    def is_signature_error(self):
+        """True for the signature errors (dtype, shape, param, device)."""
+        return self.code.startswith("SignatureError")
+
+
+class SignatureError(Error):
+    """A call or a param breaks the op's signature: codes SignatureError(dtype), (shape),
+    (param) and (device)."""
+
+
+class BackendError(Error):
+    """A backend misbehaved: a detector, builder or read failed."""
+
+
+class UnknownTargetError(Error):
+    """No backend registered the target named."""
+
+
+class AmbiguousTargetError(Error):
+    """Two or more targets claimed the device."""
+
+
+class OpNotAvailableError(Error):
+    """The op is not in the manifest, or the settled target does not serve it."""
+
+
+class SelectionError(Error):
+    """No in-tree implementation, or more than one, serves a call."""
+
+
+class ManifestError(Error):
+    """A manifest or configuration file is malformed."""
+
+
+class TransportError(Error):
+    """A component could not be reached or answered badly."""
+
+
+class CompileError(Error):
+    """A kernel failed to compile."""
+
+
+class InternalError(Error):
+    """A bug in tilerun."""
+
+
+# Codes ValueError, OutOfMemoryError and IOError raise Error itself (their names are Python's).
+_ERROR_CLASSES = {c.__name__: c for c in (
+    SignatureError, BackendError, UnknownTargetError, AmbiguousTargetError, OpNotAvailableError,
+    SelectionError, ManifestError, TransportError, CompileError, InternalError)}
+
+
+def _error_from(status):
+    """The exception for a non-NULL tr_status *, which it frees."""
+    code = _tr_status_code(status)
+    name = (_tr_code_name(code) or b"UnknownCode").decode()
+    message = (_tr_status_message(status) or b"").decode("utf-8", "replace")
+    p = ctypes.c_void_p(status)
+    _tr_status_destroy(ctypes.byref(p))
+    cls = _ERROR_CLASSES.get(name.split("(")[0], Error)
+    return cls(name, message, code)
+
+
+def _check(status):
+    if status:
+        raise _error_from(status)
+
+
+# ---- dtypes ----------------------------------------------------------------------------------
+
+# tilerun's names (dtype.h) and DLPack's (code, bits, lanes).
+_DTYPES = {
+    "float16": (2, 16, 1), "bfloat16": (4, 16, 1), "float32": (2, 32, 1),
+    "float64": (2, 64, 1), "int8": (0, 8, 1), "int16": (0, 16, 1), "int32": (0, 32, 1),
+    "int64": (0, 64, 1), "uint8": (1, 8, 1), "bool": (6, 8, 1),
+    "float8_e4m3": (10, 8, 1), "float8_e5m2": (12, 8, 1),
+}
+_DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64",
+                  "float8_e4m3fn": "float8_e4m3", "bool_": "bool", "short": "int16",
+                  "int": "int32", "long": "int64"}
+
+
+class dtype:
+    """A tilerun dtype by name: ``tilerun.dtype("bfloat16")``. Params also take torch dtypes
+    and numpy dtypes or scalar types, mapped by name."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        if isinstance(name, dtype):
+            name = name.name
+        key = _DTYPE_ALIASES.get(name, name)
+        if key not in _DTYPES:
+            raise ValueError("tilerun: unknown dtype %r; known dtypes: %s"
+                             % (name, ", ".join(_DTYPES)))
+        self.name = key
+
+    @property
+    def dl(self):
+        """DLPack's (code, bits, lanes)."""
+        return _DTYPES[self.name]
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            other = _DTYPE_ALIASES.get(other, other)
+            return self.name == other
+        return isinstance(other, dtype) and other.name == self.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __repr__(self):
+        return "tilerun.dtype(%r)" % self.name
+
+    def __str__(self):
+        return self.name
+
+
+def _as_dtype_name(value):
+    """The dtype name of a tilerun.dtype, torch.dtype or numpy dtype / scalar type; else None."""
+    if isinstance(value, dtype):
+        return value.name
+    cls = type(value)
+    module = getattr(cls, "__module__", "") or ""
+    if module == "torch" and cls.__name__ == "dtype":  # torch.float16 prints "torch.float16"
+        return str(value).split(".", 1)[-1]
+    np = sys.modules.get("numpy")
+    if np is not None:
+        if isinstance(value, np.dtype):
+            return value.name
+        if isinstance(value, type) and issubclass(value, np.generic):
+            return np.dtype(value).name
+    return None
+
+
+def _dl_dtype_name(dt):
+    name = _tr_dtype_name(dt)
+    if name:
+        return name.decode()
+    return "dtype(code=%d, bits=%d, lanes=%d)" % (dt.code, dt.bits, dt.lanes)
+
+
+# ---- params ----------------------------------------------------------------------------------
+
+
+def _fill_value(name, v, slot, keep):
+    """Fills the tr_value `slot` from the Python value v; buffers it points to go into `keep`."""
+    if v is None:
+        slot.kind = TR_VALUE_NONE
+    elif isinstance(v, bool):  # before int: bool is an int
+        slot.kind = TR_VALUE_BOOL
+        slot.as_.b = v
+    elif isinstance(v, int):
+        if not -2**63 <= v < 2**63:
+            raise OverflowError("tilerun: param %r: %d does not fit in int64" % (name, v))
+        slot.kind = TR_VALUE_INT
+        slot.as_.i = v
+    elif isinstance(v, float):
+        slot.kind = TR_VALUE_FLOAT
+        slot.as_.f = v
+    elif isinstance(v, str):
+        data = v.encode("utf-8")
+        buf = ctypes.create_string_buffer(data, len(data) + 1)
+        keep.append(buf)
+        slot.kind = TR_VALUE_STR
+        slot.as_.str.data = ctypes.cast(buf, ctypes.c_char_p)
+        slot.as_.str.len = len(data)
+    elif isinstance(v, (list, tuple)):
+        items = []
+        for item in v:
+            if isinstance(item, bool) or not isinstance(item, int):
+                if hasattr(item, "__index__") and not isinstance(item, bool):
+                    item = item.__index__()  # numpy integers
+                else:
+                    raise TypeError("tilerun: param %r: a list param holds ints only; got %r"
+                                    % (name, item))
+            if not -2**63 <= item < 2**63:
+                raise OverflowError("tilerun: param %r: %d does not fit in int64" % (name, item))
+            items.append(item)
+        arr = (ctypes.c_int64 * max(len(items), 1))(*items)
+        keep.append(arr)
+        slot.kind = TR_VALUE_INT_LIST
+        slot.as_.list.items = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int64))
+        slot.as_.list.len = len(items)
+    else:
+        dt = _as_dtype_name(v)
+        if dt is not None:
+            code, bits, lanes = dtype(dt).dl
+            slot.kind = TR_VALUE_DTYPE
+            slot.as_.dtype = DLDataType(code, bits, lanes)
+        elif hasattr(v, "__index__"):  # numpy integers
+            _fill_value(name, v.__index__(), slot, keep)
+        elif hasattr(v, "__float__") and type(v).__module__ == "numpy":  # numpy floats
+            _fill_value(name, float(v), slot, keep)
+        else:
+            raise TypeError(
+                "tilerun: param %r: cannot pass a %s; params are None, bool, int, float, str, "
+                "a list or tuple of ints, or a dtype" % (name, type(v).__name__))
+
+
+# ---- streams ---------------------------------------------------------------------------------
+
+
+def _stream_fns():
+    """(tr_cuda_set_stream, tr_cuda_stream), or raises when the library lacks them."""
+    with _stream_lock:
+        if not _stream_fns_cache:
+            s = _bind("tr_cuda_set_stream", _c_status_p, [ctypes.c_int32, _vp], required=False)
+            g = _bind("tr_cuda_stream", _vp, [ctypes.c_int32], required=False)
+            _stream_fns_cache.append((s, g))
+    s, g = _stream_fns_cache[0]
+    if s is None or g is None:
+        raise NotImplementedError(
+            "tilerun: %s has no tr_cuda_set_stream / tr_cuda_stream (a build before CUDA "
+            "streams); rebuild //python:libtilerun.so" % library_path)
+    return s, g
+
+
+def _have_streams():
+    try:
+        _stream_fns()
+        return True
+    except NotImplementedError:
+        return False
+
+
+def set_stream(device_index, handle):
+    """Sets the calling thread's current stream for cuda device `device_index`: where tilerun
+    launches, allocates outputs and frees them. `handle` is a CUstream / cudaStream_t as an int
+    (torch: ``torch.cuda.current_stream().cuda_stream``; 0 means the legacy default stream and
+    is passed to tilerun as its handle 0x1), or None for the per-thread default stream."""
+    setter, _ = _stream_fns()
+    if handle is not None:
+        handle = int(handle)
+        if handle == 0:
+            handle = 1  # CU_STREAM_LEGACY: tilerun reads NULL as the per-thread default stream
+    _check(setter(int(device_index), handle))
+
+
+def stream(device_index):
+    """The calling thread's current stream for cuda device `device_index`, as an int handle;
+    None for the per-thread default stream (tilerun's default)."""
+    _, getter = _stream_fns()
+    return getter(int(device_index))
+
+
+def _dlpack_stream(device_index):
+    """The stream argument a consumer on tilerun's current stream passes to __dlpack__ (DLPack's
+    Python spec: 1 legacy default, 2 per-thread default, else the handle)."""
+    if not _have_streams():
+        return 2  # tilerun's documented default: the per-thread default stream
+    h = stream(device_index)
+    return 2 if not h else h
+
+
+class _Cuda:
+    """The few CUDA driver calls a DLPack export across streams needs (libcuda via ctypes)."""
+
+    _lib = None
+
+    @classmethod
+    def lib(cls):
+        if cls._lib is None:
+            try:
+                lib = ctypes.CDLL("libcuda.so.1")
+            except OSError as e:
+                raise BufferError("tilerun: cannot load libcuda.so.1 to order streams: %s" % e)
+            for fn, args in (("cuInit", [ctypes.c_uint]),
+                             ("cuDeviceGet", [ctypes.POINTER(ctypes.c_int), ctypes.c_int]),
+                             ("cuDevicePrimaryCtxRetain", [ctypes.POINTER(_vp), ctypes.c_int]),
+                             ("cuDevicePrimaryCtxRelease_v2", [ctypes.c_int]),
+                             ("cuCtxPushCurrent_v2", [_vp]),
+                             ("cuCtxPopCurrent_v2", [ctypes.POINTER(_vp)]),
+                             ("cuEventCreate", [ctypes.POINTER(_vp), ctypes.c_uint]),
+                             ("cuEventRecord", [_vp, _vp]),
+                             ("cuStreamWaitEvent", [_vp, _vp, ctypes.c_uint]),
+                             ("cuEventDestroy_v2", [_vp])):
+                f = getattr(lib, fn)
+                f.restype = ctypes.c_int
+                f.argtypes = args
+            cls._lib = lib
+        return cls._lib
+
+    @classmethod
+    def order(cls, device_index, producer, consumer):
+        """Makes stream `consumer` wait for the work queued so far on stream `producer`."""
+        lib = cls.lib()
+
+        def ok(rc, what):
+            if rc != 0:
+                raise BufferError("tilerun: %s failed (CUresult %d)" % (what, rc))
+
+        ok(lib.cuInit(0), "cuInit")
+        dev = ctypes.c_int()
+        ok(lib.cuDeviceGet(ctypes.byref(dev), device_index), "cuDeviceGet")
+        ctx = ctypes.c_void_p()
+        ok(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+        try:
+            ok(lib.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
+            try:
+                ev = ctypes.c_void_p()
+                ok(lib.cuEventCreate(ctypes.byref(ev), 2), "cuEventCreate")  # DISABLE_TIMING
+                try:
+                    ok(lib.cuEventRecord(ev, producer), "cuEventRecord")
+                    ok(lib.cuStreamWaitEvent(consumer, ev, 0), "cuStreamWaitEvent")
+                finally:
+                    lib.cuEventDestroy_v2(ev)
+            finally:
+                lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+        finally:
+            lib.cuDevicePrimaryCtxRelease_v2(dev)
+
+
+# ---- outputs: tilerun.Tensor -----------------------------------------------------------------
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _capsule_destructor(capsule):
+    # A capsule still named "dltensor" was never consumed: its DLManagedTensor is still ours.
+    if _PyCapsule_IsValid_raw(capsule, _DLTENSOR):
+        p = _PyCapsule_GetPointer_raw(capsule, _DLTENSOR)
+        if p:
+            m = ctypes.cast(p, ctypes.POINTER(DLManagedTensor))
+            if m.contents.deleter:
+                m.contents.deleter(m)
+
+
+_capsule_destructor_ptr = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
+
+# Runtimes that handed out an output not in cpu memory: its deleter may need the runtime's
+# allocator (a backend's), so such a runtime is never destroyed.
+_immortal_runtimes = set()
+
+
+class Tensor:
+    """An output tilerun allocated: a DLManagedTensor it owns until exported. A DLPack producer
+    (``__dlpack__``, ``__dlpack_device__``): ``torch.from_dlpack(t)``, ``numpy.from_dlpack(t)``,
+    ``cupy.from_dlpack(t)`` take it without a copy. It can be exported once (DLPack's capsule
+    holds the one DLManagedTensor); until then it can also be passed to another op's call.
+    Unexported, it is freed with the Tensor."""
+
+    __slots__ = ("_managed", "_runtime", "_stream", "__weakref__")
+
+    def __init__(self, managed, runtime, producer_stream=None):
+        self._managed = managed  # POINTER(DLManagedTensor), None once exported or freed
+        self._runtime = runtime  # keeps the allocator's runtime alive while the Tensor owns it
+        self._stream = producer_stream  # cuda: the stream the data was written on (1/2/handle)
+
+    def _t(self):
+        if self._managed is None:
+            raise BufferError("tilerun.Tensor: already exported through __dlpack__")
+        return self._managed.contents.dl_tensor
+
+    @property
+    def shape(self):
+        t = self._t()
+        return tuple(t.shape[i] for i in range(t.ndim))
+
+    @property
+    def strides(self):
+        """In elements; None means contiguous (row-major)."""
+        t = self._t()
+        return tuple(t.strides[i] for i in range(t.ndim)) if t.strides else None
+
+    @property
+    def dtype(self):
+        """The dtype's name (``"float32"``)."""
+        return _dl_dtype_name(self._t().dtype)
+
+    @property
+    def device(self):
+        """``"cpu"``, ``"cuda:0"``...: DLPack's device type and index."""
+        d = self._t().device
+        name = _DEVICE_NAMES.get(d.device_type, "dl%d" % d.device_type)
+        return name if d.device_type == kDLCPU else "%s:%d" % (name, d.device_id)
+
+    @property
+    def data_ptr(self):
+        t = self._t()
+        return (t.data or 0) + t.byte_offset
+
+    def __dlpack_device__(self):
+        d = self._t().device
+        return (int(d.device_type), int(d.device_id))
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """Hands the data over as a "dltensor" capsule (DLPack's unversioned form, also when
+        `max_version` is given). For a cuda tensor, `stream` (the consumer's: 1 legacy
+        default, 2 per-thread default, a handle; None read as 1; -1: no ordering) is made to
+        wait for the stream tilerun wrote the data on, when it is another."""
+        t = self._t()
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError("tilerun.Tensor: cannot export to device %r (it is on %s)"
+                              % (tuple(dl_device), self.device))
+        if copy:
+            raise BufferError("tilerun.Tensor: copy=True is not supported")
+        if t.device.device_type in (kDLCUDA, kDLCUDAManaged) and stream != -1:
+            consumer = 1 if stream is None else int(stream)
+            producer = self._stream if self._stream is not None else 2
+            # The legacy (1) and per-thread (2) default streams order work between themselves.
+            if consumer != producer and {consumer, producer} != {1, 2}:
+                _Cuda.order(int(t.device.device_id), producer, consumer)
+        m = self._managed
+        capsule = _PyCapsule_New(ctypes.cast(m, ctypes.c_void_p), _DLTENSOR,
+                                 _capsule_destructor_ptr)
+        if t.device.device_type != kDLCPU and self._runtime is not None:
+            _immortal_runtimes.add(self._runtime)
+        self._managed = None
+        self._runtime = None
+        return capsule
+
+    def _free(self):
+        m, self._managed = self._managed, None
+        if m is not None and m.contents.deleter:
+            m.contents.deleter(m)
+
+    def __del__(self):
+        if getattr(self, "_managed", None) is not None and not sys.is_finalizing():
+            self._free()
+
+    def __repr__(self):
+        if self._managed is None:
+            return "tilerun.Tensor(<exported>)"
+        return "tilerun.Tensor(shape=%s, dtype=%s, device=%s)" % (self.shape, self.dtype,
+                                                                  self.device)
+
+
+# ---- runtimes --------------------------------------------------------------------------------
+
+
+class Runtime:
+    """A tilerun runtime (tr_runtime_new): the manifest, loaded now, and the backends,
+    discovered when the first op is made.
+
+    manifest_dir: the folder of the manifest's *.yaml; None: $TILERUN_MANIFEST_DIR, else
+    ``manifest/spec`` (relative to the working directory). backend_dirs: folders to search for
+    backends (a list, or one string); None: $TILERUN_BACKEND_PATH, then the install prefix's.
+    pipeline_file: the pipeline placing the components; None: $TILERUN_PIPELINE, else inline.
+    Raises Error (ManifestError, IOError...) when the manifest cannot be loaded."""
+
+    def __init__(self, manifest_dir=None, backend_dirs=None, pipeline_file=None):
+        if manifest_dir is None:
+            manifest_dir = os.environ.get("TILERUN_MANIFEST_DIR") or "manifest/spec"
+        self.manifest_dir = os.fspath(manifest_dir)
+        if isinstance(backend_dirs, (str, bytes, os.PathLike)):
+            backend_dirs = [backend_dirs]
+        self.backend_dirs = None if backend_dirs is None else [os.fspath(d) for d in backend_dirs]
+        self._rt = None
+        self._manifest = None
+        opts = _RuntimeOptions()
+        keep = []
+        mdir = os.fsencode(self.manifest_dir)
+        opts.manifest_dir = mdir
+        if self.backend_dirs is not None:
+            arr = (ctypes.c_char_p * max(len(self.backend_dirs), 1))(
+                *[os.fsencode(d) for d in self.backend_dirs])
+            keep.append(arr)
+            opts.backend_dirs = ctypes.cast(arr, ctypes.POINTER(ctypes.c_char_p))
+            opts.n_backend_dirs = len(self.backend_dirs)
+        if pipeline_file is not None:
+            pf = os.fsencode(pipeline_file)
+            keep.append(pf)
+            opts.pipeline_file = pf
+        rt = ctypes.c_void_p()
+        _check(_tr_runtime_new(ctypes.byref(opts), ctypes.byref(rt)))
+        self._rt = rt
+        manifest = ctypes.c_void_p()
+        status = _tr_manifest_load_dir(mdir, ctypes.byref(manifest))
+        if status:
+            self.close()
+            raise _error_from(status)
+        self._manifest = manifest
+        self._defs = {}
+        self._lock = threading.Lock()
+
+    def _handle(self):
+        if self._rt is None:
+            raise ValueError("tilerun: the runtime is closed")
+        return self._rt
+
+    def _op_def(self, name):
+        """(input names, which are optional, output names, composite, doc) of op `name`, or
+        None when the manifest has no such op."""
+        with self._lock:
+            if name not in self._defs:
+                d = _tr_manifest_find(self._manifest, name.encode())
+                if not d:
+                    return None
+                n_in, n_out = _tr_op_def_input_count(d), _tr_op_def_output_count(d)
+                self._defs[name] = (
+                    tuple(_tr_op_def_input_name(d, i).decode() for i in range(n_in)),
+                    tuple(bool(_tr_op_def_input_optional(d, i)) for i in range(n_in)),
+                    tuple(_tr_op_def_output_name(d, i).decode() for i in range(n_out)),
+                    bool(_tr_op_def_is_composite(d)),
+                    (_tr_op_def_doc(d) or b"").decode())
+            return self._defs[name]
+
+    def op(self, name, target=None, **params):
+        """An op instance of this runtime: see :func:`tilerun.op`."""
+        return Op(name, target=target, runtime=self, **params)
+
+    def registered_targets(self, op_name=None):
+        """The registered targets, sorted (with `op_name`: those with a builder for it)."""
+        n = _tr_registered_targets(self._handle(), op_name and op_name.encode(), None, 0)
+        names = (ctypes.c_char_p * max(n, 1))()
+        n = _tr_registered_targets(self._handle(), op_name and op_name.encode(), names, n)
+        return [names[i].decode() for i in range(n)]
+
+    def set_default_target(self, target):
+        """The process default target ahead of device detection (a name, "<builtin>", or None
+        to clear)."""
+        _check(_tr_set_default_target(self._handle(), target and target.encode()))
+
+    def default_target(self):
+        t = _tr_default_target(self._handle())
+        return t.decode() if t else None
+
+    def load_failures(self):
+        """Backends that failed to load: a list of (backend, reason)."""
+        rt = self._handle()
+        return [(_tr_load_failure_backend(rt, i).decode(), _tr_load_failure_reason(rt, i).decode())
+                for i in range(_tr_load_failure_count(rt))]
+
+    def close(self):
+        """Destroys the runtime (its ops must be unused by then: each keeps the runtime alive,
+        so this is only needed to free it early). A runtime that handed out outputs outside cpu
+        memory stays alive (their deleters use its allocator)."""
+        if self in _immortal_runtimes:
+            return
+        if self._manifest is not None:
+            _tr_manifest_destroy(ctypes.byref(self._manifest))
+            self._manifest = None
+        if self._rt is not None:
+            _tr_runtime_destroy(ctypes.byref(self._rt))
+            self._rt = None
+
+    def __del__(self):
+        if not sys.is_finalizing() and getattr(self, "_rt", None) is not None:
+            self.close()
+
+
+_default_runtime = None
+_default_lock = threading.Lock()
+
+
+def default_runtime():
+    """The runtime :func:`op` uses when none is given, made at first use with the defaults
+    ($TILERUN_MANIFEST_DIR, $TILERUN_BACKEND_PATH, read then)."""
+    global _default_runtime
+    with _default_lock:
+        if _default_runtime is None:
+            _default_runtime = Runtime()
+        return _default_runtime
+
+
+# ---- ops -------------------------------------------------------------------------------------
+
+
+def _framework(obj):
+    """"torch", "numpy" or None, from the type's module (never imports either)."""
+    module = type(obj).__module__ or ""
+    root = module.split(".", 1)[0]
+    if root == "torch":
+        return "torch"
+    if root == "numpy":
+        return "numpy"
+    return None
+
+
+def _borrow(t, keep):
+    """The DLTensor * of tensor `t` for a call; what must live until the call returns goes in
+    `keep`. A tilerun.Tensor passes its own DLManagedTensor (nothing is exported)."""
+    if isinstance(t, Tensor):
+        t._t()  # raises once exported
+        keep.append(t)
+        return ctypes.cast(t._managed, ctypes.c_void_p).value
+    if not hasattr(t, "__dlpack__"):
+        raise TypeError("tilerun: a tensor must be None or support DLPack (__dlpack__); got %s"
+                        % type(t).__name__)
+    device_type, device_id = None, 0
+    if hasattr(t, "__dlpack_device__"):
+        device_type, device_id = t.__dlpack_device__()
+        device_type = int(device_type)
+    if device_type in (kDLCUDA, kDLCUDAManaged):
+        # The consumer names its stream and the producer orders its pending work before it
+        # (DLPack's Python spec). tilerun's per-thread default stream (2) is named as the legacy
+        # default stream (1): some producers refuse 2 (torch), and the per-thread default stream
+        # waits for work queued on the legacy one, so the order holds. With torch inputs the
+        # stream is torch's current one (see _sync_torch_streams): no synchronization at all.
+        s = _dlpack_stream(int(device_id))
+        try:
+            capsule = t.__dlpack__(stream=1 if s == 2 else s)
+        except TypeError:  # a producer that takes no stream
+            capsule = t.__dlpack__()
+    else:
+        capsule = t.__dlpack__()  # cpu and others: no stream (numpy refuses one)
+    keep.append(capsule)
+    try:
+        p = _PyCapsule_GetPointer(capsule, _DLTENSOR)
+    except ValueError:
+        raise TypeError("tilerun: %s.__dlpack__() did not return an unused \"dltensor\" capsule"
+                        % type(t).__name__) from None
+    keep.append(t)
+    return p  # &managed->dl_tensor: dl_tensor is the first member
+
+
+def _sync_torch_streams(tensors):
+    """For torch cuda inputs: tilerun's current stream for each device becomes torch's (so
+    tilerun runs in order with torch, also under torch.cuda.graph capture)."""
+    done = set()
+    for t in tensors:
+        if t is None or _framework(t) != "torch" or not getattr(t, "is_cuda", False):
+            continue
+        index = t.device.index if t.device.index is not None else 0
+        if index in done:
+            continue
+        done.add(index)
+        if not _have_streams():
+            return  # a library without streams: tilerun uses its default
+        import torch
+        set_stream(index, torch.cuda.current_stream(index).cuda_stream)
+
+
+class Op:
+    """An op instance (tr_op_new): the op `name` from the manifest with its params checked and
+    defaults applied. ``target``: None decides by the first call's device; a backend target's
+    name; or ``"<builtin>"`` for the in-tree kernels. Call it with tensors in the manifest's
+    input order (None for an absent optional input)."""
+
+    def __init__(self, name, target=None, runtime=None, **params):
+        self._op = None
+        self.runtime = runtime if runtime is not None else default_runtime()
+        self.name = name
+        self.params = dict(params)
+        info = self.runtime._op_def(name) if isinstance(name, str) else None
+        if info is None:
+            # tr_op_new names the op and says why (not in the manifest).
+            info = ((), (), (), False, "")
+        self.input_names, self._optional, self.output_names, self._composite, doc = info
+        self.__doc__ = doc or Op.__doc__
+        n = len(params)
+        values = (_NamedValue * max(n, 1))()
+        keep = []
+        for i, (key, v) in enumerate(params.items()):
+            kb = key.encode()
+            keep.append(kb)
+            values[i].name = kb
+            _fill_value(key, v, values[i].value, keep)
+        op = ctypes.c_void_p()
+        _check(_tr_op_new(self.runtime._handle(), name.encode(), values, n,
+                          None if target is None else target.encode(), ctypes.byref(op)))
+        self._op = op  # tr_op_new copied the values: `keep` may go
+
+    def _handle(self):
+        if self._op is None:
+            raise ValueError("tilerun: the op is closed")
+        return self._op
+
+    @property
+    def target(self):
+        """The settled target (a name or "<builtin>"), or None while none is settled."""
+        t = _tr_op_target(self._handle())
+        return t.decode() if t else None
+
+    @property
+    def memo_count(self):
+        """How many kernels the op has built and keeps."""
+        return _tr_op_memo_count(self._handle())
+
+    def request_tune(self):
+        """Tuned mode: asks every kernel built so far, and each one built later, to tune."""
+        _check(_tr_op_request_tune(self._handle()))
+
+    def _inputs(self, tensors, keep):
+        _sync_torch_streams(tensors)
+        arr = (ctypes.c_void_p * max(len(tensors), 1))()
+        for i, t in enumerate(tensors):
+            arr[i] = None if t is None else _borrow(t, keep)
+        return arr
+
+    def __call__(self, *tensors):
+        """Runs the op on `tensors` and returns its output (several: a tuple, with None for an
+        output that does not exist for this call). Outputs are the first given input's kind: a
+        torch tensor, a numpy array, else a :class:`Tensor`. With torch cuda inputs, tilerun's
+        current stream for their device is first set to torch's current stream (and stays so),
+        so that the call is ordered with torch's work, also under CUDA graph capture. Raises
+        Error on a rejected or failed call."""
+        keep = []
+        ins = self._inputs(tensors, keep)
+        n_out = len(self.output_names)
+        outs = (ctypes.c_void_p * max(n_out, 1))()
+        op = self._handle()
+        _check(_tr_op_call(op, ins, len(tensors), outs, n_out))
+        del keep  # the capsules (the producers' DLManagedTensors) go after the call
+        first = next((t for t in tensors if t is not None), None)
+        producer = None
+        results = []
+        for i in range(n_out):
+            if not outs[i]:
+                results.append(None)
+                continue
+            m = ctypes.cast(outs[i], ctypes.POINTER(DLManagedTensor))
+            dev = m.contents.dl_tensor.device
+            if producer is None and dev.device_type in (kDLCUDA, kDLCUDAManaged):
+                producer = _dlpack_stream(int(dev.device_id))
+            results.append(Tensor(m, self.runtime, producer))
+        results = [_convert(r, first) for r in results]
+        return results[0] if n_out == 1 else tuple(results)
+
+    def call_into(self, inputs, outputs):
+        """Runs the op writing into caller-given `outputs` (a tensor or a sequence, in the
+        manifest's output order, None for an output that does not exist for the call): each of
+        the shape and dtype the manifest infers, contiguous, on the call's device. Returns
+        `outputs`."""
+        single = not isinstance(outputs, (list, tuple))
+        outs_list = [outputs] if single else list(outputs)
+        keep = []
+        ins = self._inputs(tuple(inputs), keep)
+        n_out = max(len(outs_list), len(self.output_names))
+        outs = (ctypes.c_void_p * max(n_out, 1))()
+        for i, t in enumerate(outs_list):
+            outs[i] = None if t is None else _borrow(t, keep)
+        _check(_tr_op_call_into(self._handle(), ins, len(inputs), outs, n_out))
+        del keep
+        return outputs
+
+    def close(self):
+        """Destroys the op now (else when it is collected)."""
+        if self._op is not None:
+            _tr_op_destroy(ctypes.byref(self._op))
+            self._op = None
+
+    def __del__(self):
+        if not sys.is_finalizing() and getattr(self, "_op", None) is not None:
+            self.close()
+
+    def __repr__(self):
+        params = ", ".join("%s=%r" % kv for kv in self.params.items())
+        return "tilerun.op(%r%s)" % (self.name, ", " + params if params else "")
+
+
+def _convert(out, first):
+    """An output as the framework of the call's first given input (torch, numpy), else as is."""
+    if out is None:
+        return None
+    fw = _framework(first) if first is not None else None
+    if fw == "torch":
+        import torch
+        return torch.from_dlpack(out)
+    if fw == "numpy":
+        import numpy
+        return numpy.from_dlpack(out)
+    return out
+
+
+def op(name, target=None, runtime=None, **params):
+    """Makes an op instance: ``tilerun.op("RMSNormFwdOp", normalized_shape=(4096,))``.
+
+    Params by name, as the manifest declares them: None, bool, int, float, str, a list or tuple
+    of ints, or a dtype (a torch dtype, a numpy dtype or scalar type, or ``tilerun.dtype``).
+    `target`: None (decide by the first call's device), a backend target's name, or
+    "<builtin>". `runtime`: None for :func:`default_runtime`. Raises Error: an op not in the
+    manifest (OpNotAvailableError), a bad param (SignatureError(param)), an unregistered target
+    (UnknownTargetError); a param of a type with no tilerun kind is a TypeError."""
+    return Op(name, target=target, runtime=runtime, **params)
+
+
+BUILTIN = "<builtin>"
