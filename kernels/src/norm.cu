@@ -5,13 +5,16 @@
 //   looped: a block per row for any TR_N: one pass reads the row for its statistics, a second
 //           reads it again (from L2, where the first pass left it) to write y. Few registers, so
 //           many rows are in flight per SM. Built twice: about four 16-byte vectors per thread
-//           (bandwidth, for many rows) and one or two (latency, for a few rows); the launch
-//           picks by the row count.
+//           (bandwidth, for many rows) and one or two (latency, for a few rows: then the row is
+//           held in registers and read once); the launch picks by the row count.
 // Statistics in float32. In the warp kernel LayerNorm's come from the sums of d = x - x[0] and
 // d * d in one reduction: shifting by a value of the row keeps the variance exact where the mean
 // is large against the spread. TR_HAS_W / TR_HAS_B say whether weight and bias are given.
 // Entry: tr_norm(const T *x, const T *w, const T *b, T *y, i64 rows, float eps).
 typedef TR_T T;
+#ifndef TR_HOLD
+#define TR_HOLD 2
+#endif
 
 // Sums over `threads` threads (a warp, or the whole block); `scratch` holds 64 floats.
 __device__ __forceinline__ void group_sum2(float &a, float &b, int threads, float *scratch) {
@@ -72,31 +75,49 @@ __device__ __forceinline__ void write(const vec_t<T, V> &r, const T *w, const T 
   store_f32<T, V>(y + (i64)i * V, v);
 }
 
-// One row held in a warp's registers (lane in 0..31).
-template <int V>
-__device__ __forceinline__ void norm_row_warp(const T *x, const T *w, const T *b, T *y, float eps, int lane) {
+// One row held in the registers of THREADS threads (a warp, or the block), tid in 0..THREADS-1:
+// x, weight and bias are all loaded before the one reduction, so a short row costs one memory
+// latency.
+template <int THREADS, int V>
+__device__ __forceinline__ void norm_row_regs(const T *x, const T *w, const T *b, T *y, float eps, int tid,
+                                              float *scratch) {
   constexpr int NV = TR_N / V;
-  constexpr int PER = (NV + 31) / 32;
-  vec_t<T, V> xr[PER];
+  constexpr int PER = (NV + THREADS - 1) / THREADS;
+  vec_t<T, V> xr[PER], wr[PER], br[PER];
 #pragma unroll
   for (int p = 0; p < PER; p++) {
-    const int i = lane + p * 32;
-    if (i < NV) xr[p] = reinterpret_cast<const vec_t<T, V> *>(x)[i];
+    const int i = tid + p * THREADS;
+    if (i < NV) {
+      xr[p] = reinterpret_cast<const vec_t<T, V> *>(x)[i];
+      if (TR_HAS_W) wr[p] = reinterpret_cast<const vec_t<T, V> *>(w)[i];
+      if (TR_HAS_B) br[p] = reinterpret_cast<const vec_t<T, V> *>(b)[i];
+    }
   }
   const float shift = TR_RMS ? 0.f : to_f32(x[0]);
   float s1 = 0.f, s2 = 0.f;
 #pragma unroll
   for (int p = 0; p < PER; p++) {
-    if (lane + p * 32 < NV) accumulate<V>(xr[p], shift, s1, s2);
+    if (tid + p * THREADS < NV) accumulate<V>(xr[p], shift, s1, s2);
   }
-  s1 = warp_sum(s1);
-  s2 = warp_sum(s2);
+  group_sum2(s1, s2, THREADS, scratch);
   float mean, rstd;
   stats(s1, s2, shift, eps, mean, rstd);
 #pragma unroll
   for (int p = 0; p < PER; p++) {
-    const int i = lane + p * 32;
-    if (i < NV) write<V>(xr[p], w, b, y, i, mean, rstd);
+    const int i = tid + p * THREADS;
+    if (i >= NV) continue;
+    float v[V], wv[V], bv[V];
+    to_f32<T, V>(xr[p], v);
+    if (TR_HAS_W) to_f32<T, V>(wr[p], wv);
+    if (TR_HAS_B) to_f32<T, V>(br[p], bv);
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      float o = (v[k] - mean) * rstd;
+      if (TR_HAS_W) o *= wv[k];
+      if (TR_HAS_B) o += bv[k];
+      v[k] = o;
+    }
+    store_f32<T, V>(y + (i64)i * V, v);
   }
 }
 
@@ -144,14 +165,20 @@ extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_norm(const T *x, const
   if (row >= rows) return;
   const int lane = threadIdx.x & 31;
   const i64 off = row * (i64)TR_N;
-  if (vec) norm_row_warp<V>(x + off, w, b, y + off, eps, lane);
-  else norm_row_warp<1>(x + off, w, b, y + off, eps, lane);
+  if (vec) norm_row_regs<32, V>(x + off, w, b, y + off, eps, lane, nullptr);
+  else norm_row_regs<32, 1>(x + off, w, b, y + off, eps, lane, nullptr);
 #else
   __shared__ float scratch[64];
   const i64 row = (i64)blockIdx.x + (i64)blockIdx.y * gridDim.x;
   if (row >= rows) return;
   const i64 off = row * (i64)TR_N;
-  if (vec) norm_row_looped<V>(x + off, w, b, y + off, eps, scratch);
-  else norm_row_looped<1>(x + off, w, b, y + off, eps, scratch);
+  if (V > 1 && TR_N / V <= TR_HOLD * TR_BLOCK) {  // the wide build: few vectors per thread, held
+    if (vec) norm_row_regs<TR_BLOCK, V>(x + off, w, b, y + off, eps, threadIdx.x, scratch);
+    else norm_row_looped<1>(x + off, w, b, y + off, eps, scratch);
+  } else if (vec) {
+    norm_row_looped<V>(x + off, w, b, y + off, eps, scratch);
+  } else {
+    norm_row_looped<1>(x + off, w, b, y + off, eps, scratch);
+  }
 #endif
 }

@@ -174,14 +174,15 @@ def main():
                   flush=True)
             if numel * 2 >= 32 << 20:  # the input x (bf16) is 32 MB or more
                 worst[op_name] = min(worst.get(op_name, 100.0), pct)
-            if shape[0] == 1 and len(shape) == 2 and shape[1] <= 16384 and op_name != "SoftmaxFwdOp":
+            if tuple(shape) == (1, 4096):  # the goal's decode rows
                 worst[op_name + " decode us"] = max(worst.get(op_name + " decode us", 0.0), t_us)
             del ins, outs
     print()
-    print("goals: >= 85% of copy on inputs of 32 MB and more (RMSNorm, LayerNorm, Softmax); decode rows <= 2 us")
+    print("goals: >= 85% of copy on inputs of 32 MB and more (RMSNorm, LayerNorm, Softmax); decode rows (1x4096) "
+          "<= 2 us")
     for key, v in worst.items():
         if key.endswith("decode us"):
-            print(f"  {key[:-10]}: slowest decode row {v:.2f} us: {'met' if v <= 2.0 else 'NOT met'}")
+            print(f"  {key[:-10]}: decode row 1x4096 {v:.2f} us: {'met' if v <= 2.0 else 'NOT met'}")
         elif key != "AddFwdOp":
             print(f"  {key}: lowest share of copy at >= 32 MB: {v:.0f}%: {'met' if v >= 85 else 'NOT met'}")
 
