@@ -23,9 +23,10 @@ static const char kUsage[] =
     "(plugins) or the in-tree CUDA kernels.\n"
     "\n"
     "commands:\n"
-    "  run        the main job: the manifest's ops, the installed backends, then each op's\n"
-    "             smallest workload row run on cpu through the runtime (build and call time,\n"
-    "             bandwidth against the roofline); --all runs every row up to --max-gb of traffic\n"
+    "  run        the main job: the manifest's ops, the installed backends, then every workload\n"
+    "             row through the runtime, on cuda:0 where there is a GPU and the op has in-tree\n"
+    "             kernels, else on cpu: target, implementation, build and call time, GB/s and\n"
+    "             GFLOP/s against the roofline, and on cuda the error against the CPU backend\n"
     "  ops        list the ops the manifest declares: name, family, reference API, where\n"
     "  manifest check [FILES]\n"
     "             lint spec files (default: every *.yaml of the manifest directory): they\n"
@@ -47,8 +48,11 @@ static const char kUsage[] =
     "\n"
     "options:\n"
     "  --manifest DIR   the spec directory (default: $TILERUN_MANIFEST_DIR, else ./manifest/spec)\n"
-    "  --all            run: every workload row, not only each op's smallest\n"
-    "  --max-gb N       run --all: skip rows moving more than N GB (default 1)\n"
+    "  --smallest       run: each op's smallest workload row only (quick)\n"
+    "  --device D       run: auto (default: cuda when there is a GPU), cpu or cuda\n"
+    "  --max-gb N       run: rows moving more than N GB are skipped on cpu and not checked\n"
+    "                   against the CPU backend on cuda (default 1)\n"
+    "  --max-gflop N    run: rows computing more than N GFLOP are skipped on cpu (default 20)\n"
     "  --pipeline FILE  run, targets: the pipeline file placing the components\n"
     "  --endpoint E     serve: where to listen (tcp://:PORT binds loopback)\n"
     "  --curve-secret K serve: require CurveZMQ with this secret key (40 Z85 characters)\n"
@@ -64,8 +68,9 @@ static const char kUsage[] =
 typedef struct cli_options {
   long iters;
   const char *manifest_dir;
-  int all_rows;
-  double max_gb;
+  int smallest;
+  tr_mainjob_device device;
+  double max_gb, max_gflop;
   const char *pipeline;
   const char *endpoint;
   const char *curve_secret;
@@ -307,7 +312,7 @@ static int usage_error(FILE *err, const char *fmt, const char *arg) {
 }
 
 int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
-  cli_options opts = {2000, NULL, 0, 1.0, NULL, NULL, NULL};
+  cli_options opts = {2000, NULL, 0, TR_MAINJOB_AUTO, 1.0, 20.0, NULL, NULL, NULL};
   const char *command = NULL;
   char *positional[64];
   int n_positional = 0;
@@ -334,12 +339,23 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
         return usage_error(err, "--iters needs a positive number, got '%s'", i + 1 < argc ? argv[i + 1] : "");
       }
       i++;
-    } else if (strcmp(arg, "--all") == 0) {
-      opts.all_rows = 1;
-    } else if (strcmp(arg, "--max-gb") == 0) {
+    } else if (strcmp(arg, "--smallest") == 0) {
+      opts.smallest = 1;
+    } else if (strcmp(arg, "--all") == 0) { /* every row is the default now; kept for old scripts */
+      opts.smallest = 0;
+    } else if (strcmp(arg, "--device") == 0) {
+      const char *d = i + 1 < argc ? argv[++i] : "";
+      if (strcmp(d, "auto") == 0) opts.device = TR_MAINJOB_AUTO;
+      else if (strcmp(d, "cpu") == 0) opts.device = TR_MAINJOB_CPU;
+      else if (strcmp(d, "cuda") == 0) opts.device = TR_MAINJOB_CUDA;
+      else return usage_error(err, "--device needs auto, cpu or cuda, got '%s'", d);
+    } else if (strcmp(arg, "--max-gb") == 0 || strcmp(arg, "--max-gflop") == 0) {
       char *end = NULL;
-      if (i + 1 >= argc || (opts.max_gb = strtod(argv[i + 1], &end)) <= 0 || *end != '\0') {
-        return usage_error(err, "--max-gb needs a positive number, got '%s'", i + 1 < argc ? argv[i + 1] : "");
+      double *slot = arg[7] == 'b' ? &opts.max_gb : &opts.max_gflop;
+      if (i + 1 >= argc || (*slot = strtod(argv[i + 1], &end)) <= 0 || *end != '\0') {
+        return usage_error(err, arg[7] == 'b' ? "--max-gb needs a positive number, got '%s'"
+                                              : "--max-gflop needs a positive number, got '%s'",
+                           i + 1 < argc ? argv[i + 1] : "");
       }
       i++;
     } else if (arg[0] == '-') {
@@ -391,7 +407,9 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     int rc_backends = list_backends(out, err);
     if (rc != 0) return rc;
     fprintf(out, "\n");
-    int rc_rows = tr_mainjob_run(manifest_dir(&opts), opts.pipeline, opts.all_rows, opts.max_gb * 1e9, out, err);
+    tr_mainjob_options job = {manifest_dir(&opts), opts.pipeline, opts.device, opts.smallest, opts.max_gb * 1e9,
+                              opts.max_gflop * 1e9};
+    int rc_rows = tr_mainjob_run(&job, out, err);
     return rc_backends != 0 ? rc_backends : rc_rows;
   }
   return usage_error(err, "unknown command '%s' (commands: run, ops, manifest, backends, targets, serve, bench, help)", command);

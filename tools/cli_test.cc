@@ -94,24 +94,49 @@ TEST_CASE("backends lists the search path and what was found there") {
 
 TEST_CASE("run: the ops, the backends, and each op's smallest row run on the cpu backend") {
   REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "backends/cpu") == nullptr);
-  Run r = run({"run", "--manifest", "manifest/spec"});
+  Run r = run({"run", "--manifest", "manifest/spec", "--smallest", "--device", "cpu"});
   CHECK(r.rc == 0);
   CHECK(r.out.find("the main job") != std::string::npos);
   CHECK(r.out.find("backends: 1 found\n  cpu") != std::string::npos);
-  CHECK(r.out.find("  RMSNormFwdOp     llama3.1-8b decode                     cpu") != std::string::npos);
-  CHECK(r.out.find("  LinearFwdOp      llama3.1-8b mlp up decode              (composite)") != std::string::npos);
-  CHECK(r.out.find("10 rows ran, 0 failed") != std::string::npos);
+  CHECK(r.out.find("workloads on cpu (no cuda device asked for), each op's smallest row") != std::string::npos);
+  CHECK(r.out.find("  RMSNormFwdOp     llama3.1-8b decode                     cpu   cpu         -") !=
+        std::string::npos);
+  CHECK(r.out.find("  LinearFwdOp      llama3.1-8b mlp up decode              cpu   (composite)") != std::string::npos);
+  CHECK(r.out.find("10 rows ran, 0 failed, 0 skipped") != std::string::npos);
   REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "/nonexistent") == nullptr);
-  r = run({"run", "--manifest", "manifest/spec"});
+  r = run({"run", "--manifest", "manifest/spec", "--smallest", "--device", "cpu"});
   CHECK(r.rc == 1);  // no backend: every row fails, each with its error
   CHECK(r.out.find("RMSNormFwdOp     llama3.1-8b decode                     FAILED: OpNotAvailableError: "
                    "RMSNormFwdOp's in-tree kernels do not run on cpu; known targets for this op: []") !=
         std::string::npos);
-  CHECK(r.out.find("10 rows ran, 10 failed") != std::string::npos);
+  CHECK(r.out.find("10 rows ran, 10 failed, 0 skipped") != std::string::npos);
   REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
   r = run({"run", "--max-gb", "zero"});
   CHECK(r.rc == 2);
   CHECK(r.err.find("tilerun: --max-gb needs a positive number, got 'zero'") == 0);
+  r = run({"run", "--device", "tpu"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: --device needs auto, cpu or cuda, got 'tpu'") == 0);
+}
+
+TEST_CASE("run: every row; rows over the limits are skipped on cpu with the reason") {
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "backends/cpu") == nullptr);
+  Run r = run({"run", "--manifest", "manifest/spec", "--device", "cpu", "--max-gb", "0.05", "--max-gflop", "1"});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("workloads on cpu (no cuda device asked for), every row") != std::string::npos);
+  CHECK(r.out.find("  SoftmaxFwdOp     llama3.1-8b prefill attention scores b skipped on cpu: moves 8.59 GB (over "
+                   "--max-gb 0.05)") != std::string::npos);
+  CHECK(r.out.find("  GemmFwdOp") != std::string::npos);
+  CHECK(r.out.find("  GemmFwdOp        llama3.1-8b q/o proj prefill           skipped on cpu: moves 0.0671 GB (over "
+                   "--max-gb 0.05)") != std::string::npos);
+
+  CHECK(r.out.find("  AddFwdOp         llama3.1-8b residual decode            cpu   cpu") != std::string::npos);
+  CHECK(r.out.find("25 rows ran, 0 failed, 33 skipped") != std::string::npos);
+  r = run({"run", "--manifest", "manifest/spec", "--device", "cpu", "--max-gb", "0.3", "--max-gflop", "1"});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("  GQADecodeFwdOp   llama3.1-8b decode batch 16 kv 4096    skipped on cpu: 1.07 GFLOP (over "
+                   "--max-gflop 1)") != std::string::npos);
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
 }
 
 TEST_CASE("manifest check passes the shipped spec files and lists problems in broken ones") {

@@ -1,5 +1,6 @@
 /* mainjob.h: the main job's workload runner: each manifest op's workload rows through the
- * runtime on the default device, with timings against the roofline. */
+ * runtime (cuda where there is a GPU, else cpu), timed against the roofline, checked against the
+ * CPU backend. */
 #ifndef TILERUN_TOOLS_MAINJOB_H_
 #define TILERUN_TOOLS_MAINJOB_H_
 
@@ -9,13 +10,25 @@
 extern "C" {
 #endif
 
-/* Runs, for every op, its smallest workload row (by roofline bytes) or, with `all_rows`, every
- * row up to `max_bytes` of roofline traffic, on cpu tensors through tr_op_call: prints op, row,
- * target, build time, call time and achieved bandwidth. A row that fails is printed with its
- * error and counted. `pipeline`: a pipeline file, or NULL. Returns 0 when every row ran, 1
- * otherwise. */
-int tr_mainjob_run(const char *manifest_dir, const char *pipeline, int all_rows, double max_bytes,
-                   FILE *out, FILE *err);
+typedef enum tr_mainjob_device { TR_MAINJOB_AUTO, TR_MAINJOB_CPU, TR_MAINJOB_CUDA } tr_mainjob_device;
+
+typedef struct tr_mainjob_options {
+  const char *manifest_dir;
+  const char *pipeline;      /* a pipeline file, or NULL */
+  tr_mainjob_device device;  /* auto: cuda:0 when there is a cuda device, else cpu */
+  int smallest;              /* each op's smallest row (by roofline bytes) only */
+  double max_bytes;          /* cpu rows moving more are skipped; cuda rows are not checked */
+  double max_flops;          /* cpu rows computing more are skipped */
+} tr_mainjob_options;
+
+/* Runs every op's workload rows (or each op's smallest) through tr_op_call: on cuda:0 where
+ * there is a GPU and the op has in-tree kernels, else on cpu tensors. Prints, one line per row as
+ * it completes: op, row, device, target, implementation, build time (the first call), call time
+ * (a memo hit), achieved GB/s and GFLOP/s from the roofline (on cuda with the share of the
+ * device's copy rate, measured first), and on cuda the error against the CPU backend's result on
+ * the same inputs. A row that fails, or whose error is over its dtype's tolerance, is counted and
+ * printed with its error; a skipped row says why. Returns 0 when no row failed, 1 otherwise. */
+int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err);
 
 #ifdef __cplusplus
 }

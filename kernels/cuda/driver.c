@@ -21,6 +21,11 @@ typedef int (*launch_fn)(tr_cu_function f, unsigned gx, unsigned gy, unsigned gz
 typedef int (*alloc_async_fn)(tr_cu_ptr *ptr, size_t bytes, tr_cu_stream stream);
 typedef int (*free_async_fn)(tr_cu_ptr ptr, tr_cu_stream stream);
 typedef int (*error_text_fn)(int code, const char **text);
+typedef int (*count_fn)(int *count);
+typedef int (*htod_fn)(tr_cu_ptr dst, const void *src, size_t bytes);
+typedef int (*dtoh_fn)(void *dst, tr_cu_ptr src, size_t bytes);
+typedef int (*dtod_fn)(tr_cu_ptr dst, tr_cu_ptr src, size_t bytes, tr_cu_stream stream);
+typedef int (*sync_fn)(tr_cu_stream stream);
 
 enum { kFuncAttrMaxDynamicSmem = 8 };      /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 
@@ -40,6 +45,11 @@ static struct {
   alloc_async_fn alloc_async;
   free_async_fn free_async;
   error_text_fn error_name, error_string;
+  count_fn device_count;
+  htod_fn htod;
+  dtoh_fn dtoh;
+  dtod_fn dtod;
+  sync_fn sync;
   tr_plat_mutex lock; /* the contexts */
   tr_cu_ctx contexts[TR_CUDA_MAX_DEVICES];
 } g;
@@ -86,6 +96,11 @@ static void load_once(void) {
   BIND(free_async, "cuMemFreeAsync");
   BIND(error_name, "cuGetErrorName");
   BIND(error_string, "cuGetErrorString");
+  BIND(device_count, "cuDeviceGetCount");
+  BIND(htod, "cuMemcpyHtoD_v2");
+  BIND(dtoh, "cuMemcpyDtoH_v2");
+  BIND(dtod, "cuMemcpyDtoDAsync_v2");
+  BIND(sync, "cuStreamSynchronize");
   if (missing) return;
   tr_status *failed = tr_plat_mutex_init(&g.lock);
   if (failed != NULL) {
@@ -220,4 +235,34 @@ tr_status *tr_cu_set_stream(int32_t index, tr_cu_stream stream) {
   }
   t_streams[index] = stream;
   return NULL;
+}
+
+tr_status *tr_cu_copy_to_device(tr_cu_ptr dst, const void *src, size_t bytes) {
+  int rc = g.htod(dst, src, bytes);
+  return rc == 0 ? NULL : cu_error(rc, "copying to a cuda device%s", "");
+}
+
+tr_status *tr_cu_copy_to_host(void *dst, tr_cu_ptr src, size_t bytes) {
+  int rc = g.dtoh(dst, src, bytes);
+  return rc == 0 ? NULL : cu_error(rc, "copying from a cuda device%s", "");
+}
+
+tr_status *tr_cu_copy_device(tr_cu_ptr dst, tr_cu_ptr src, size_t bytes, tr_cu_stream stream) {
+  int rc = g.dtod(dst, src, bytes, stream);
+  return rc == 0 ? NULL : cu_error(rc, "copying within a cuda device%s", "");
+}
+
+tr_status *tr_cu_stream_sync(tr_cu_stream stream) {
+  int rc = g.sync(stream);
+  return rc == 0 ? NULL : cu_error(rc, "waiting for a cuda stream%s", "");
+}
+
+int tr_cu_device_count(void) {
+  tr_status *status = tr_cu_load();
+  if (status != NULL) {
+    tr_status_destroy(&status);
+    return 0;
+  }
+  int n = 0;
+  return g.device_count(&n) == 0 ? n : 0;
 }

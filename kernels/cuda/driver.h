@@ -52,6 +52,15 @@ void tr_cu_free_async(tr_cu_ptr ptr, tr_cu_stream stream);
 /* CU_STREAM_PER_THREAD: the per-thread default stream's handle. */
 #define TR_CU_PER_THREAD_STREAM ((tr_cu_stream)0x2)
 
+/* Copies between host and device memory (blocking; the current context must be the device's),
+ * waits for a stream, and counts the devices. For tools and tests, never on the hot path. */
+tr_status *tr_cu_copy_to_device(tr_cu_ptr dst, const void *src, size_t bytes) TR_MUST_USE;
+tr_status *tr_cu_copy_to_host(void *dst, tr_cu_ptr src, size_t bytes) TR_MUST_USE;
+tr_status *tr_cu_copy_device(tr_cu_ptr dst, tr_cu_ptr src, size_t bytes, tr_cu_stream stream) TR_MUST_USE;
+tr_status *tr_cu_stream_sync(tr_cu_stream stream) TR_MUST_USE;
+/* How many cuda devices there are (0 when the driver cannot be loaded or sees none). */
+int tr_cu_device_count(void);
+
 /* The stream tilerun works on for device `index` in this thread: the one set with
  * tr_cu_set_stream, else the per-thread default stream (CU_STREAM_PER_THREAD). */
 tr_cu_stream tr_cu_current_stream(int32_t index);

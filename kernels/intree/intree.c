@@ -476,6 +476,7 @@ typedef struct intree_kernel {
   int64_t row, inner;
   float eps;
   double alpha;
+  tr_named_value config[2]; /* implementation (the key), threads per block */
 } intree_kernel;
 
 static int64_t numel(const DLTensor *t) {
@@ -548,7 +549,17 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
   return status;
 }
 
-static void kernel_release(void *self) { free(self); }
+static size_t kernel_config(void *self, const tr_named_value **out) {
+  intree_kernel *k = self;
+  *out = k->config;
+  return 2;
+}
+
+static void kernel_release(void *self) {
+  intree_kernel *k = self;
+  tr_value_clear(&k->config[0].value);
+  free(k);
+}
 
 static tr_status *factory(const tr_kernel_type *self, const tr_call_spec *call, tr_kernel *out) {
   tr_plat_once_run(&g_once, init_once);
@@ -597,8 +608,17 @@ static tr_status *factory(const tr_kernel_type *self, const tr_call_spec *call, 
   if (k->info->fam == FAM_SOFTMAX) k->inner = tr_call_spec_int(call, "inner");
   if (k->info->fam == FAM_RMS || k->info->fam == FAM_LAYER) k->eps = (float)tr_call_spec_float(call, "eps");
   if (k->info->fam == FAM_ADD) k->alpha = tr_call_spec_float(call, "alpha");
+  k->config[0].name = "implementation";
+  status = tr_value_str(self->key, &k->config[0].value);
+  if (status != NULL) {
+    free(k);
+    return status;
+  }
+  k->config[1].name = "block";
+  k->config[1].value = tr_value_int(src.block);
   out->self = k;
   out->call = kernel_call;
+  out->config = kernel_config;
   out->release = kernel_release;
   atomic_fetch_add(&g.kernels, 1);
   return NULL;
