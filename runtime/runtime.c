@@ -11,6 +11,9 @@
 #include "kernels/intree/intree.h"
 #include "runtime/internal.h"
 
+static tr_status *select_handle(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
+                                size_t reply_cap, size_t *reply_size);
+
 static void default_warn(void *ctx, const char *line) {
   (void)ctx;
   fprintf(stderr, "tilerun: warning: %s\n", line);
@@ -75,10 +78,9 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
     const char *file = o->pipeline_file ? o->pipeline_file : tr_plat_getenv("TILERUN_PIPELINE");
     if (file != NULL && file[0] != '\0') status = tr_pipeline_config_load(file, &config);
     else tr_pipeline_config_default(&config);
-    tr_component_handler handlers[TR_COMPONENT_COUNT] = {tr_validate_handle, tr_settle_handle, tr_select_handle,
+    tr_component_handler handlers[TR_COMPONENT_COUNT] = {tr_validate_handle, tr_settle_handle, select_handle,
                                                          NULL, NULL};
-    /* the select table is filled at discovery, before any op can call select */
-    void *contexts[TR_COMPONENT_COUNT] = {rt->manifest, rt->registry, &rt->select_table, NULL, NULL};
+    void *contexts[TR_COMPONENT_COUNT] = {rt->manifest, rt->registry, rt, NULL, NULL};
     if (status == NULL) status = tr_pipeline_new(&config, handlers, contexts, &rt->pipeline);
   }
   if (status != NULL) {
@@ -94,8 +96,8 @@ void tr_runtime_destroy(tr_runtime **runtime_p) {
   tr_runtime *rt = *runtime_p;
   *runtime_p = NULL;
   tr_pipeline_destroy(&rt->pipeline); /* its actors read the manifest, registry and selectors */
-  for (size_t i = 0; i < rt->select_table.n_entries; i++) tr_selector_destroy(&rt->select_entries[i].selector);
-  free(rt->select_entries);
+  tr_select_table_destroy(&rt->select_table);
+  free(rt->select_sources);
   tr_intree_trim(); /* cuda blocks kept for reuse go back to the driver */
   tr_manifest_destroy(&rt->manifest);
   tr_registry_destroy(&rt->registry);
@@ -110,27 +112,38 @@ static tr_status *facts_of(void *ctx, const tr_device *device, tr_device_facts *
   return tr_device_facts_of(ctx, device, out);
 }
 
-/* The in-tree ops' selectors: their own kernel types and those plugins registered for them. */
+/* What the select table is made from: each in-tree op's implementations and those plugins
+ * registered for it. */
+struct select_sources {
+  tr_select_source sources[16];
+  const tr_kernel_type *types[16][64];
+};
+
 static tr_status *make_selectors(tr_runtime *rt) {
   size_t n = tr_intree_op_count();
-  rt->select_entries = calloc(n, sizeof(tr_select_entry));
-  if (rt->select_entries == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "the in-tree selectors");
+  if (n > 16) return TR_STATUS(TR_BACKEND, "the runtime holds 16 in-tree ops, there are %zu", n);
+  struct select_sources *s = calloc(1, sizeof(*s));
+  if (s == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "the in-tree selectors");
   for (size_t i = 0; i < n; i++) {
     const tr_intree_op *op = tr_intree_op_at(i);
-    const tr_kernel_type *types[64];
-    size_t n_types = 0;
-    for (size_t t = 0; t < op->n_types && n_types < 64; t++) types[n_types++] = op->types[t];
-    n_types += tr_registry_kernel_types(rt->registry, op->op, types + n_types, 64 - n_types);
-    tr_select_entry *e = &rt->select_entries[i];
-    TR_RETURN_IF_ERROR(tr_selector_new(op->op, op->interfaces, op->n_interfaces, types, n_types, facts_of, rt,
-                                       &e->selector));
-    e->op = op->op;
-    e->n_interfaces = op->n_interfaces;
-    e->interfaces = op->interfaces;
-    rt->select_table.n_entries = i + 1;
+    size_t k = 0;
+    for (; k < op->n_types && k < 64; k++) s->types[i][k] = op->types[k];
+    k += tr_registry_kernel_types(rt->registry, op->op, s->types[i] + k, 64 - k);
+    s->sources[i] = (tr_select_source){op->op, op->interfaces, op->n_interfaces, s->types[i], k};
   }
-  rt->select_table.entries = rt->select_entries;
-  return NULL;
+  tr_status *status = tr_select_table_new(s->sources, n, facts_of, rt, &rt->select_table);
+  if (status != NULL) free(s);
+  else rt->select_sources = s;
+  return status;
+}
+
+/* The select component's handler: the runtime's table, made at discovery (before any op can
+ * call select). */
+static tr_status *select_handle(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
+                                size_t reply_cap, size_t *reply_size) {
+  tr_runtime *rt = ctx;
+  if (rt->select_table == NULL) return TR_STATUS(TR_TRANSPORT, "select was asked before backend discovery");
+  return tr_select_handle(rt->select_table, request, request_size, reply, reply_cap, reply_size);
 }
 
 tr_status *tr__runtime_discover(tr_runtime *rt) {
@@ -151,7 +164,7 @@ tr_status *tr__runtime_discover(tr_runtime *rt) {
     tr_discovery *found = NULL;
     if (status == NULL) status = tr_backend_discover((const char *const *)dirs, n_dirs, &found);
     if (status == NULL) status = tr_registry_load_all(rt->registry, found);
-    if (status == NULL && rt->select_entries == NULL) status = make_selectors(rt);
+    if (status == NULL && rt->select_table == NULL) status = make_selectors(rt);
     tr_discovery_destroy(&found);
     if (searched != NULL) tr_discovery_free_dirs(&searched, n_dirs);
     rt->discovered = status == NULL;

@@ -38,8 +38,8 @@ static const char kUsage[] =
     "  targets [OP]\n"
     "             load the backends and list the registered targets with the ops each\n"
     "             serves (with OP: the targets that serve it), and the backends that failed\n"
-    "  serve COMPONENT --endpoint E [--curve-secret KEY]\n"
-    "             host one component (validate, settle) at an ipc:// or tcp:// endpoint until\n"
+    "  serve COMPONENT --endpoint E [--curve-secret KEY] [--device-facts DEV=ARCH,SMS,SMEM]\n"
+    "             host one component (validate, settle, select) at an ipc:// or tcp:// endpoint until\n"
     "             SIGTERM; a pipeline file places the component there (placement: process)\n"
     "  bench pipeline [--iters N]\n"
     "             a memo-miss and a memo-hit call with validate and settle inline, in threads\n"
@@ -56,6 +56,8 @@ static const char kUsage[] =
     "  --pipeline FILE  run, targets: the pipeline file placing the components\n"
     "  --endpoint E     serve: where to listen (tcp://:PORT binds loopback)\n"
     "  --curve-secret K serve: require CurveZMQ with this secret key (40 Z85 characters)\n"
+    "  --device-facts F serve select: a device's facts instead of reading them from it, e.g.\n"
+    "                   cuda:0=90,132,232448 (arch, SMs, shared memory per block); repeatable\n"
     "\n"
     "environment:\n"
     "  TILERUN_MANIFEST_DIR   the spec directory, when --manifest is not given\n"
@@ -74,6 +76,8 @@ typedef struct cli_options {
   const char *pipeline;
   const char *endpoint;
   const char *curve_secret;
+  const char *device_facts[8];
+  size_t n_device_facts;
 } cli_options;
 
 /* Prints a status to err as "tilerun: <Code>: <message>" and frees it; returns exit code 1. */
@@ -312,7 +316,7 @@ static int usage_error(FILE *err, const char *fmt, const char *arg) {
 }
 
 int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
-  cli_options opts = {2000, NULL, 0, TR_MAINJOB_AUTO, 1.0, 20.0, NULL, NULL, NULL};
+  cli_options opts = {2000, NULL, 0, TR_MAINJOB_AUTO, 1.0, 20.0, NULL, NULL, NULL, {NULL}, 0};
   const char *command = NULL;
   char *positional[64];
   int n_positional = 0;
@@ -339,6 +343,10 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
         return usage_error(err, "--iters needs a positive number, got '%s'", i + 1 < argc ? argv[i + 1] : "");
       }
       i++;
+    } else if (strcmp(arg, "--device-facts") == 0) {
+      if (i + 1 >= argc) return usage_error(err, "%s needs DEVICE=ARCH,SMS,SHARED_BYTES", arg);
+      if (opts.n_device_facts == 8) return usage_error(err, "%s", "at most 8 --device-facts");
+      opts.device_facts[opts.n_device_facts++] = argv[++i];
     } else if (strcmp(arg, "--smallest") == 0) {
       opts.smallest = 1;
     } else if (strcmp(arg, "--all") == 0) { /* every row is the default now; kept for old scripts */
@@ -389,9 +397,10 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     return tr_bench_pipeline(argv[0], manifest_dir(&opts), opts.iters, out, err);
   }
   if (strcmp(command, "serve") == 0) {
-    if (n_positional != 1) return usage_error(err, "%s", "serve takes one component (validate, settle)");
+    if (n_positional != 1) return usage_error(err, "%s", "serve takes one component (validate, settle, select)");
     if (opts.endpoint == NULL) return usage_error(err, "%s", "serve needs --endpoint (ipc://PATH or tcp://:PORT)");
-    return tr_serve_main(positional[0], opts.endpoint, manifest_dir(&opts), opts.curve_secret, out, err);
+    return tr_serve_main(positional[0], opts.endpoint, manifest_dir(&opts), opts.curve_secret, opts.device_facts,
+                         opts.n_device_facts, out, err);
   }
   if (strcmp(command, "targets") == 0) {
     if (n_positional > 1) return usage_error(err, "unexpected argument '%s'", positional[1]);

@@ -1,15 +1,20 @@
 /* serve.c: `tilerun serve`: a component hosted out of process, behind the transport. */
 #include "tools/serve.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
 
 #include "components/pipeline/pipeline.h"
 #include "components/pipeline/transport.h"
+#include "components/select/select.h"
 #include "components/settle/settle.h"
 #include "components/validate/validate.h"
 #include "manifest/manifest.h"
 #include "platform/platform.h"
+#include "kernels/cuda/driver.h"
+#include "kernels/intree/intree.h"
 #include "registry/registry.h"
 
 static volatile int g_stop; /* set from a signal handler (the platform layer's) */
@@ -43,16 +48,95 @@ static tr_status *echo(void *ctx, const uint8_t *req, size_t n, uint8_t *reply, 
   return NULL;
 }
 
+/* Where the select component reads device facts: the facts stated on the command line, else
+ * cuda's from the device, else the backend's that registered the device type. */
+#define MAX_STATED 8
+typedef struct serve_facts {
+  tr_registry *registry;
+  size_t n;
+  tr_device devices[MAX_STATED];
+  tr_device_facts facts[MAX_STATED];
+} serve_facts;
+
+static tr_status *facts_of(void *ctx, const tr_device *device, tr_device_facts *out) {
+  const serve_facts *f = ctx;
+  for (size_t i = 0; i < f->n; i++) {
+    if (strcmp(f->devices[i].type, device->type) == 0 && f->devices[i].index == (device->index < 0 ? 0 : device->index)) {
+      *out = f->facts[i];
+      return NULL;
+    }
+  }
+  if (strcmp(device->type, "cuda") == 0) {
+    out->calibration = NULL;
+    return tr_cu_device_facts(device->index < 0 ? 0 : device->index, &out->arch, &out->sm_count, &out->smem_budget);
+  }
+  return tr_registry_device_facts(f->registry, device, out);
+}
+
+/* "cuda:0=90,132,232448" */
+static tr_status *parse_facts(const char *text, tr_device *device, tr_device_facts *facts) {
+  const char *eq = strchr(text, '=');
+  char dev[64];
+  long arch = 0, sms = 0;
+  long long smem = 0;
+  int used = 0;
+  if (eq == NULL || (size_t)(eq - text) >= sizeof(dev) ||
+      sscanf(eq + 1, "%ld,%ld,%lld%n", &arch, &sms, &smem, &used) != 3 || eq[1 + used] != '\0' || arch < 0 ||
+      sms < 0 || smem < 0) {
+    return TR_STATUS(TR_VALUE, "--device-facts takes DEVICE=ARCH,SMS,SHARED_BYTES (e.g. cuda:0=90,132,232448), got '%s'",
+                     text);
+  }
+  memcpy(dev, text, (size_t)(eq - text));
+  dev[eq - text] = '\0';
+  TR_RETURN_IF_ERROR(tr_device_parse(dev, device));
+  if (device->index < 0) device->index = 0;
+  *facts = (tr_device_facts){(int32_t)arch, NULL, (int32_t)sms, smem};
+  return NULL;
+}
+
+/* The in-tree ops' select table: their implementations and those plugins registered. */
+typedef struct serve_select {
+  serve_facts facts;
+  tr_select_source sources[16];
+  const tr_kernel_type *types[16][64];
+  tr_select_table *table;
+} serve_select;
+
+static tr_status *make_select(tr_registry *reg, serve_select *s) {
+  size_t n = tr_intree_op_count();
+  if (n > 16) return TR_STATUS(TR_BACKEND, "serve select holds 16 in-tree ops, there are %zu", n);
+  s->facts.registry = reg;
+  for (size_t i = 0; i < n; i++) {
+    const tr_intree_op *op = tr_intree_op_at(i);
+    size_t k = 0;
+    for (; k < op->n_types && k < 64; k++) s->types[i][k] = op->types[k];
+    k += tr_registry_kernel_types(reg, op->op, s->types[i] + k, 64 - k);
+    s->sources[i] = (tr_select_source){op->op, op->interfaces, op->n_interfaces, s->types[i], k};
+  }
+  return tr_select_table_new(s->sources, n, facts_of, &s->facts, &s->table);
+}
+
 int tr_serve_main(const char *component, const char *endpoint, const char *manifest_dir,
-                  const char *curve_secret, FILE *out, FILE *err) {
+                  const char *curve_secret, const char *const *device_facts, size_t n_device_facts, FILE *out,
+                  FILE *err) {
   int id = strcmp(component, "echo") == 0 ? TR_COMPONENT_COUNT : tr_component_id_of(component);
-  if (id != TR_COMPONENT_VALIDATE && id != TR_COMPONENT_SETTLE && id != TR_COMPONENT_COUNT) {
+  if (id != TR_COMPONENT_VALIDATE && id != TR_COMPONENT_SETTLE && id != TR_COMPONENT_SELECT &&
+      id != TR_COMPONENT_COUNT) {
     fprintf(err, "tilerun serve: component '%s' cannot be served out of process in this build "
-            "(served: validate, settle)\n", component);
+            "(served: validate, settle, select)\n", component);
+    return 2;
+  }
+  if (n_device_facts > 0 && id != TR_COMPONENT_SELECT) {
+    fprintf(err, "tilerun serve: --device-facts is for select, not %s\n", component);
+    return 2;
+  }
+  if (n_device_facts > MAX_STATED) {
+    fprintf(err, "tilerun serve: at most %d --device-facts, got %zu\n", MAX_STATED, n_device_facts);
     return 2;
   }
   tr_manifest *m = NULL;
   tr_registry *reg = NULL;
+  serve_select *sel = NULL;
   tr_status *status = NULL;
   tr_handler_fn handler;
   void *ctx;
@@ -63,11 +147,28 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
     status = tr_manifest_load_dir(manifest_dir, &m);
     handler = tr_validate_handle;
     ctx = m;
-  } else {
+  } else if (id == TR_COMPONENT_SETTLE) {
     status = tr_registry_new(NULL, NULL, &reg);
     if (status == NULL) status = load_backends(reg);
     handler = tr_settle_handle;
     ctx = reg;
+  } else {
+    sel = calloc(1, sizeof(*sel));
+    status = sel ? tr_registry_new(NULL, NULL, &reg) : TR_STATUS(TR_OUT_OF_MEMORY, "the select table");
+    for (size_t i = 0; status == NULL && i < n_device_facts; i++) {
+      status = parse_facts(device_facts[i], &sel->facts.devices[i], &sel->facts.facts[i]);
+      sel->facts.n = i + 1;
+    }
+    if (status != NULL && sel != NULL && strstr(tr_status_message(status), "--device-facts") != NULL) {
+      fail(err, status);
+      tr_registry_destroy(&reg);
+      free(sel);
+      return 2;
+    }
+    if (status == NULL) status = load_backends(reg);
+    if (status == NULL) status = make_select(reg, sel);
+    handler = tr_select_handle;
+    ctx = sel ? sel->table : NULL;
   }
   tr_transport_options opts;
   memset(&opts, 0, sizeof(opts));
@@ -87,6 +188,8 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   char resolved[TR_ENDPOINT_MAX];
   if (status == NULL) status = tr_endpoint_resolve(endpoint, resolved);
   if (status != NULL) {
+    if (sel != NULL) tr_select_table_destroy(&sel->table);
+    free(sel);
     tr_manifest_destroy(&m);
     tr_registry_destroy(&reg);
     return fail(err, status);
@@ -97,6 +200,8 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   else fprintf(out, "serving %s at %s\n", component, resolved);
   fflush(out);
   status = tr_server_run(resolved, handler, ctx, &opts, &g_stop);
+  if (sel != NULL) tr_select_table_destroy(&sel->table);
+  free(sel);
   tr_manifest_destroy(&m);
   tr_registry_destroy(&reg);
   if (status != NULL) return fail(err, status);

@@ -2,19 +2,24 @@
 #ifndef TILERUN_TOOLS_SERVE_H_
 #define TILERUN_TOOLS_SERVE_H_
 
+#include <stddef.h>
 #include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Hosts `component` (validate or settle; or echo, which answers every request with its own bytes:
- * the benchmark's raw round trip) at `endpoint` until SIGTERM/SIGINT: loads the manifest
- * from `manifest_dir` (validate) or the backends from the search path (settle). `curve_secret`
- * (40 Z85 characters, or NULL) makes it require CurveZMQ; its public key is printed. Prints
- * "serving <component> at <endpoint>" once ready. Returns the exit status. */
+/* Hosts `component` (validate, settle or select; or echo, which answers every request with its
+ * own bytes: the benchmark's raw round trip) at `endpoint` until SIGTERM/SIGINT: loads the
+ * manifest from `manifest_dir` (validate) or the backends from the search path (settle, select:
+ * the in-tree ops' selectors with the kernel types plugins add). Select reads a device's facts
+ * from the device, or from `device_facts` ("cuda:0=90,132,232448": arch, SMs, shared memory per
+ * block), which lets a machine without the device select for it. `curve_secret` (40 Z85
+ * characters, or NULL) makes it require CurveZMQ; its public key is printed. Prints "serving
+ * <component> at <endpoint>" once ready. Returns the exit status (2: bad usage). */
 int tr_serve_main(const char *component, const char *endpoint, const char *manifest_dir,
-                  const char *curve_secret, FILE *out, FILE *err);
+                  const char *curve_secret, const char *const *device_facts, size_t n_device_facts, FILE *out,
+                  FILE *err);
 
 #ifdef __cplusplus
 }

@@ -35,8 +35,10 @@ struct Placed {
   tr_component_id id;
   std::string endpoint;
   char *ipc_dir = nullptr;
-  Placed(tr_component_id id_, Where where, tr_component_handler handler, void *ctx, uint32_t deadline_ms = 3000)
-      : id(id_) {
+  std::vector<std::string> server_args;  // more arguments for `tilerun serve`
+  Placed(tr_component_id id_, Where where, tr_component_handler handler, void *ctx, uint32_t deadline_ms = 3000,
+         std::vector<std::string> args = {})
+      : id(id_), server_args(std::move(args)) {
     tr_pipeline_config config;
     tr_pipeline_config_default(&config);
     config.deadline_ms = deadline_ms;
@@ -72,9 +74,11 @@ struct Placed {
     }
   }
   void start_server() {
-    const char *argv[] = {"tools/tilerun", "serve", tr_component_name(id), "--endpoint", endpoint.c_str(),
-                          "--manifest", "manifest/spec", nullptr};
-    ok(tr_plat_process_spawn(argv, &server));
+    std::vector<const char *> argv = {"tools/tilerun", "serve", tr_component_name(id), "--endpoint", endpoint.c_str(),
+                                      "--manifest", "manifest/spec"};
+    for (const std::string &a : server_args) argv.push_back(a.c_str());
+    argv.push_back(nullptr);
+    ok(tr_plat_process_spawn(argv.data(), &server));
   }
   void stop_server(bool hard = false) {
     if (server == nullptr) return;

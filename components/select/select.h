@@ -27,6 +27,23 @@ typedef struct tr_select_table {
   const tr_select_entry *entries;
 } tr_select_table;
 
+/* What one op's selector is made from: its interfaces and implementations (in-tree ones and
+ * those plugins added). The arrays must outlive the table made from them. */
+typedef struct tr_select_source {
+  const char *op;
+  const tr_kernel_interface *const *interfaces;
+  size_t n_interfaces;
+  const tr_kernel_type *const *types;
+  size_t n_types;
+} tr_select_source;
+
+/* Makes one selector per source (the checks of tr_selector_new run: the first failure is
+ * returned, and nothing is made), reading device facts through `facts`. The caller frees the
+ * table with tr_select_table_destroy. */
+tr_status *tr_select_table_new(const tr_select_source *sources, size_t n_sources, tr_facts_fn facts, void *facts_ctx,
+                               tr_select_table **out) TR_MUST_USE;
+void tr_select_table_destroy(tr_select_table **table_p);
+
 /* The handler: `ctx` is a const tr_select_table *. A request that does not decode is a
  * TransportError; an op without a selector (OpNotAvailableError), an interface the op does not
  * have or a call type it does not take (SelectionError), a field that does not fit the call

@@ -26,6 +26,7 @@ typedef int (*htod_fn)(tr_cu_ptr dst, const void *src, size_t bytes);
 typedef int (*dtoh_fn)(void *dst, tr_cu_ptr src, size_t bytes);
 typedef int (*dtod_fn)(tr_cu_ptr dst, tr_cu_ptr src, size_t bytes, tr_cu_stream stream);
 typedef int (*sync_fn)(tr_cu_stream stream);
+typedef int (*attr_fn)(int *value, int attribute, int device);
 
 enum { kFuncAttrMaxDynamicSmem = 8 };      /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 
@@ -50,6 +51,7 @@ static struct {
   dtoh_fn dtoh;
   dtod_fn dtod;
   sync_fn sync;
+  attr_fn attr;
   tr_plat_mutex lock; /* the contexts */
   tr_cu_ctx contexts[TR_CUDA_MAX_DEVICES];
 } g;
@@ -101,6 +103,7 @@ static void load_once(void) {
   BIND(dtoh, "cuMemcpyDtoH_v2");
   BIND(dtod, "cuMemcpyDtoDAsync_v2");
   BIND(sync, "cuStreamSynchronize");
+  BIND(attr, "cuDeviceGetAttribute");
   if (missing) return;
   tr_status *failed = tr_plat_mutex_init(&g.lock);
   if (failed != NULL) {
@@ -265,4 +268,24 @@ int tr_cu_device_count(void) {
   }
   int n = 0;
   return g.device_count(&n) == 0 ? n : 0;
+}
+
+/* CUdevice_attribute values (cuda.h, CUDA 12 and 13). */
+enum { kAttrSms = 16, kAttrMajor = 75, kAttrMinor = 76, kAttrSmemOptin = 97 };
+
+tr_status *tr_cu_device_facts(int32_t index, int32_t *arch, int32_t *sm_count, int64_t *smem) {
+  TR_RETURN_IF_ERROR(tr_cu_load());
+  char what[32];
+  snprintf(what, sizeof(what), "cuda:%d", index);
+  int device = 0, major = 0, minor = 0, sms = 0, shared = 0;
+  int rc = g.device_get(&device, index);
+  if (rc == 0) rc = g.attr(&major, kAttrMajor, device);
+  if (rc == 0) rc = g.attr(&minor, kAttrMinor, device);
+  if (rc == 0) rc = g.attr(&sms, kAttrSms, device);
+  if (rc == 0) rc = g.attr(&shared, kAttrSmemOptin, device);
+  if (rc != 0) return cu_error(rc, "reading the facts of %s", what);
+  *arch = major * 10 + minor;
+  *sm_count = sms;
+  *smem = shared;
+  return NULL;
 }

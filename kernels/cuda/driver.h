@@ -58,6 +58,9 @@ tr_status *tr_cu_copy_to_device(tr_cu_ptr dst, const void *src, size_t bytes) TR
 tr_status *tr_cu_copy_to_host(void *dst, tr_cu_ptr src, size_t bytes) TR_MUST_USE;
 tr_status *tr_cu_copy_device(tr_cu_ptr dst, tr_cu_ptr src, size_t bytes, tr_cu_stream stream) TR_MUST_USE;
 tr_status *tr_cu_stream_sync(tr_cu_stream stream) TR_MUST_USE;
+/* A device's compute capability (major*10+minor), SM count and opt-in shared memory per block. */
+tr_status *tr_cu_device_facts(int32_t index, int32_t *arch, int32_t *sm_count, int64_t *smem) TR_MUST_USE;
+
 /* How many cuda devices there are (0 when the driver cannot be loaded or sees none). */
 int tr_cu_device_count(void);
 
