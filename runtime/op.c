@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "components/build/build.h"
 #include "components/settle/settle.h"
 #include "components/validate/validate.h"
 #include "kernels/intree/intree.h"
@@ -142,6 +143,29 @@ static tr_status *not_in_tree(const tr_op *op, const tr_device *device) {
                    "this op: %s", tr_op_def_name(op->def), dev, known);
 }
 
+/* The build component's artifacts for an in-tree implementation, loaded on the call's device. */
+static tr_status *build_in_tree(tr_op *op, const char *iface, const char *key, const tr_kernel_type *type,
+                                const tr_call_spec *call, int32_t arch, tr_kernel *out) {
+  enum { REQUEST_MAX = 16 * 1024 };
+  char arch_name[16];
+  tr_intree_arch_name(arch, arch_name, sizeof(arch_name));
+  uint8_t *request = malloc(REQUEST_MAX + TR_BUILD_REPLY_MAX), *reply = request + REQUEST_MAX;
+  if (request == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "a build request of %s", tr_op_def_name(op->def));
+  size_t request_size = 0, reply_size = 0, n = 0;
+  tr_artifact arts[2];
+  tr_status *status = tr_build_encode(tr_op_def_name(op->def), iface, key, call, arch_name, request, REQUEST_MAX,
+                                      &request_size);
+  if (status == NULL) {
+    status = tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_BUILD, request, request_size, reply, TR_BUILD_REPLY_MAX,
+                              &reply_size);
+  }
+  if (status == NULL) status = tr_build_decode(reply, reply_size, arts, &n);
+  free(request);
+  if (status == NULL) status = tr_intree_kernel(type, call, arts, n, out);
+  for (size_t i = 0; i < n; i++) tr_artifact_clear(&arts[i]);
+  return status;
+}
+
 /* The in-tree build: the call spec of the call, the select component's key, then that
  * implementation's factory (compile or load the artifact, load it on the device) with the
  * device's facts, which are read only now that the target is settled. */
@@ -177,7 +201,10 @@ static tr_status *in_tree(tr_op *op, const tr_device *device, const tr_tensor_sp
   if (status == NULL) {
     tr_call_spec_state_facts(&call, TR_FACT_ARCH | TR_FACT_SM_COUNT | TR_FACT_SMEM_BUDGET, &facts);
     out->struct_size = sizeof(*out);
-    status = type->factory(type, &call, out);
+    /* an in-tree kernel is built by the build component (artifacts: it may be elsewhere) and
+     * loaded here; a plugin's kernel type builds in this process, by its factory */
+    status = tr_intree_owns(type) ? build_in_tree(op, iface, key, type, &call, facts.arch, out)
+                                  : type->factory(type, &call, out);
   }
   tr_call_spec_clear(&call);
   return status;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "components/build/build.h"
 #include "components/settle/settle.h"
 #include "components/validate/validate.h"
 #include "kernels/cuda/driver.h"
@@ -13,6 +14,8 @@
 
 static tr_status *select_handle(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
                                 size_t reply_cap, size_t *reply_size);
+static tr_status *build_handle(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
+                               size_t reply_cap, size_t *reply_size);
 
 static void default_warn(void *ctx, const char *line) {
   (void)ctx;
@@ -79,8 +82,8 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
     if (file != NULL && file[0] != '\0') status = tr_pipeline_config_load(file, &config);
     else tr_pipeline_config_default(&config);
     tr_component_handler handlers[TR_COMPONENT_COUNT] = {tr_validate_handle, tr_settle_handle, select_handle,
-                                                         NULL, NULL};
-    void *contexts[TR_COMPONENT_COUNT] = {rt->manifest, rt->registry, rt, NULL, NULL};
+                                                         build_handle, NULL};
+    void *contexts[TR_COMPONENT_COUNT] = {rt->manifest, rt->registry, rt, rt, NULL};
     if (status == NULL) status = tr_pipeline_new(&config, handlers, contexts, &rt->pipeline);
   }
   if (status != NULL) {
@@ -144,6 +147,14 @@ static tr_status *select_handle(void *ctx, const uint8_t *request, size_t reques
   tr_runtime *rt = ctx;
   if (rt->select_table == NULL) return TR_STATUS(TR_TRANSPORT, "select was asked before backend discovery");
   return tr_select_handle(rt->select_table, request, request_size, reply, reply_cap, reply_size);
+}
+
+/* The build component's handler: the in-tree kernels of the same table. */
+static tr_status *build_handle(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
+                               size_t reply_cap, size_t *reply_size) {
+  tr_runtime *rt = ctx;
+  if (rt->select_table == NULL) return TR_STATUS(TR_TRANSPORT, "build was asked before backend discovery");
+  return tr_build_handle(rt->select_table, request, request_size, reply, reply_cap, reply_size);
 }
 
 tr_status *tr__runtime_discover(tr_runtime *rt) {

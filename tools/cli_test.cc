@@ -204,11 +204,11 @@ TEST_CASE("serve: usage errors, and a component that cannot be served") {
   CHECK(r.err.find("tilerun: serve needs --endpoint (ipc://PATH or tcp://:PORT)") == 0);
   r = run({"serve", "--endpoint", "ipc:///tmp/x"});
   CHECK(r.rc == 2);
-  CHECK(r.err.find("tilerun: serve takes one component (validate, settle, select)") == 0);
+  CHECK(r.err.find("tilerun: serve takes one component (validate, settle, select, build)") == 0);
   r = run({"serve", "launch", "--endpoint", "ipc:///tmp/x"});
   CHECK(r.rc == 2);
   CHECK(r.err == "tilerun serve: component 'launch' cannot be served out of process in this build "
-                 "(served: validate, settle, select)\n");
+                 "(served: validate, settle, select, build)\n");
   r = run({"serve", "select", "--endpoint", "ipc:///tmp/x", "--device-facts", "cuda:0=ninety"});
   CHECK(r.rc == 2);
   CHECK(r.err.find("--device-facts takes DEVICE=ARCH,SMS,SHARED_BYTES (e.g. cuda:0=90,132,232448), got "

@@ -7,6 +7,7 @@
 #include <zmq.h>
 
 #include "components/pipeline/pipeline.h"
+#include "components/build/build.h"
 #include "components/pipeline/transport.h"
 #include "components/select/select.h"
 #include "components/settle/settle.h"
@@ -120,13 +121,12 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
                   const char *curve_secret, const char *const *device_facts, size_t n_device_facts, FILE *out,
                   FILE *err) {
   int id = strcmp(component, "echo") == 0 ? TR_COMPONENT_COUNT : tr_component_id_of(component);
-  if (id != TR_COMPONENT_VALIDATE && id != TR_COMPONENT_SETTLE && id != TR_COMPONENT_SELECT &&
-      id != TR_COMPONENT_COUNT) {
+  if (id == TR_COMPONENT_LAUNCH || id < 0) {
     fprintf(err, "tilerun serve: component '%s' cannot be served out of process in this build "
-            "(served: validate, settle, select)\n", component);
+            "(served: validate, settle, select, build)\n", component);
     return 2;
   }
-  if (n_device_facts > 0 && id != TR_COMPONENT_SELECT) {
+  if (n_device_facts > 0 && id != TR_COMPONENT_SELECT) { /* build compiles for the arch it is asked */
     fprintf(err, "tilerun serve: --device-facts is for select, not %s\n", component);
     return 2;
   }
@@ -167,7 +167,7 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
     }
     if (status == NULL) status = load_backends(reg);
     if (status == NULL) status = make_select(reg, sel);
-    handler = tr_select_handle;
+    handler = id == TR_COMPONENT_BUILD ? tr_build_handle : tr_select_handle; /* build: the same table */
     ctx = sel ? sel->table : NULL;
   }
   tr_transport_options opts;

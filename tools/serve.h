@@ -9,10 +9,11 @@
 extern "C" {
 #endif
 
-/* Hosts `component` (validate, settle or select; or echo, which answers every request with its
+/* Hosts `component` (validate, settle, select or build; or echo, which answers every request with its
  * own bytes: the benchmark's raw round trip) at `endpoint` until SIGTERM/SIGINT: loads the
  * manifest from `manifest_dir` (validate) or the backends from the search path (settle, select:
- * the in-tree ops' selectors with the kernel types plugins add). Select reads a device's facts
+ * the in-tree ops' selectors with the kernel types plugins add; build: the in-tree kernels'
+ * artifacts, compiled with NVRTC for the architecture each request names, no GPU needed). Select reads a device's facts
  * from the device, or from `device_facts` ("cuda:0=90,132,232448": arch, SMs, shared memory per
  * block), which lets a machine without the device select for it. `curve_secret` (40 Z85
  * characters, or NULL) makes it require CurveZMQ; its public key is printed. Prints "serving

@@ -10,82 +10,35 @@
 
 #include "components/pipeline/pipeline_testing.h"
 #include "components/select/select.h"
-#include "kernels/intree/intree.h"
+#include "components/select/select_testing.h"
 
 using namespace tr_test;
 
-static tr_status *sm90(void *, const tr_device *d, tr_device_facts *out) {
-  *out = tr_device_facts{std::string(d->type) == "cuda" ? 90 : -1, nullptr, 132, 232448};
-  return nullptr;
-}
-
 namespace {
 
-struct IntreeTable {
-  std::vector<tr_select_source> sources;
-  tr_select_table *table = nullptr;
-  IntreeTable() {
-    for (size_t i = 0; i < tr_intree_op_count(); i++) {
-      const tr_intree_op *op = tr_intree_op_at(i);
-      sources.push_back({op->op, op->interfaces, op->n_interfaces, op->types, op->n_types});
-    }
-    ok(tr_select_table_new(sources.data(), sources.size(), sm90, nullptr, &table));
-  }
-  ~IntreeTable() { tr_select_table_destroy(&table); }
-  tr_selector *selector(const char *op) const {
-    for (size_t i = 0; i < table->n_entries; i++) {
-      if (std::string(table->entries[i].op) == op) return table->entries[i].selector;
-    }
-    return nullptr;
-  }
-};
-
-struct Case {
-  std::string op, iface;
-  tr_call_spec call;
-};
-
-tr_tensor_spec cuda_spec(tr_dtype dt, std::vector<int64_t> shape) {
-  tr_tensor_spec s{};
-  s.device = {"cuda", 0};
-  s.dtype = dt;
-  s.rank = (int32_t)shape.size();
-  for (size_t i = 0; i < shape.size(); i++) s.shape[i] = shape[i];
-  return s;
-}
+using Case = IntreeCall;
 
 // Calls made by each family from input specs and params, as the runtime makes them.
 std::vector<Case> grid() {
   std::vector<Case> cases;
-  tr_device dev = {"cuda", 0};
-  auto add = [&](const char *name, std::vector<tr_tensor_spec> specs, std::vector<tr_named_value> params) {
-    const tr_intree_op *op = tr_intree_find(name);
-    std::vector<const tr_tensor_spec *> ptrs;
-    for (auto &s : specs) ptrs.push_back(&s);
-    Case c;
-    c.op = name;
-    const char *iface = nullptr;
-    ok(op->call_spec(ptrs.data(), ptrs.size(), params.data(), params.size(), &dev, &iface, &c.call));
-    c.iface = iface;
-    cases.push_back(c);
-  };
   for (const char *norm : {"RMSNormFwdOp", "LayerNormFwdOp"}) {
     for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16, TR_FLOAT32}) {
       for (int64_t row : {1, 3, 1024, 1025, 4096, 32768, 65536}) {
         tr_value shape;
         ok(tr_value_int_list(&row, 1, &shape));
-        add(norm, {cuda_spec(dt, {7, row}), cuda_spec(dt, {row})}, {{"normalized_shape", shape}});
+        cases.push_back(intree_call(norm, {cuda_spec(dt, {7, row}), cuda_spec(dt, {row})}, {{"normalized_shape", shape}}));
         tr_value_clear(&shape);
       }
     }
   }
   for (tr_dtype out : {TR_FLOAT16, TR_FLOAT32, TR_FLOAT64}) {
     for (std::vector<int64_t> shape : std::vector<std::vector<int64_t>>{{4, 1000}, {4, 1025}, {2, 40000}, {4, 8, 3}}) {
-      add("SoftmaxFwdOp", {cuda_spec(TR_BFLOAT16, shape)}, {{"dim", tr_value_int(1)}, {"dtype", tr_value_dtype(out)}});
+      cases.push_back(intree_call("SoftmaxFwdOp", {cuda_spec(TR_BFLOAT16, shape)},
+                                  {{"dim", tr_value_int(1)}, {"dtype", tr_value_dtype(out)}}));
     }
   }
   for (tr_dtype dt : {TR_FLOAT16, TR_INT32, TR_INT64, TR_FLOAT64}) {
-    add("AddFwdOp", {cuda_spec(dt, {3, 5}), cuda_spec(dt, {3, 5})}, {{"alpha", tr_value_float(2.0)}});
+    cases.push_back(intree_call("AddFwdOp", {cuda_spec(dt, {3, 5}), cuda_spec(dt, {3, 5})}, {{"alpha", tr_value_float(2.0)}}));
   }
   return cases;
 }

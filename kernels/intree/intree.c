@@ -404,29 +404,31 @@ tr_intree_stats tr_intree_get_stats(void) {
   return s;
 }
 
-/* The function of a specialisation on device `index` (its context current): compiled or taken
- * from the disk cache, loaded once per device. */
-static tr_status *function_for(int32_t index, const char *arch, const tr_intree_source *src, tr_cu_function *out) {
+/* A specialisation's artifact: compiled, or taken from the disk cache. */
+static tr_status *build_artifact(const char *arch, const tr_intree_source *src, tr_artifact *out) {
   tr_artifact_source as = {src->name, src->source, arch, src->options, src->n_options, src->entry};
-  tr_artifact art;
-  memset(&art, 0, sizeof(art));
   int from_cache = 0;
   char *warning = NULL;
-  TR_RETURN_IF_ERROR(tr_artifact_build(&as, &g.cache, &art, &from_cache, &warning));
+  TR_RETURN_IF_ERROR(tr_artifact_build(&as, &g.cache, out, &from_cache, &warning));
   free(warning); /* the cache is best effort; the build went on */
   atomic_fetch_add(from_cache ? &g.from_cache : &g.compiled, 1);
+  return NULL;
+}
+
+/* An artifact's function on device `index` (its context current), loaded once per device. */
+static tr_status *load_function(int32_t index, const tr_artifact *art, tr_cu_function *out) {
   tr_plat_mutex_lock(&g.lock);
   tr_status *status = NULL;
   module_entry *m = g.modules;
-  while (m != NULL && !(m->index == index && m->key[0] == art.key[0] && m->key[1] == art.key[1])) m = m->next;
+  while (m != NULL && !(m->index == index && m->key[0] == art->key[0] && m->key[1] == art->key[1])) m = m->next;
   if (m == NULL) {
     m = calloc(1, sizeof(*m));
-    if (m == NULL) status = TR_STATUS(TR_OUT_OF_MEMORY, "a module entry for kernel '%s'", src->name);
-    if (status == NULL) status = tr_cu_module_load(art.cubin, src->name, src->entry, &m->module, &m->function);
+    if (m == NULL) status = TR_STATUS(TR_OUT_OF_MEMORY, "a module entry for kernel '%s'", art->name);
+    if (status == NULL) status = tr_cu_module_load(art->cubin, art->name, art->entry, &m->module, &m->function);
     if (status == NULL) {
       m->index = index;
-      m->key[0] = art.key[0];
-      m->key[1] = art.key[1];
+      m->key[0] = art->key[0];
+      m->key[1] = art->key[1];
       m->next = g.modules;
       g.modules = m;
       atomic_fetch_add(&g.loaded, 1);
@@ -437,6 +439,13 @@ static tr_status *function_for(int32_t index, const char *arch, const tr_intree_
   }
   if (m != NULL) *out = m->function;
   tr_plat_mutex_unlock(&g.lock);
+  return status;
+}
+
+static tr_status *function_for(int32_t index, const char *arch, const tr_intree_source *src, tr_cu_function *out) {
+  tr_artifact art;
+  TR_RETURN_IF_ERROR(build_artifact(arch, src, &art));
+  tr_status *status = load_function(index, &art, out);
   tr_artifact_clear(&art);
   return status;
 }
@@ -561,7 +570,57 @@ static void kernel_release(void *self) {
   free(k);
 }
 
-static tr_status *factory(const tr_kernel_type *self, const tr_call_spec *call, tr_kernel *out) {
+int tr_intree_owns(const tr_kernel_type *type) {
+  for (size_t i = 0; i < tr_intree_op_count(); i++) {
+    for (size_t t = 0; t < kOps[i].n_types; t++) {
+      if (kOps[i].types[t] == type) return 1;
+    }
+  }
+  return 0;
+}
+
+/* The source of the wide build (looped norms for few rows): the same with more threads. */
+static void wide_source(const tr_intree_source *src, tr_intree_source *w) {
+  *w = *src;
+  for (size_t i = 0; i < w->n_options; i++) w->options[i] = w->option_text[i];
+  snprintf(w->option_text[w->n_options - 1], 64, "-DTR_BLOCK=%u", w->wide_block);
+}
+
+tr_status *tr_intree_build(const tr_kernel_type *type, const tr_call_spec *call, const char *arch, tr_artifact out[2],
+                           size_t *n_out) {
+  *n_out = 0;
+  tr_plat_once_run(&g_once, init_once);
+  if (!tr_intree_owns(type)) {
+    return TR_STATUS(TR_SELECTION, "implementation '%s' is not an in-tree kernel: it has no source to compile "
+                     "(a plugin's kernel type is built in the process that launches it)", type->key);
+  }
+  if (call->type != type->interface->request) {
+    return TR_STATUS(TR_SELECTION, "kernel '%s' takes a %s call spec, got a %s", type->key,
+                     type->interface->request->name, call->type->name);
+  }
+  char reason[256];
+  const char *refused = type->refusal(type, call, reason, sizeof(reason));
+  if (refused != NULL) return TR_STATUS(TR_SELECTION, "kernel '%s' does not serve this call: %s", type->key, refused);
+  tr_intree_source src;
+  TR_RETURN_IF_ERROR(tr_intree_source_for(type, call, &src));
+  TR_RETURN_IF_ERROR(build_artifact(arch, &src, &out[0]));
+  *n_out = 1;
+  if (src.wide_block > 0) {
+    tr_intree_source w;
+    wide_source(&src, &w);
+    tr_status *status = build_artifact(arch, &w, &out[1]);
+    if (status != NULL) {
+      tr_artifact_clear(&out[0]);
+      *n_out = 0;
+      return status;
+    }
+    *n_out = 2;
+  }
+  return NULL;
+}
+
+tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call, const tr_artifact *arts, size_t n,
+                            tr_kernel *out) {
   tr_plat_once_run(&g_once, init_once);
   if (!g_lock_ok) return TR_STATUS(TR_BACKEND, "the in-tree kernels could not make their lock");
   if (strcmp(call->device.type, "cuda") != 0) {
@@ -577,19 +636,23 @@ static tr_status *factory(const tr_kernel_type *self, const tr_call_spec *call, 
   tr_intree_arch_name(call->facts.arch, arch, sizeof(arch));
   tr_intree_source src;
   TR_RETURN_IF_ERROR(tr_intree_source_for(self, call, &src));
+  size_t want = src.wide_block > 0 ? 2 : 1;
+  for (size_t i = 0; i < n; i++) { /* artifacts from elsewhere must be this kernel's, for this card */
+    if (strcmp(arts[i].name, self->key) != 0 || strcmp(arts[i].entry, src.entry) != 0 || strcmp(arts[i].arch, arch) != 0) {
+      return TR_STATUS(TR_BACKEND, "kernel '%s' for %s was given an artifact of '%s' (entry %s) for %s", self->key,
+                       arch, arts[i].name, arts[i].entry, arts[i].arch);
+    }
+  }
+  if (n != want) {
+    return TR_STATUS(TR_BACKEND, "kernel '%s' needs %zu artifacts, was given %zu", self->key, want, n);
+  }
   tr_cu_ctx ctx = NULL, previous = NULL;
   TR_RETURN_IF_ERROR(tr_cu_device_context(index, &ctx));
   TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
   atomic_store(&g.contexts[index], ctx);
-  tr_cu_function f = NULL;
-  tr_status *status = function_for(index, arch, &src, &f);
-  tr_cu_function wide = NULL;
-  if (status == NULL && src.wide_block > 0) { /* the same source with more threads */
-    tr_intree_source w = src;
-    for (size_t i = 0; i < w.n_options; i++) w.options[i] = w.option_text[i];
-    snprintf(w.option_text[w.n_options - 1], 64, "-DTR_BLOCK=%u", w.wide_block);
-    status = function_for(index, arch, &w, &wide);
-  }
+  tr_cu_function f = NULL, wide = NULL;
+  tr_status *status = load_function(index, &arts[0], &f);
+  if (status == NULL && n > 1) status = load_function(index, &arts[1], &wide);
   if (status == NULL) status = ensure_copies(index, arch);
   tr_cu_restore_context(ctx, previous);
   TR_RETURN_IF_ERROR(status);
@@ -622,6 +685,21 @@ static tr_status *factory(const tr_kernel_type *self, const tr_call_spec *call, 
   out->release = kernel_release;
   atomic_fetch_add(&g.kernels, 1);
   return NULL;
+}
+
+/* The selector's factory: build here, then load. */
+static tr_status *factory(const tr_kernel_type *self, const tr_call_spec *call, tr_kernel *out) {
+  if (!(call->facts_known || (call->stated_facts & TR_FACT_ARCH)) || call->facts.arch < 0) {
+    return TR_STATUS(TR_BACKEND, "building kernel '%s': the device's architecture is not known", self->key);
+  }
+  char arch[16];
+  tr_intree_arch_name(call->facts.arch, arch, sizeof(arch));
+  tr_artifact arts[2];
+  size_t n = 0;
+  TR_RETURN_IF_ERROR(tr_intree_build(self, call, arch, arts, &n));
+  tr_status *status = tr_intree_kernel(self, call, arts, n, out);
+  for (size_t i = 0; i < n; i++) tr_artifact_clear(&arts[i]);
+  return status;
 }
 
 /* ---- cuda tensors ---- */

@@ -12,6 +12,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include "kernels/artifact.h"
 #include "selector/selector.h"
 #include "tilerun/core.h"
 
@@ -60,6 +61,24 @@ typedef struct tr_intree_source {
 } tr_intree_source;
 tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *call,
                                 tr_intree_source *out) TR_MUST_USE;
+
+/* 1 when `type` is one of the in-tree implementations above (it has a source to compile). */
+int tr_intree_owns(const tr_kernel_type *type);
+
+/* The build step: the artifacts of an in-tree implementation for a call, compiled for `arch`
+ * ("sm_90a") or taken from the disk cache; no GPU needed. One artifact, or two for the looped
+ * norms (the second: the wide build). A type that is not in-tree, or that refuses the call, is a
+ * SelectionError saying so; a compile error a CompileError with NVRTC's log. The caller clears
+ * the artifacts (tr_artifact_clear). Thread-safe. */
+tr_status *tr_intree_build(const tr_kernel_type *type, const tr_call_spec *call, const char *arch,
+                           struct tr_artifact out[2], size_t *n_out) TR_MUST_USE;
+
+/* The launch side: a kernel for the call's device (whose facts the call states or derived) from
+ * the artifacts tr_intree_build made for this type and call (here or in a build component
+ * elsewhere): each is loaded once per device, and checked to be this kernel's, for this
+ * device's architecture. Loads the device's copy kernels too (compiled here). Thread-safe. */
+tr_status *tr_intree_kernel(const tr_kernel_type *type, const tr_call_spec *call, const struct tr_artifact *arts,
+                            size_t n, tr_kernel *out) TR_MUST_USE;
 
 /* Kernels, artifacts and modules made so far in this process (for tests and benchmarks). */
 typedef struct tr_intree_stats {
