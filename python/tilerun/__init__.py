@@ -18,6 +18,7 @@ by tilerun and handed over without a copy: as a torch tensor or a numpy array wh
 given input is one, else as a :class:`Tensor` (a DLPack producer).
 """
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -831,10 +832,14 @@ def _borrow(t, keep):
         # waits for work queued on the legacy one, so the order holds. With torch inputs the
         # stream is torch's current one (see _sync_torch_streams): no synchronization at all.
         s = _dlpack_stream(int(device_id))
-        try:
-            capsule = t.__dlpack__(stream=1 if s == 2 else s)
-        except TypeError:  # a producer that takes no stream
-            capsule = t.__dlpack__()
+        # torch exports a cuda tensor with a stream only while its device is the current one
+        guard = (sys.modules["torch"].cuda.device(int(device_id)) if _framework(t) == "torch"
+                 else contextlib.nullcontext())
+        with guard:
+            try:
+                capsule = t.__dlpack__(stream=1 if s == 2 else s)
+            except TypeError:  # a producer that takes no stream
+                capsule = t.__dlpack__()
     else:
         capsule = t.__dlpack__()  # cpu and others: no stream (numpy refuses one)
     keep.append(capsule)

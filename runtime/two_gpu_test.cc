@@ -1,0 +1,207 @@
+// two_gpu_test.cc (needs two GPUs: the nvidia-h200-x2 machine): one op instance on two cards.
+// A call on cuda:0 then on cuda:1 builds twice (two memo entries, each card's artifacts loaded on
+// it) and each result matches float64; a call with inputs on both cards is refused by validation
+// naming both devices, before any build; two threads, one per card, call the same op instance
+// 10,000 times each at once, and every result is correct on its own card.
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/intree/intree.h"
+#include "runtime/runtime_testing.h"
+
+namespace {
+
+using tr_test::ok;
+
+struct OnDevice {
+  int device;
+  float *ptr = nullptr;
+  size_t n;
+  OnDevice(int d, const std::vector<float> &v) : device(d), n(v.size()) {
+    REQUIRE(cudaSetDevice(d) == cudaSuccess);
+    REQUIRE(cudaMalloc(&ptr, n * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(ptr, v.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  OnDevice(int d, size_t count) : device(d), n(count) {
+    REQUIRE(cudaSetDevice(d) == cudaSuccess);
+    REQUIRE(cudaMalloc(&ptr, n * sizeof(float)) == cudaSuccess);
+  }
+  ~OnDevice() {
+    cudaSetDevice(device);
+    cudaFree(ptr);
+  }
+  std::vector<float> host(size_t offset = 0, size_t count = 0) const {
+    std::vector<float> out(count ? count : n);
+    cudaSetDevice(device);
+    cudaDeviceSynchronize();
+    REQUIRE(cudaMemcpy(out.data(), ptr + offset, out.size() * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return out;
+  }
+};
+
+DLTensor view(const OnDevice &t, std::vector<int64_t> &shape) {
+  return DLTensor{t.ptr, {kDLCUDA, t.device}, (int32_t)shape.size(), TR_FLOAT32, shape.data(), nullptr, 0};
+}
+
+std::vector<float> values(size_t n, unsigned seed) {
+  std::vector<float> v(n);
+  srand(seed);
+  for (auto &x : v) x = (float)rand() / RAND_MAX * 4.f - 2.f;
+  return v;
+}
+
+std::vector<double> rms_ref(const std::vector<float> &x, const std::vector<float> &w, size_t row) {
+  std::vector<double> y(x.size());
+  for (size_t r = 0; r < x.size() / row; r++) {
+    double ss = 0;
+    for (size_t i = 0; i < row; i++) ss += (double)x[r * row + i] * x[r * row + i];
+    double rs = 1.0 / std::sqrt(ss / row + 1e-6);
+    for (size_t i = 0; i < row; i++) y[r * row + i] = x[r * row + i] * rs * w[i];
+  }
+  return y;
+}
+
+size_t mismatches(const std::vector<float> &got, const std::vector<double> &want, size_t offset = 0) {
+  size_t bad = 0;
+  for (size_t i = 0; i < want.size(); i++) {
+    if (!(std::fabs(got[offset + i] - want[i]) <= 1e-5 * (1 + std::fabs(want[i])))) bad++;
+  }
+  return bad;
+}
+
+tr_runtime *cuda_runtime() {
+  const char *no_dirs[] = {"/nonexistent"};
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = no_dirs;
+  o.n_backend_dirs = 1;
+  tr_runtime *rt = nullptr;
+  ok(tr_runtime_new(&o, &rt));
+  return rt;
+}
+
+tr_op *rms_op(tr_runtime *rt, int64_t row) {
+  tr_value shape;
+  ok(tr_value_int_list(&row, 1, &shape));
+  tr_named_value p[2] = {{"normalized_shape", shape}, {"eps", tr_value_float(1e-6)}};
+  tr_op *op = nullptr;
+  ok(tr_op_new(rt, "RMSNormFwdOp", p, 2, nullptr, &op));
+  tr_value_clear(&shape);
+  return op;
+}
+
+void need_two() {
+  int count = 0;
+  REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+  INFO("this test needs two GPUs; found " << count);
+  REQUIRE(count >= 2);
+}
+
+}  // namespace
+
+TEST_CASE("one op instance on cuda:0 then cuda:1 builds once per card and is right on each") {
+  need_two();
+  tr_runtime *rt = cuda_runtime();
+  tr_op *op = rms_op(rt, 4096);
+  std::vector<float> xv = values(7 * 4096, 1), wv = values(4096, 2);
+  std::vector<int64_t> xs = {7, 4096}, ws = {4096};
+  for (int d = 0; d < 2; d++) {
+    OnDevice x(d, xv), w(d, wv);
+    DLTensor tx = view(x, xs), tw = view(w, ws);
+    const DLTensor *in[] = {&tx, &tw};
+    tr_intree_stats before = tr_intree_get_stats();
+    REQUIRE(cudaSetDevice(0) == cudaSuccess);  // the caller's current device: not the call's for d = 1
+    tr_test::Outputs out;
+    ok(tr_op_call(op, in, 2, out.items, 1));
+    int now = -1;
+    REQUIRE(cudaGetDevice(&now) == cudaSuccess);
+    CHECK(now == 0);  // restored after the build
+    CHECK(out.items[0]->dl_tensor.device.device_id == d);
+    CHECK(tr_op_memo_count(op) == (size_t)d + 1);  // a second entry for the second card
+    tr_intree_stats after = tr_intree_get_stats();
+    CHECK(after.kernels == before.kernels + 1);
+    CHECK(after.loaded >= before.loaded + 1);  // this card's own modules
+    std::vector<float> got(7 * 4096);
+    REQUIRE(cudaSetDevice(d) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    REQUIRE(cudaMemcpy(got.data(), out.items[0]->dl_tensor.data, got.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(mismatches(got, rms_ref(xv, wv, 4096)) == 0);
+  }
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("a call with inputs on two cards is refused by validation, naming both, before any build") {
+  need_two();
+  tr_runtime *rt = cuda_runtime();
+  tr_op *op = rms_op(rt, 256);
+  std::vector<int64_t> xs = {2, 256}, ws = {256};
+  OnDevice x(0, values(512, 3)), w(1, values(256, 4));
+  DLTensor tx = view(x, xs), tw = view(w, ws);
+  const DLTensor *in[] = {&tx, &tw};
+  tr_intree_stats before = tr_intree_get_stats();
+  tr_test::Outputs out;
+  tr_status *s = tr_op_call(op, in, 2, out.items, 1);
+  REQUIRE(s != nullptr);
+  std::string msg = tr_status_message(s);
+  INFO(msg);
+  CHECK(msg.find("cuda:1") != std::string::npos);
+  CHECK(msg.find("cuda:0") != std::string::npos);
+  CHECK(msg.find("all inputs of a call are on one device") != std::string::npos);
+  tr_status_destroy(&s);
+  CHECK(tr_op_memo_count(op) == 0);
+  CHECK(tr_intree_get_stats().kernels == before.kernels);  // no build
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("two threads, one per card, 10,000 calls each on one op instance: every result right") {
+  need_two();
+  tr_runtime *rt = cuda_runtime();
+  const int64_t kRow = 256, kRows = 4;
+  const int kCalls = 10000, kInputs = 4;
+  tr_op *op = rms_op(rt, kRow);
+  std::vector<std::vector<float>> xv;
+  for (int i = 0; i < kInputs; i++) xv.push_back(values(kRows * kRow, 10 + i));
+  std::vector<float> wv = values(kRow, 20);
+  std::vector<std::vector<double>> want;
+  for (auto &x : xv) want.push_back(rms_ref(x, wv, kRow));
+  size_t bad[2] = {0, 0};
+  tr_status *failed[2] = {nullptr, nullptr};
+  auto run = [&](int d) {
+    std::vector<OnDevice *> xs;
+    for (auto &x : xv) xs.push_back(new OnDevice(d, x));
+    OnDevice w(d, wv), y(d, (size_t)kCalls * kRows * kRow);
+    std::vector<int64_t> xshape = {kRows, kRow}, wshape = {kRow};
+    DLTensor tw = view(w, wshape);
+    for (int i = 0; i < kCalls && failed[d] == nullptr; i++) {
+      DLTensor tx = view(*xs[i % kInputs], xshape);
+      DLTensor ty = {y.ptr + (size_t)i * kRows * kRow, {kDLCUDA, d}, 2, TR_FLOAT32, xshape.data(), nullptr, 0};
+      const DLTensor *in[] = {&tx, &tw};
+      DLTensor *out[] = {&ty};
+      failed[d] = tr_op_call_into(op, in, 2, out, 1);
+    }
+    std::vector<float> got = y.host();
+    for (int i = 0; i < kCalls; i++) bad[d] += mismatches(got, want[i % kInputs], (size_t)i * kRows * kRow);
+    for (auto *x : xs) delete x;
+  };
+  std::thread t0(run, 0), t1(run, 1);
+  t0.join();
+  t1.join();
+  for (int d = 0; d < 2; d++) {
+    INFO("cuda:" << d << ": " << (failed[d] ? tr_status_message(failed[d]) : "ok"));
+    CHECK(failed[d] == nullptr);
+    CHECK(bad[d] == 0);
+    tr_status_destroy(&failed[d]);
+  }
+  CHECK(tr_op_memo_count(op) == 2);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
