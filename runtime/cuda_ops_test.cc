@@ -19,18 +19,10 @@
 
 namespace {
 
-using tr_test::ok;
+using namespace tr_test;
 
-tr_runtime *cuda_runtime() {
-  const char *no_dirs[] = {"/nonexistent"};
-  tr_runtime_options o{};
-  o.manifest_dir = "manifest/spec";
-  o.backend_dirs = no_dirs;
-  o.n_backend_dirs = 1;
-  tr_runtime *rt = nullptr;
-  ok(tr_runtime_new(&o, &rt));
-  return rt;
-}
+tr_runtime *cuda_runtime() { return runtime_without_backends(); }
+std::vector<float> values(size_t n, unsigned seed) { return random_values(n, seed); }
 
 // A float32 tensor on cuda:0 with host-chosen values.
 struct CudaTensor {
@@ -61,42 +53,9 @@ std::vector<float> host(const DLTensor &t) {
   return out;
 }
 
-std::vector<float> values(size_t n, unsigned seed) {
-  std::vector<float> v(n);
-  srand(seed);
-  for (auto &x : v) x = (float)rand() / RAND_MAX * 4.f - 2.f;
-  return v;
-}
-
-// float64 reference of RMSNorm over rows of `row`.
-std::vector<double> rms_ref(const std::vector<float> &x, const std::vector<float> &w, size_t row, double eps) {
-  std::vector<double> y(x.size());
-  for (size_t r = 0; r < x.size() / row; r++) {
-    double ss = 0;
-    for (size_t i = 0; i < row; i++) ss += (double)x[r * row + i] * x[r * row + i];
-    double rs = 1.0 / std::sqrt(ss / row + eps);
-    for (size_t i = 0; i < row; i++) y[r * row + i] = x[r * row + i] * rs * w[i];
-  }
-  return y;
-}
-
 void near(const std::vector<float> &got, const std::vector<double> &want, double tol) {
   REQUIRE(got.size() == want.size());
-  size_t bad = 0;
-  for (size_t i = 0; i < got.size(); i++) {
-    if (!(std::fabs(got[i] - want[i]) <= tol * (1 + std::fabs(want[i])))) bad++;
-  }
-  CHECK(bad == 0);
-}
-
-tr_op *rms_op(tr_runtime *rt, int64_t row) {
-  tr_value shape;
-  ok(tr_value_int_list(&row, 1, &shape));
-  tr_named_value p[2] = {{"normalized_shape", shape}, {"eps", tr_value_float(1e-6)}};
-  tr_op *op = nullptr;
-  ok(tr_op_new(rt, "RMSNormFwdOp", p, 2, nullptr, &op));
-  tr_value_clear(&shape);
-  return op;
+  CHECK(mismatches(got, want, 0, tol) == 0);
 }
 
 struct CacheDir {
@@ -125,7 +84,7 @@ TEST_CASE("a cuda call settles BUILTIN, builds once per signature, and matches f
     tr_test::Outputs out;
     ok(tr_op_call(op, in, 2, out.items, 1));
     CHECK(out.items[0]->dl_tensor.device.device_type == kDLCUDA);
-    near(host(out.items[0]->dl_tensor), rms_ref(xv, wv, 4096, 1e-6), 1e-5);
+    near(host(out.items[0]->dl_tensor), rms_ref(xv, wv, 4096), 1e-5);
   }
   CHECK(std::string(tr_op_target(op)) == TR_BUILTIN);
   {  // an output freed on the default stream is reused by the next call of that size
@@ -135,7 +94,7 @@ TEST_CASE("a cuda call settles BUILTIN, builds once per signature, and matches f
     a.reset();
     ok(tr_op_call(op, in, 2, b.items, 1));
     CHECK(b.items[0]->dl_tensor.data == first);
-    near(host(b.items[0]->dl_tensor), rms_ref(xv, wv, 4096, 1e-6), 1e-5);
+    near(host(b.items[0]->dl_tensor), rms_ref(xv, wv, 4096), 1e-5);
   }
   CHECK(tr_op_memo_count(op) == 1);
   CHECK(tr_intree_get_stats().kernels == before.kernels + 1);  // built once for three calls
@@ -188,7 +147,7 @@ TEST_CASE("calls launch on the caller's current stream; strided inputs are copie
   tr_test::Outputs out;
   ok(tr_op_call(op, in, 2, out.items, 1));
   REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);  // the work went to `stream`
-  near(host(out.items[0]->dl_tensor), rms_ref(contiguous, wv, 64, 1e-6), 1e-5);
+  near(host(out.items[0]->dl_tensor), rms_ref(contiguous, wv, 64), 1e-5);
   out.reset();
   ok(tr_cuda_set_stream(0, nullptr));
   tr_status *bad = tr_cuda_set_stream(64, stream);
@@ -237,7 +196,7 @@ TEST_CASE("100 warmed-up calls captured into a CUDA graph replay to the eager re
   REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
   REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
-  for (int i = 0; i < kCalls; i++) near(host(y[i]->t), rms_ref(xs[i], wv, 4096, 1e-6), 1e-5);
+  for (int i = 0; i < kCalls; i++) near(host(y[i]->t), rms_ref(xs[i], wv, 4096), 1e-5);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   ok(tr_cuda_set_stream(0, nullptr));

@@ -61,13 +61,7 @@ TEST_CASE("each cuda build sees its call's device current; the caller's is resto
 }
 
 TEST_CASE("cuda facts are read from the device") {
-  const char *no_dirs[] = {"/nonexistent"};
-  tr_runtime_options o{};
-  o.manifest_dir = "manifest/spec";
-  o.backend_dirs = no_dirs;
-  o.n_backend_dirs = 1;
-  tr_runtime *rt = nullptr;
-  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_runtime *rt = tr_test::runtime_without_backends();
   cudaDeviceProp prop;
   REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
   tr_device cuda0 = {"cuda", 0};

@@ -3,6 +3,7 @@
 #ifndef TILERUN_RUNTIME_RUNTIME_TESTING_H_
 #define TILERUN_RUNTIME_RUNTIME_TESTING_H_
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -74,6 +75,60 @@ inline tr_runtime *runtime_with_builtin(const char *name, tr_backend_init_fn ini
   tr_runtime *rt = nullptr;
   ok(tr_runtime_new(&o, &rt));
   return rt;
+}
+
+// A runtime over the shipped manifest with no backend at all (cuda calls go to the in-tree
+// kernels).
+inline tr_runtime *runtime_without_backends() {
+  const char *no_dirs[] = {"/nonexistent"};
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = no_dirs;
+  o.n_backend_dirs = 1;
+  tr_runtime *rt = nullptr;
+  ok(tr_runtime_new(&o, &rt));
+  return rt;
+}
+
+// n values uniform in [-2, 2), the same for the same seed.
+inline std::vector<float> random_values(size_t n, unsigned seed) {
+  std::vector<float> v(n);
+  srand(seed);
+  for (auto &x : v) x = (float)rand() / RAND_MAX * 4.f - 2.f;
+  return v;
+}
+
+// float64 RMSNorm over rows of `row` (eps 1e-6), weight `w`.
+inline std::vector<double> rms_ref(const std::vector<float> &x, const std::vector<float> &w, size_t row) {
+  std::vector<double> y(x.size());
+  for (size_t r = 0; r < x.size() / row; r++) {
+    double ss = 0;
+    for (size_t i = 0; i < row; i++) ss += (double)x[r * row + i] * x[r * row + i];
+    double rs = 1.0 / std::sqrt(ss / row + 1e-6);
+    for (size_t i = 0; i < row; i++) y[r * row + i] = x[r * row + i] * rs * w[i];
+  }
+  return y;
+}
+
+// How many of `want` differ from got[offset...] by more than tol * (1 + |want|).
+inline size_t mismatches(const std::vector<float> &got, const std::vector<double> &want, size_t offset = 0,
+                         double tol = 1e-5) {
+  size_t bad = 0;
+  for (size_t i = 0; i < want.size(); i++) {
+    if (!(std::fabs(got[offset + i] - want[i]) <= tol * (1 + std::fabs(want[i])))) bad++;
+  }
+  return bad;
+}
+
+// An RMSNormFwdOp instance over rows of `row`, eps 1e-6.
+inline tr_op *rms_op(tr_runtime *rt, int64_t row) {
+  tr_value shape;
+  ok(tr_value_int_list(&row, 1, &shape));
+  tr_named_value p[2] = {{"normalized_shape", shape}, {"eps", tr_value_float(1e-6)}};
+  tr_op *op = nullptr;
+  ok(tr_op_new(rt, "RMSNormFwdOp", p, 2, nullptr, &op));
+  tr_value_clear(&shape);
+  return op;
 }
 
 }  // namespace tr_test

@@ -18,7 +18,10 @@
 
 namespace {
 
-using tr_test::ok;
+using namespace tr_test;
+
+tr_runtime *cuda_runtime() { return runtime_without_backends(); }
+std::vector<float> values(size_t n, unsigned seed) { return random_values(n, seed); }
 
 struct OnDevice {
   int device;
@@ -48,53 +51,6 @@ struct OnDevice {
 
 DLTensor view(const OnDevice &t, std::vector<int64_t> &shape) {
   return DLTensor{t.ptr, {kDLCUDA, t.device}, (int32_t)shape.size(), TR_FLOAT32, shape.data(), nullptr, 0};
-}
-
-std::vector<float> values(size_t n, unsigned seed) {
-  std::vector<float> v(n);
-  srand(seed);
-  for (auto &x : v) x = (float)rand() / RAND_MAX * 4.f - 2.f;
-  return v;
-}
-
-std::vector<double> rms_ref(const std::vector<float> &x, const std::vector<float> &w, size_t row) {
-  std::vector<double> y(x.size());
-  for (size_t r = 0; r < x.size() / row; r++) {
-    double ss = 0;
-    for (size_t i = 0; i < row; i++) ss += (double)x[r * row + i] * x[r * row + i];
-    double rs = 1.0 / std::sqrt(ss / row + 1e-6);
-    for (size_t i = 0; i < row; i++) y[r * row + i] = x[r * row + i] * rs * w[i];
-  }
-  return y;
-}
-
-size_t mismatches(const std::vector<float> &got, const std::vector<double> &want, size_t offset = 0) {
-  size_t bad = 0;
-  for (size_t i = 0; i < want.size(); i++) {
-    if (!(std::fabs(got[offset + i] - want[i]) <= 1e-5 * (1 + std::fabs(want[i])))) bad++;
-  }
-  return bad;
-}
-
-tr_runtime *cuda_runtime() {
-  const char *no_dirs[] = {"/nonexistent"};
-  tr_runtime_options o{};
-  o.manifest_dir = "manifest/spec";
-  o.backend_dirs = no_dirs;
-  o.n_backend_dirs = 1;
-  tr_runtime *rt = nullptr;
-  ok(tr_runtime_new(&o, &rt));
-  return rt;
-}
-
-tr_op *rms_op(tr_runtime *rt, int64_t row) {
-  tr_value shape;
-  ok(tr_value_int_list(&row, 1, &shape));
-  tr_named_value p[2] = {{"normalized_shape", shape}, {"eps", tr_value_float(1e-6)}};
-  tr_op *op = nullptr;
-  ok(tr_op_new(rt, "RMSNormFwdOp", p, 2, nullptr, &op));
-  tr_value_clear(&shape);
-  return op;
 }
 
 void need_two() {

@@ -61,13 +61,6 @@ static bool decode_blob(pb_istream_t *stream, const pb_field_iter_t *field, void
   return true;
 }
 
-static const tr_select_entry *find_entry(const tr_select_table *table, const char *op) {
-  for (size_t i = 0; i < table->n_entries; i++) {
-    if (strcmp(table->entries[i].op, op) == 0) return &table->entries[i];
-  }
-  return NULL;
-}
-
 /* Builds for a decoded request. */
 static tr_status *build(const tr_select_table *table, const tilerun_BuildRequest *rq, tr_artifact arts[2],
                         size_t *n) {
@@ -76,38 +69,15 @@ static tr_status *build(const tr_select_table *table, const tilerun_BuildRequest
     return TR_STATUS(TR_OP_NOT_AVAILABLE, "%s: a backend target's kernel ('%s') is built in the process that "
                      "launches it; this build component builds in-tree kernels (name one by key)", rq->op, rq->target);
   }
-  const tr_select_entry *entry = find_entry(table, rq->op);
-  if (entry == NULL) return TR_STATUS(TR_OP_NOT_AVAILABLE, "no in-tree kernels are registered for op '%s'", rq->op);
+  const tr_select_entry *entry = NULL;
   const tr_kernel_interface *iface = NULL;
-  for (size_t i = 0; i < entry->n_interfaces && iface == NULL; i++) {
-    if (strcmp(entry->interfaces[i]->name, rq->interface) == 0) iface = entry->interfaces[i];
-  }
-  if (iface == NULL) return TR_STATUS(TR_SELECTION, "%s: no kernel interface '%s'", rq->op, rq->interface);
-  if (strcmp(iface->request->name, rq->call_type) != 0) {
-    return TR_STATUS(TR_SELECTION, "%s: %s takes a %s call spec, got a %s", rq->op, iface->name, iface->request->name,
-                     rq->call_type);
-  }
-  const tr_kernel_type *type = tr_selector_type(entry->selector, iface->name, rq->key);
-  if (type == NULL) return TR_STATUS(TR_SELECTION, "%s: %s has no implementation '%s'", rq->op, iface->name, rq->key);
-  tr_device device;
-  TR_RETURN_IF_ERROR(tr_device_parse(rq->device, &device));
-  tr_named_value given[TR_CALL_MAX_FIELDS];
-  size_t n_given = 0;
-  tr_status *status = NULL;
-  for (; n_given < rq->fields_count; n_given++) {
-    given[n_given].name = rq->fields[n_given].name;
-    status = tr_codec_value_from(&rq->fields[n_given].value, &given[n_given].value);
-    if (status != NULL) break;
-  }
   tr_call_spec call;
-  if (status == NULL) {
-    status = tr_call_spec_init(&call, iface->request, &device, given, n_given);
-    if (status == NULL) {
-      status = tr_intree_build(type, &call, rq->arch, arts, n);
-      tr_call_spec_clear(&call);
-    }
-  }
-  for (size_t i = 0; i < n_given; i++) tr_value_clear(&given[i].value);
+  TR_RETURN_IF_ERROR(tr_select_call_of(table, rq->op, rq->interface, rq->call_type, rq->fields, rq->fields_count,
+                                       rq->device, &entry, &iface, &call));
+  const tr_kernel_type *type = tr_selector_type(entry->selector, iface->name, rq->key);
+  tr_status *status = type ? tr_intree_build(type, &call, rq->arch, arts, n)
+                           : TR_STATUS(TR_SELECTION, "%s: %s has no implementation '%s'", rq->op, iface->name, rq->key);
+  tr_call_spec_clear(&call);
   return status;
 }
 

@@ -14,40 +14,49 @@ static const tr_select_entry *find_entry(const tr_select_table *table, const cha
   return NULL;
 }
 
-/* Selects for a decoded request; on success *key is the selector's (it outlives the call). */
-static tr_status *select_key(const tr_select_table *table, const tilerun_SelectRequest *rq, const char **key) {
-  const tr_select_entry *entry = find_entry(table, rq->op);
-  if (entry == NULL) return TR_STATUS(TR_OP_NOT_AVAILABLE, "no in-tree kernels are registered for op '%s'", rq->op);
+tr_status *tr_select_call_of(const tr_select_table *table, const char *op, const char *interface,
+                             const char *call_type, const tilerun_NamedValue *fields, size_t n_fields,
+                             const char *device_text, const tr_select_entry **entry_out,
+                             const tr_kernel_interface **iface_out, tr_call_spec *call) {
+  const tr_select_entry *entry = find_entry(table, op);
+  if (entry == NULL) return TR_STATUS(TR_OP_NOT_AVAILABLE, "no in-tree kernels are registered for op '%s'", op);
   const tr_kernel_interface *iface = NULL;
   for (size_t i = 0; i < entry->n_interfaces && iface == NULL; i++) {
-    if (strcmp(entry->interfaces[i]->name, rq->interface) == 0) iface = entry->interfaces[i];
+    if (strcmp(entry->interfaces[i]->name, interface) == 0) iface = entry->interfaces[i];
   }
-  if (iface == NULL) {
-    return TR_STATUS(TR_SELECTION, "%s: no kernel interface '%s'", rq->op, rq->interface);
-  }
-  if (strcmp(iface->request->name, rq->call_type) != 0) {
-    return TR_STATUS(TR_SELECTION, "%s: %s takes a %s call spec, got a %s", rq->op, iface->name,
-                     iface->request->name, rq->call_type);
+  if (iface == NULL) return TR_STATUS(TR_SELECTION, "%s: no kernel interface '%s'", op, interface);
+  if (strcmp(iface->request->name, call_type) != 0) {
+    return TR_STATUS(TR_SELECTION, "%s: %s takes a %s call spec, got a %s", op, iface->name, iface->request->name,
+                     call_type);
   }
   tr_device device;
-  TR_RETURN_IF_ERROR(tr_device_parse(rq->device, &device));
+  TR_RETURN_IF_ERROR(tr_device_parse(device_text, &device));
   tr_named_value given[TR_CALL_MAX_FIELDS];
   size_t n_given = 0;
   tr_status *status = NULL;
-  for (; n_given < rq->fields_count; n_given++) {
-    given[n_given].name = rq->fields[n_given].name;
-    status = tr_codec_value_from(&rq->fields[n_given].value, &given[n_given].value);
+  for (; n_given < n_fields && n_given < TR_CALL_MAX_FIELDS; n_given++) {
+    given[n_given].name = fields[n_given].name;
+    status = tr_codec_value_from(&fields[n_given].value, &given[n_given].value);
     if (status != NULL) break;
   }
-  tr_call_spec call;
-  if (status == NULL) {
-    status = tr_call_spec_init(&call, iface->request, &device, given, n_given);
-    if (status == NULL) {
-      status = tr_selector_key_for(entry->selector, iface->name, &call, key);
-      tr_call_spec_clear(&call);
-    }
-  }
+  if (status == NULL) status = tr_call_spec_init(call, iface->request, &device, given, n_given);
   for (size_t i = 0; i < n_given; i++) tr_value_clear(&given[i].value);
+  if (status == NULL) {
+    *entry_out = entry;
+    *iface_out = iface;
+  }
+  return status;
+}
+
+/* Selects for a decoded request; on success *key is the selector's (it outlives the call). */
+static tr_status *select_key(const tr_select_table *table, const tilerun_SelectRequest *rq, const char **key) {
+  const tr_select_entry *entry = NULL;
+  const tr_kernel_interface *iface = NULL;
+  tr_call_spec call;
+  TR_RETURN_IF_ERROR(tr_select_call_of(table, rq->op, rq->interface, rq->call_type, rq->fields, rq->fields_count,
+                                       rq->device, &entry, &iface, &call));
+  tr_status *status = tr_selector_key_for(entry->selector, iface->name, &call, key);
+  tr_call_spec_clear(&call);
   return status;
 }
 

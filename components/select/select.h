@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/components.pb.h"
 #include "selector/selector.h"
 
 #ifdef __cplusplus
@@ -43,6 +44,16 @@ typedef struct tr_select_source {
 tr_status *tr_select_table_new(const tr_select_source *sources, size_t n_sources, tr_facts_fn facts, void *facts_ctx,
                                tr_select_table **out) TR_MUST_USE;
 void tr_select_table_destroy(tr_select_table **table_p);
+
+/* What select and build share: the op's entry and interface in the table, and the call spec of a
+ * request's fields on `device` (the caller clears it). An op the table does not hold is an
+ * OpNotAvailableError; an interface it does not have or a call type it does not take a
+ * SelectionError; a field that does not fit a ValueError; a device that does not parse a
+ * DeviceError. */
+tr_status *tr_select_call_of(const tr_select_table *table, const char *op, const char *interface,
+                             const char *call_type, const tilerun_NamedValue *fields, size_t n_fields,
+                             const char *device, const tr_select_entry **entry_out,
+                             const tr_kernel_interface **iface_out, tr_call_spec *call) TR_MUST_USE;
 
 /* The handler: `ctx` is a const tr_select_table *. A request that does not decode is a
  * TransportError; an op without a selector (OpNotAvailableError), an interface the op does not
