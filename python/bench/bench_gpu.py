@@ -132,8 +132,9 @@ def main():
     torch.manual_seed(0)
     copy = copy_rate_gbps()
     print(f"device: {torch.cuda.get_device_name()}; copy rate {copy:.0f} GB/s (2 GiB fp16 copy, same run)")
-    print("| op | row | shape | tilerun us | GB/s | % copy | eager us | % copy | compile us | % copy | tilerun/eager |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| op | row | shape | tilerun us | GB/s | % copy | eager us | % copy | compile us | % copy | tilerun/eager | "
+          "same-bytes copy us | tilerun/copy |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     worst = {}
     for op_name, rows in ROWS.items():
         if args.ops not in op_name:
@@ -169,9 +170,16 @@ def main():
             else:
                 c_txt = "- | -"
             pct = 100 * byts / t_us / 1e3 / copy
+            # the same traffic as one device copy (read + write of byts / 2 bytes), timed alike: the
+            # ceiling at this size, where launch ramp and tail weigh more than on 2 GiB
+            half = max(1, byts // 4)  # float16 elements in byts / 2 bytes
+            src = [torch.empty(half, device="cuda", dtype=torch.float16) for _ in range(2)]
+            dst = [torch.empty(half, device="cuda", dtype=torch.float16) for _ in range(2)]
+            cp_us = graph_us(lambda: dst[nxt() % 2].copy_(src[i[0] % 2]), args.calls)
+            del src, dst
             print(f"| {op_name} | {label} | {'x'.join(map(str, shape))} | {t_us:.2f} | {byts / t_us / 1e3:.0f} | "
-                  f"{pct:.0f}% | {e_us:.2f} | {100 * byts / e_us / 1e3 / copy:.0f}% | {c_txt} | {t_us / e_us:.2f} |",
-                  flush=True)
+                  f"{pct:.0f}% | {e_us:.2f} | {100 * byts / e_us / 1e3 / copy:.0f}% | {c_txt} | {t_us / e_us:.2f} | "
+                  f"{cp_us:.2f} | {t_us / cp_us:.2f} |", flush=True)
             if numel * 2 >= 32 << 20:  # the input x (bf16) is 32 MB or more
                 worst[op_name] = min(worst.get(op_name, 100.0), pct)
             if tuple(shape) == (1, 4096):  # the goal's decode rows
