@@ -12,9 +12,6 @@
 // is large against the spread. TR_HAS_W / TR_HAS_B say whether weight and bias are given.
 // Entry: tr_norm(const T *x, const T *w, const T *b, T *y, i64 rows, float eps).
 typedef TR_T T;
-#ifndef TR_HOLD
-#define TR_HOLD 2
-#endif
 
 // Sums over `threads` threads (a warp, or the whole block); `scratch` holds 64 floats.
 __device__ __forceinline__ void group_sum2(float &a, float &b, int threads, float *scratch) {
@@ -121,15 +118,54 @@ __device__ __forceinline__ void norm_row_regs(const T *x, const T *w, const T *b
   }
 }
 
-// One row of any length by the block (TR_BLOCK threads), re-read per pass (from L2, where the
-// first pass left it): RMSNorm reads it twice, LayerNorm three times (mean, then the variance
-// around it, then y).
+// One row of any length by the block (TR_BLOCK threads): the statistics from a first read (for
+// up to eight vectors per thread all loaded at once and kept for LayerNorm's variance around the
+// mean; longer rows loop and read again), then y from a second read (from L2, where the first
+// left the row). Measured on the H200: loading at once gives 1-3 points of copy bandwidth over a
+// loop; asking the compiler for full occupancy (32 registers) made LayerNorm slower.
 template <int V>
 __device__ __forceinline__ void norm_row_looped(const T *x, const T *w, const T *b, T *y, float eps,
                                                 float *scratch) {
   constexpr int NV = TR_N / V;
   const int tid = threadIdx.x;
-  float s = 0.f;
+  float s = 0.f, mean = 0.f, rstd;
+  constexpr int TRIPS = (NV + TR_BLOCK - 1) / TR_BLOCK;
+  if (TRIPS <= 8) {  // every load of the first read in flight at once, kept for the variance
+    const vec_t<T, V> *xv0 = reinterpret_cast<const vec_t<T, V> *>(x);
+    vec_t<T, V> r[TRIPS];
+#pragma unroll
+    for (int p = 0; p < TRIPS; p++) {
+      const int i = tid + p * TR_BLOCK;
+      if (NV % TR_BLOCK == 0 || i < NV) r[p] = xv0[i];
+    }
+#pragma unroll
+    for (int p = 0; p < TRIPS; p++) {
+      if (NV % TR_BLOCK == 0 || tid + p * TR_BLOCK < NV) {
+        float v[V];
+        to_f32<T, V>(r[p], v);
+#pragma unroll
+        for (int k = 0; k < V; k++) s += TR_RMS ? v[k] * v[k] : v[k];
+      }
+    }
+    s = block_sum<TR_BLOCK>(s, scratch);
+    if (TR_RMS) {
+      rstd = rsqrtf(s / (float)TR_N + eps);
+    } else {
+      mean = s / (float)TR_N;
+      float d = 0.f;
+#pragma unroll
+      for (int p = 0; p < TRIPS; p++) {
+        if (NV % TR_BLOCK == 0 || tid + p * TR_BLOCK < NV) {
+          float v[V];
+          to_f32<T, V>(r[p], v);
+#pragma unroll
+          for (int k = 0; k < V; k++) d += (v[k] - mean) * (v[k] - mean);
+        }
+      }
+      d = block_sum<TR_BLOCK>(d, scratch);
+      rstd = rsqrtf(d / (float)TR_N + eps);
+    }
+  } else {  // long rows: a loop over the row
   for (int i = tid; i < NV; i += TR_BLOCK) {
     float v[V];
     load_f32<T, V>(x + (i64)i * V, v);
@@ -137,7 +173,6 @@ __device__ __forceinline__ void norm_row_looped(const T *x, const T *w, const T 
     for (int k = 0; k < V; k++) s += TR_RMS ? v[k] * v[k] : v[k];
   }
   s = block_sum<TR_BLOCK>(s, scratch);
-  float mean = 0.f, rstd;
   if (TR_RMS) {
     rstd = rsqrtf(s / (float)TR_N + eps);
   } else {
@@ -151,6 +186,7 @@ __device__ __forceinline__ void norm_row_looped(const T *x, const T *w, const T 
     }
     d = block_sum<TR_BLOCK>(d, scratch);
     rstd = rsqrtf(d / (float)TR_N + eps);
+  }
   }
   const vec_t<T, V> *xv = reinterpret_cast<const vec_t<T, V> *>(x);
   for (int i = tid; i < NV; i += TR_BLOCK) write<V>(xv[i], w, b, y, i, mean, rstd);
@@ -172,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_norm(const T *x, const
   const i64 row = (i64)blockIdx.x + (i64)blockIdx.y * gridDim.x;
   if (row >= rows) return;
   const i64 off = row * (i64)TR_N;
-  if (V > 1 && TR_N / V <= TR_HOLD * TR_BLOCK) {  // the wide build: few vectors per thread, held
+  if (V > 1 && TR_N / V <= 2 * TR_BLOCK) {  // the wide build: few vectors per thread, held
     if (vec) norm_row_regs<TR_BLOCK, V>(x + off, w, b, y + off, eps, threadIdx.x, scratch);
     else norm_row_looped<1>(x + off, w, b, y + off, eps, scratch);
   } else if (vec) {
