@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/intree/intree.h"
@@ -95,6 +96,19 @@ TEST_CASE("a cuda call settles BUILTIN, builds once per signature, and matches f
     ok(tr_op_call(op, in, 2, b.items, 1));
     CHECK(b.items[0]->dl_tensor.data == first);
     near(host(b.items[0]->dl_tensor), rms_ref(xv, wv, 4096), 1e-5);
+    b.reset();
+    // ... but not by another thread: its per-thread default stream is another stream
+    void *other = nullptr;
+    std::thread t([&] {
+      tr_test::Outputs c;
+      tr_status *s = tr_op_call(op, in, 2, c.items, 1);
+      if (s == nullptr) other = c.items[0]->dl_tensor.data;
+      tr_status_destroy(&s);
+      cudaStreamSynchronize(cudaStreamPerThread);
+    });
+    t.join();
+    CHECK(other != nullptr);
+    CHECK(other != first);
   }
   CHECK(tr_op_memo_count(op) == 1);
   CHECK(tr_intree_get_stats().kernels == before.kernels + 1);  // built once for three calls

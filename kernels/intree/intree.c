@@ -496,13 +496,13 @@ static int64_t numel(const DLTensor *t) {
 
 static void *data_of(const DLTensor *t) { return t ? (char *)t->data + t->byte_offset : NULL; }
 
-static tr_status *launch_rows(const intree_kernel *k, int64_t rows, uint32_t rows_per_block, uint32_t threads,
-                              tr_cu_stream stream, void **args) {
+static tr_status *launch_rows(const intree_kernel *k, tr_cu_function function, int64_t rows, uint32_t rows_per_block,
+                              uint32_t threads, tr_cu_stream stream, void **args) {
   int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   if (blocks == 0) return NULL;
   uint32_t gx = blocks > INT32_MAX ? (1u << 30) : (uint32_t)blocks;
   uint32_t gy = (uint32_t)((blocks + gx - 1) / gx);
-  return tr_cu_launch(k->function, k->key, gx, gy, threads, 0, stream, args);
+  return tr_cu_launch(function, k->key, gx, gy, threads, 0, stream, args);
 }
 
 static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTensor *const *out, size_t n_out) {
@@ -521,12 +521,11 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
       float eps = k->eps;
       void *args[] = {&x, &w, &b, &y, &rows, &eps};
       if (k->info->kind == IMPL_WARP) {
-        status = launch_rows(k, rows, k->block / 32, k->block, stream, args);
+        status = launch_rows(k, k->function, rows, k->block / 32, k->block, stream, args);
       } else { /* few rows: the wide build (latency); many: the narrow one (bandwidth) */
         int wide = rows < k->sm_count && k->wide_function != NULL;
-        intree_kernel kk = *k;
-        if (wide) kk.function = k->wide_function;
-        status = launch_rows(&kk, rows, 1, wide ? k->wide_threads : k->block, stream, args);
+        status = launch_rows(k, wide ? k->wide_function : k->function, rows, 1, wide ? k->wide_threads : k->block,
+                             stream, args);
       }
       break;
     }
@@ -538,7 +537,8 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
         int64_t blocks = (outer * inner + k->block - 1) / k->block;
         if (blocks > 0) status = tr_cu_launch(k->function, k->key, (uint32_t)blocks, 1, k->block, 0, stream, args);
       } else {
-        status = launch_rows(k, outer, k->info->kind == IMPL_WARP ? k->block / 32 : 1, k->block, stream, args);
+        status = launch_rows(k, k->function, outer, k->info->kind == IMPL_WARP ? k->block / 32 : 1, k->block, stream,
+                             args);
       }
       break;
     }
@@ -720,7 +720,7 @@ static tr_status *device_ctx(int32_t index, tr_cu_ctx *ctx) {
  * same size on the same stream (stream order makes that safe without a sync, as in the driver's
  * own pool); a memo-hit tr_op_call then costs no driver allocation. Streams the caller made are
  * never cached (one may be destroyed, or captured into a graph): their blocks go back to the
- * driver. */
+ * driver. A block freed on the per-thread default stream goes back to the same thread only. */
 enum { POOL_BLOCKS = 64 };
 #define POOL_MAX_BYTES ((size_t)1 << 30)
 
@@ -728,6 +728,7 @@ typedef struct pool_block {
   void *ptr;
   size_t bytes;
   tr_cu_stream stream;
+  const void *thread; /* the per-thread default stream is each thread's own: who freed it */
 } pool_block;
 
 typedef struct pool {
@@ -750,6 +751,14 @@ static void pools_init(void) {
 
 static int poolable(tr_cu_stream stream) { return stream == TR_CU_PER_THREAD_STREAM || stream == (tr_cu_stream)0x1; }
 
+/* A tag of the calling thread: the per-thread default stream has one handle but a stream per
+ * thread, so a block freed on it is reused by the same thread only (the legacy stream is one
+ * stream per device, shared). */
+static _Thread_local char t_thread_tag;
+static const void *stream_owner(tr_cu_stream stream) {
+  return stream == TR_CU_PER_THREAD_STREAM ? (const void *)&t_thread_tag : NULL;
+}
+
 tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out) {
   *out = NULL;
   tr_cu_ctx ctx, previous;
@@ -761,7 +770,7 @@ tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out) {
   if (poolable(stream) && p->ready) {
     tr_plat_mutex_lock(&p->lock);
     for (size_t i = p->n; i-- > 0;) {
-      if (p->blocks[i].bytes == bytes && p->blocks[i].stream == stream) {
+      if (p->blocks[i].bytes == bytes && p->blocks[i].stream == stream && p->blocks[i].thread == stream_owner(stream)) {
         *out = p->blocks[i].ptr;
         p->held -= bytes;
         p->blocks[i] = p->blocks[--p->n];
@@ -791,7 +800,7 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes) {
     tr_plat_mutex_lock(&p->lock);
     int kept = p->n < POOL_BLOCKS && p->held + bytes <= POOL_MAX_BYTES;
     if (kept) {
-      p->blocks[p->n++] = (pool_block){ptr, bytes, stream};
+      p->blocks[p->n++] = (pool_block){ptr, bytes, stream, stream_owner(stream)};
       p->held += bytes;
     }
     tr_plat_mutex_unlock(&p->lock);
