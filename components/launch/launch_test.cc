@@ -91,7 +91,7 @@ static std::vector<Where> in_process() { return {Where::kInline, Where::kThread}
 TEST_CASE("the launch contract: the kernel sees the caller's tensors and computes on them") {
   Registry r;
   Seen seen;
-  tr_kernel k{sizeof(tr_kernel), &seen, record_add, nullptr};
+  tr_kernel k{sizeof(tr_kernel), &seen, record_add, nullptr, nullptr, nullptr};
   for (Where where : in_process()) {
     INFO(where_name(where));
     Placed p(TR_COMPONENT_LAUNCH, where, tr_launch_handle, r.reg);
@@ -167,7 +167,7 @@ TEST_CASE("the launch contract: bad requests are errors naming the tensor, and n
                 (*static_cast<Counting *>(self)->calls)++;
                 return nullptr;
               },
-              nullptr};
+              nullptr, nullptr, nullptr};
   uint64_t kernel = (uint64_t)(uintptr_t)&k;
   float cell = 1.0f;
   uint64_t data = (uint64_t)(uintptr_t)&cell;
