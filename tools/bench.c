@@ -28,39 +28,43 @@ static tr_status *echo(void *ctx, const uint8_t *req, size_t n, uint8_t *reply, 
   return NULL;
 }
 
-/* The median microseconds of a 64-byte round trip to an echo server at `endpoint`: a thread in
- * this process for inproc, a `tilerun serve echo` process (started here from `self`) otherwise,
- * as the components it is compared with are placed. */
-static tr_status *round_trip(const char *self, const char *endpoint, long iters, double *us) {
-  tr_server *server = NULL;
-  tr_plat_process *process = NULL;
-  tr_client *client = NULL;
+/* An echo server for the raw round trip at `endpoint`: a thread in this process for inproc, a
+ * `tilerun serve echo` process (started here from `self`) otherwise, as the components it is
+ * compared with are placed; and a client of it. */
+typedef struct echo_peer {
+  tr_server *server;
+  tr_plat_process *process;
+  tr_client *client;
+} echo_peer;
+
+static tr_status *echo_start(const char *self, const char *endpoint, echo_peer *e) {
+  memset(e, 0, sizeof(*e));
   tr_transport_options opts;
   memset(&opts, 0, sizeof(opts));
   opts.component = "echo";
   if (strncmp(endpoint, "inproc://", 9) == 0) {
-    TR_RETURN_IF_ERROR(tr_server_start(endpoint, echo, NULL, &opts, &server));
+    TR_RETURN_IF_ERROR(tr_server_start(endpoint, echo, NULL, &opts, &e->server));
   } else {
     const char *argv[] = {self, "serve", "echo", "--endpoint", endpoint, NULL};
-    TR_RETURN_IF_ERROR(tr_plat_process_spawn(argv, &process));
-    tr_plat_sleep_ns(300 * 1000 * 1000ull);
+    TR_RETURN_IF_ERROR(tr_plat_process_spawn(argv, &e->process));
   }
-  tr_status *status = tr_client_new(server ? tr_server_endpoint(server) : endpoint, &opts, &client);
-  double *samples = calloc((size_t)iters, sizeof(double));
-  if (samples == NULL) status = status ? status : TR_STATUS(TR_OUT_OF_MEMORY, "bench: %ld samples", iters);
+  return tr_client_new(e->server ? tr_server_endpoint(e->server) : endpoint, &opts, &e->client);
+}
+
+static void echo_stop(echo_peer *e) {
+  tr_client_destroy(&e->client);
+  tr_server_stop(&e->server);
+  tr_plat_process_kill(e->process, 0);
+  tr_plat_process_wait(&e->process, 5000);
+}
+
+/* One 64-byte round trip, in microseconds. */
+static tr_status *echo_once(echo_peer *e, double *us) {
   uint8_t msg[64] = {1}, reply[64];
-  for (long i = 0; status == NULL && i < iters + 100; i++) {
-    size_t n = 0;
-    uint64_t start = tr_plat_now_ns();
-    status = tr_client_call(client, msg, sizeof(msg), reply, sizeof(reply), &n);
-    if (i >= 100) samples[i - 100] = (double)(tr_plat_now_ns() - start) / 1e3; /* 100 warm-ups */
-  }
-  if (status == NULL) *us = median(samples, iters);
-  free(samples);
-  tr_client_destroy(&client);
-  tr_server_stop(&server);
-  tr_plat_process_kill(process, 0);
-  tr_plat_process_wait(&process, 5000);
+  size_t n = 0;
+  uint64_t start = tr_plat_now_ns();
+  tr_status *status = tr_client_call(e->client, msg, sizeof(msg), reply, sizeof(reply), &n);
+  *us = (double)(tr_plat_now_ns() - start) / 1e3;
   return status;
 }
 
@@ -71,9 +75,11 @@ typedef struct placement_run {
   int ok;
 } placement_run;
 
-/* Misses and hits of AddFwdOp (1 element, cpu) through a runtime with `pipeline_file`. */
-static tr_status *measure(const char *manifest_dir, const char *pipeline_file, long iters, double *miss_us,
-                          double *hit_us) {
+/* Misses and hits of AddFwdOp (1 element, cpu) through a runtime with `pipeline_file`; with
+ * `echo`, a raw round trip after each miss, so that both are measured side by side, under the
+ * same load. */
+static tr_status *measure(const char *manifest_dir, const char *pipeline_file, long iters, echo_peer *echo,
+                          double *miss_us, double *hit_us, double *rt_us) {
   tr_runtime_options o;
   memset(&o, 0, sizeof(o));
   o.manifest_dir = manifest_dir;
@@ -86,7 +92,8 @@ static tr_status *measure(const char *manifest_dir, const char *pipeline_file, l
   tb.data = &b;
   const DLTensor *in[2] = {&ta, &tb};
   double *miss = calloc((size_t)iters, sizeof(double)), *hit = calloc((size_t)iters, sizeof(double));
-  tr_status *status = (miss && hit) ? NULL : TR_STATUS(TR_OUT_OF_MEMORY, "bench: %ld samples", iters);
+  double *trip = calloc((size_t)iters, sizeof(double));
+  tr_status *status = (miss && hit && trip) ? NULL : TR_STATUS(TR_OUT_OF_MEMORY, "bench: %ld samples", iters);
   tr_op *kept = NULL;
   for (long i = 0; status == NULL && i < iters + 20; i++) {
     tr_op *op = NULL;
@@ -99,6 +106,9 @@ static tr_status *measure(const char *manifest_dir, const char *pipeline_file, l
     if (i >= 20) miss[i - 20] = (double)(t1 - t0) / 1e3; /* 20 warm-ups */
     if (kept == NULL) kept = op;
     else tr_op_destroy(&op);
+    double us = 0;
+    if (status == NULL && echo != NULL) status = echo_once(echo, &us);
+    if (i >= 20) trip[i - 20] = us;
   }
   /* Hits: batches of 1000 calls on one op, so no miss's wait sits between two hits. */
   for (long i = 0; status == NULL && i < iters; i++) {
@@ -114,9 +124,11 @@ static tr_status *measure(const char *manifest_dir, const char *pipeline_file, l
   if (status == NULL) {
     *miss_us = median(miss, iters);
     *hit_us = median(hit, iters);
+    *rt_us = echo ? median(trip, iters) : 0;
   }
   free(miss);
   free(hit);
+  free(trip);
   tr_runtime_destroy(&rt);
   return status;
 }
@@ -159,9 +171,12 @@ int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FI
                             "--manifest", manifest_dir, NULL};
       status = tr_plat_process_spawn(argv, &servers[c]);
     }
+    echo_peer echo;
+    memset(&echo, 0, sizeof(echo));
+    if (status == NULL && p > 0) status = echo_start(self, rt_endpoints[p], &echo);
     if (status == NULL && p >= 2) tr_plat_sleep_ns(300 * 1000 * 1000ull); /* the servers bind */
-    if (status == NULL) status = measure(manifest_dir, file, iters, &miss[p], &hit[p]);
-    if (status == NULL && p > 0) status = round_trip(self, rt_endpoints[p], iters * 4, &rt[p]);
+    if (status == NULL) status = measure(manifest_dir, file, iters, p > 0 ? &echo : NULL, &miss[p], &hit[p], &rt[p]);
+    echo_stop(&echo);
     for (int c = 0; c < 2; c++) {
       tr_plat_process_kill(servers[c], 0);
       tr_plat_process_wait(&servers[c], 5000);
@@ -173,7 +188,8 @@ int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FI
     }
   }
   fprintf(out, "pipeline benchmark: AddFwdOp, 1-element float32 on cpu (CPU backend), validate and settle "
-          "placed as shown\n(build, select and launch inline); median of %ld calls each, microseconds\n", iters);
+          "placed as shown\n(build, select and launch inline); median of %ld calls each, microseconds; the round trip: a "
+          "64-byte echo across the same boundary, one after each miss, side by side\n", iters);
   fprintf(out, "%-18s %10s %10s %12s %28s\n", "placement", "miss", "hit", "round trip", "miss goal");
   for (int p = 0; p < 4; p++) {
     char goal[64];
