@@ -54,8 +54,10 @@ int main(int argc, char **argv) {
   tr_cu_ctx ctx = NULL, previous = NULL;
   if ((status = tr_cu_device_context(0, &ctx)) != NULL) return fail(status);
   if ((status = tr_cu_enter_context(ctx, &previous)) != NULL) return fail(status);
-  if ((status = tr_intree_alloc(0, 4096 * 4, &x)) != NULL || (status = tr_intree_alloc(0, 4096 * 4, &w)) != NULL ||
-      (status = tr_intree_alloc(0, 4096 * 4, &y)) != NULL) {
+  int reuse_x = 0, reuse_w = 0, reuse_y = 0;
+  if ((status = tr_intree_alloc(0, 4096 * 4, &x, &reuse_x)) != NULL ||
+      (status = tr_intree_alloc(0, 4096 * 4, &w, &reuse_w)) != NULL ||
+      (status = tr_intree_alloc(0, 4096 * 4, &y, &reuse_y)) != NULL) {
     return fail(status);
   }
   int64_t xs[2] = {1, 4096}, ws[1] = {4096};
@@ -136,9 +138,9 @@ int main(int argc, char **argv) {
   printf("goal: tr_op_call at most 0.5 us over the bare launch: %s\n", callt - bare <= 0.5 ? "met" : "NOT met");
   tr_artifact_clear(&art);
   tr_call_spec_clear(&call);
-  tr_intree_free(0, x, 4096 * 4);
-  tr_intree_free(0, w, 4096 * 4);
-  tr_intree_free(0, y, 4096 * 4);
+  tr_intree_free(0, x, 4096 * 4, reuse_x);
+  tr_intree_free(0, w, 4096 * 4, reuse_w);
+  tr_intree_free(0, y, 4096 * 4, reuse_y);
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
   free(t_into);

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -238,6 +239,87 @@ TEST_CASE("a call no in-tree implementation serves is refused with every impleme
   CHECK(msg.find("got float64") != std::string::npos);
   tr_status_destroy(&status);
   CHECK(tr_op_memo_count(op) == 0);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+namespace {
+
+// float64 softmax over rows of `row`.
+std::vector<double> softmax_ref(const std::vector<float> &x, size_t row) {
+  std::vector<double> y(x.size());
+  for (size_t r = 0; r < x.size() / row; r++) {
+    double m = -INFINITY, s = 0;
+    for (size_t i = 0; i < row; i++) m = std::max(m, (double)x[r * row + i]);
+    for (size_t i = 0; i < row; i++) s += std::exp((double)x[r * row + i] - m);
+    for (size_t i = 0; i < row; i++) y[r * row + i] = std::exp((double)x[r * row + i] - m) / s;
+  }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("softmax over long rows starting with -inf (masked logits) stays finite") {
+  tr_runtime *rt = cuda_runtime();
+  tr_op *op = nullptr;
+  ok(tr_op_new(rt, "SoftmaxFwdOp", nullptr, 0, nullptr, &op));
+  for (int64_t row : {40000, 40001}) {  // the looped kernel, with 16-byte vectors and without
+    std::vector<float> xv = values(2 * (size_t)row, 30);
+    for (int i = 0; i < 4096; i++) xv[(size_t)i] = -INFINITY;  // row 0 begins masked
+    xv[(size_t)row + 7] = -INFINITY;                            // row 1 has a masked element
+    CudaTensor x({2, row}, xv);
+    const DLTensor *in[] = {&x.t};
+    tr_test::Outputs out;
+    ok(tr_op_call(op, in, 1, out.items, 1));
+    INFO("row " << row);
+    near(host(out.items[0]->dl_tensor), softmax_ref(xv, (size_t)row), 1e-5);
+  }
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("an empty tensor is a call with nothing to compute, not a crash") {
+  tr_runtime *rt = cuda_runtime();
+  tr_named_value p[1] = {{"dim", tr_value_int(1)}};
+  tr_op *op = nullptr;
+  ok(tr_op_new(rt, "SoftmaxFwdOp", p, 1, nullptr, &op));
+  CudaTensor x({2, 3, 1}, values(6, 31));
+  x.shape = {2, 3, 0};  // the same buffer viewed empty
+  x.t.shape = x.shape.data();
+  const DLTensor *in[] = {&x.t};
+  tr_test::Outputs out;
+  ok(tr_op_call(op, in, 1, out.items, 1));
+  REQUIRE(out.items[0] != nullptr);
+  CHECK(out.items[0]->dl_tensor.shape[2] == 0);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("outputs made while the per-thread stream is captured never come from, or go to, the pool") {
+  tr_runtime *rt = cuda_runtime();
+  tr_op *op = rms_op(rt, 4096);
+  CudaTensor x({2, 4096}, values(2 * 4096, 40)), w({4096}, values(4096, 41));
+  const DLTensor *in[] = {&x.t, &w.t};
+  void *pooled = nullptr;
+  {
+    tr_test::Outputs a;
+    ok(tr_op_call(op, in, 2, a.items, 1));  // builds; its output then goes to the pool
+    pooled = a.items[0]->dl_tensor.data;
+  }
+  REQUIRE(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
+  cudaGraph_t graph;
+  REQUIRE(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  tr_test::Outputs captured;
+  ok(tr_op_call(op, in, 2, captured.items, 1));
+  REQUIRE(cudaStreamEndCapture(cudaStreamPerThread, &graph) == cudaSuccess);
+  void *in_graph = captured.items[0]->dl_tensor.data;
+  CHECK(in_graph != pooled);  // not handed the pooled block during the capture
+  captured.reset();           // freed after the capture: not pooled either
+  tr_test::Outputs b;  // the pool hands back the block freed before the capture, not the captured one
+  ok(tr_op_call(op, in, 2, b.items, 1));
+  CHECK(b.items[0]->dl_tensor.data == pooled);
+  CHECK(b.items[0]->dl_tensor.data != in_graph);
+  cudaGraphDestroy(graph);
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
 }

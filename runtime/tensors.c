@@ -13,6 +13,7 @@ typedef struct owned {
   DLManagedTensor managed;
   tr_free_fn free_fn; /* NULL: the data is in this block (CPU), or cuda memory (cuda_bytes) */
   size_t cuda_bytes;  /* cuda: the bytes allocated, for the in-tree allocator's pool */
+  int cuda_reusable;  /* cuda: the block may go back to the pool (not allocated during a capture) */
   void *free_ctx;
   tr_device device;
   int64_t shape[TR_MAX_RANK];
@@ -21,20 +22,14 @@ typedef struct owned {
 static void delete_owned(DLManagedTensor *self) {
   owned *o = (owned *)self;
   if (o->free_fn != NULL) o->free_fn(o->free_ctx, &o->device, o->managed.dl_tensor.data);
-  else if (o->cuda_bytes > 0) tr_intree_free(o->device.index < 0 ? 0 : o->device.index, o->managed.dl_tensor.data, o->cuda_bytes);
+  else if (o->cuda_bytes > 0) {
+    tr_intree_free(o->device.index < 0 ? 0 : o->device.index, o->managed.dl_tensor.data, o->cuda_bytes,
+                   o->cuda_reusable);
+  }
   free(o);
 }
 
 #define CPU_ALIGN 64
-
-/* cuda memory: the in-tree kernels' stream-ordered allocator. */
-static void *cuda_alloc(void *ctx, const tr_device *device, size_t bytes) {
-  (void)ctx;
-  void *p = NULL;
-  tr_status *status = tr_intree_alloc(device->index < 0 ? 0 : device->index, bytes, &p);
-  tr_status_destroy(&status);
-  return p;
-}
 
 tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, const DLDevice *dl,
                             DLManagedTensor **out) {
@@ -53,8 +48,7 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
   tr_copy_fn copy = NULL;
   void *ctx = NULL;
   int is_cuda = strcmp(spec->device.type, "cuda") == 0;
-  if (is_cuda) { /* stream-ordered, on the device's current stream */
-    alloc = cuda_alloc;
+  if (is_cuda) { /* stream-ordered, on the device's current stream (below) */
   } else if (!is_cpu && !tr_registry_allocator(rt->registry, spec->device.type, &alloc, &free_fn, &copy, &ctx)) {
     char dev[TR_DEVICE_FORMAT_MAX];
     tr_device_format(&spec->device, dev, sizeof(dev));
@@ -66,10 +60,21 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
   if (o == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "allocating a tensor of %zu bytes on cpu", bytes);
   o->free_fn = NULL;
   o->cuda_bytes = 0;
+  o->cuda_reusable = 0;
   DLTensor *t = &o->managed.dl_tensor;
   if (is_cpu) {
     uintptr_t data = ((uintptr_t)(o + 1) + CPU_ALIGN - 1) & ~(uintptr_t)(CPU_ALIGN - 1);
     t->data = (void *)data;
+  } else if (is_cuda) {
+    void *data = NULL;
+    tr_status *status = tr_intree_alloc(spec->device.index < 0 ? 0 : spec->device.index, bytes ? bytes : 1, &data,
+                                        &o->cuda_reusable);
+    if (status != NULL) {
+      free(o);
+      return status;
+    }
+    t->data = data;
+    o->cuda_bytes = bytes ? bytes : 1;
   } else {
     t->data = alloc(ctx, &spec->device, bytes ? bytes : 1);
     if (t->data == NULL) {
@@ -80,7 +85,6 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
     }
     o->free_fn = free_fn;
     o->free_ctx = ctx;
-    o->cuda_bytes = is_cuda ? (bytes ? bytes : 1) : 0;
   }
   o->device = spec->device;
   memcpy(o->shape, spec->shape, (size_t)spec->rank * sizeof(int64_t));

@@ -111,7 +111,9 @@ static tr_status *make_select(tr_registry *reg, serve_select *s) {
     const tr_intree_op *op = tr_intree_op_at(i);
     size_t k = 0;
     for (; k < op->n_types && k < 64; k++) s->types[i][k] = op->types[k];
-    k += tr_registry_kernel_types(reg, op->op, s->types[i] + k, 64 - k);
+    /* the count is the total registered; at most 64 - k were written */
+    size_t added = tr_registry_kernel_types(reg, op->op, s->types[i] + k, 64 - k);
+    k += added < 64 - k ? added : 64 - k;
     s->sources[i] = (tr_select_source){op->op, op->interfaces, op->n_interfaces, s->types[i], k};
   }
   return tr_select_table_new(s->sources, n, facts_of, &s->facts, &s->table);

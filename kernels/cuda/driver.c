@@ -27,6 +27,8 @@ typedef int (*dtoh_fn)(void *dst, tr_cu_ptr src, size_t bytes);
 typedef int (*dtod_fn)(tr_cu_ptr dst, tr_cu_ptr src, size_t bytes, tr_cu_stream stream);
 typedef int (*sync_fn)(tr_cu_stream stream);
 typedef int (*attr_fn)(int *value, int attribute, int device);
+typedef int (*unload_fn)(tr_cu_module module);
+typedef int (*capturing_fn)(tr_cu_stream stream, int *status);
 
 enum { kFuncAttrMaxDynamicSmem = 8 };      /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 
@@ -52,6 +54,8 @@ static struct {
   dtod_fn dtod;
   sync_fn sync;
   attr_fn attr;
+  unload_fn unload;
+  capturing_fn capturing;
   tr_plat_mutex lock; /* the contexts */
   tr_cu_ctx contexts[TR_CUDA_MAX_DEVICES];
 } g;
@@ -104,7 +108,12 @@ static void load_once(void) {
   BIND(dtod, "cuMemcpyDtoDAsync_v2");
   BIND(sync, "cuStreamSynchronize");
   BIND(attr, "cuDeviceGetAttribute");
-  if (missing) return;
+  BIND(unload, "cuModuleUnload");
+  BIND(capturing, "cuStreamIsCapturing");
+  if (missing) { /* reported by tr_cu_load, never called through */
+    g.init = NULL;
+    return;
+  }
   tr_status *failed = tr_plat_mutex_init(&g.lock);
   if (failed != NULL) {
     snprintf(g.error, sizeof(g.error), "%s", tr_status_message(failed));
@@ -188,6 +197,8 @@ tr_status *tr_cu_module_load(const void *image, const char *name, const char *en
   rc = g.module_function(function, *module, entry);
   if (rc != 0) {
     char text[256];
+    g.unload(*module);
+    *module = NULL;
     return TR_STATUS(TR_BACKEND, "kernel '%s' has no entry '%s': %s", name, entry,
                      tr_cu_error_text(rc, text, sizeof(text)));
   }
@@ -288,4 +299,10 @@ tr_status *tr_cu_device_facts(int32_t index, int32_t *arch, int32_t *sm_count, i
   *sm_count = sms;
   *smem = shared;
   return NULL;
+}
+
+int tr_cu_stream_capturing(tr_cu_stream stream) {
+  int state = 0; /* CU_STREAM_CAPTURE_STATUS_NONE */
+  if (g.capturing == NULL || g.capturing(stream, &state) != 0) return 0;
+  return state != 0;
 }

@@ -61,6 +61,9 @@ tr_status *tr_cu_stream_sync(tr_cu_stream stream) TR_MUST_USE;
 /* A device's compute capability (major*10+minor), SM count and opt-in shared memory per block. */
 tr_status *tr_cu_device_facts(int32_t index, int32_t *arch, int32_t *sm_count, int64_t *smem) TR_MUST_USE;
 
+/* 1 when `stream` is being captured into a CUDA graph (0 on any error). */
+int tr_cu_stream_capturing(tr_cu_stream stream);
+
 /* How many cuda devices there are (0 when the driver cannot be loaded or sees none). */
 int tr_cu_device_count(void);
 

@@ -116,6 +116,10 @@ static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call,
     snprintf(buf, size, "rows must hold at least one element; got row %lld", (long long)row);
     return buf;
   }
+  if (row > INT32_MAX - 1024) { /* the kernels index a row with 32-bit ints */
+    snprintf(buf, size, "rows hold at most %d elements; got row %lld", INT32_MAX - 1024, (long long)row);
+    return buf;
+  }
   if (info->fam == FAM_SOFTMAX && info->kind != IMPL_STRIDED && tr_call_spec_int(call, "inner") != 1) {
     snprintf(buf, size, "serves softmax along the last non-unit axis only; got an inner stride of %lld",
              (long long)tr_call_spec_int(call, "inner"));
@@ -508,6 +512,7 @@ static tr_status *launch_rows(const intree_kernel *k, tr_cu_function function, i
 static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTensor *const *out, size_t n_out) {
   const intree_kernel *k = self;
   (void)n_out;
+  if (numel(in[0]) == 0) return NULL; /* an empty tensor: nothing to compute (and no row count) */
   tr_cu_stream stream = tr_cu_current_stream(k->index);
   tr_cu_ctx previous;
   TR_RETURN_IF_ERROR(tr_cu_enter_context(k->ctx, &previous));
@@ -754,20 +759,32 @@ static int poolable(tr_cu_stream stream) { return stream == TR_CU_PER_THREAD_STR
 /* A tag of the calling thread: the per-thread default stream has one handle but a stream per
  * thread, so a block freed on it is reused by the same thread only (the legacy stream is one
  * stream per device, shared). */
-static _Thread_local char t_thread_tag;
+static atomic_uintptr_t g_next_thread_tag = 1;
+static _Thread_local uintptr_t t_thread_tag; /* 0 until first asked; never reused by another thread */
 static const void *stream_owner(tr_cu_stream stream) {
-  return stream == TR_CU_PER_THREAD_STREAM ? (const void *)&t_thread_tag : NULL;
+  if (stream != TR_CU_PER_THREAD_STREAM) return NULL;
+  if (t_thread_tag == 0) t_thread_tag = atomic_fetch_add(&g_next_thread_tag, 1);
+  return (const void *)t_thread_tag;
 }
 
-tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out) {
+/* A stream being captured into a graph gets no pooled block, and gives none back: a captured
+ * address would be replayed while the pool hands it to eager calls. */
+static int capturing(tr_cu_stream stream) {
+  return stream != (tr_cu_stream)0x1 && tr_cu_stream_capturing(stream); /* the legacy stream cannot be captured */
+}
+
+tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, int *reusable) {
   *out = NULL;
+  *reusable = 0;
   tr_cu_ctx ctx, previous;
   TR_RETURN_IF_ERROR(device_ctx(index, &ctx));
   tr_cu_stream stream = tr_cu_current_stream(index);
   if (bytes == 0) bytes = 1;
   tr_plat_once_run(&g_pool_once, pools_init);
   pool *p = &g_pools[index];
-  if (poolable(stream) && p->ready) {
+  int captured = poolable(stream) && capturing(stream);
+  *reusable = !captured;
+  if (poolable(stream) && p->ready && !captured) {
     tr_plat_mutex_lock(&p->lock);
     for (size_t i = p->n; i-- > 0;) {
       if (p->blocks[i].bytes == bytes && p->blocks[i].stream == stream && p->blocks[i].thread == stream_owner(stream)) {
@@ -788,7 +805,7 @@ tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out) {
   return status;
 }
 
-void tr_intree_free(int32_t index, void *ptr, size_t bytes) {
+void tr_intree_free(int32_t index, void *ptr, size_t bytes, int reusable) {
   if (ptr == NULL) return;
   tr_cu_ctx ctx, previous;
   tr_status *status = device_ctx(index, &ctx);
@@ -796,7 +813,7 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes) {
   if (bytes == 0) bytes = 1;
   tr_plat_once_run(&g_pool_once, pools_init);
   pool *p = &g_pools[index];
-  if (status == NULL && poolable(stream) && p->ready) {
+  if (status == NULL && reusable && poolable(stream) && p->ready && !capturing(stream)) {
     tr_plat_mutex_lock(&p->lock);
     int kept = p->n < POOL_BLOCKS && p->held + bytes <= POOL_MAX_BYTES;
     if (kept) {
@@ -824,7 +841,9 @@ void tr_intree_trim(void) {
     tr_cu_ctx ctx = atomic_load(&g.contexts[i]), previous;
     tr_status *status = p->n > 0 && ctx != NULL ? tr_cu_enter_context(ctx, &previous) : NULL;
     if (status == NULL && p->n > 0 && ctx != NULL) {
-      for (size_t b = 0; b < p->n; b++) tr_cu_free_async((tr_cu_ptr)(uintptr_t)p->blocks[b].ptr, p->blocks[b].stream);
+      /* on the legacy stream, which waits for every blocking stream: a block of another
+       * thread's per-thread stream may still be in use there */
+      for (size_t b = 0; b < p->n; b++) tr_cu_free_async((tr_cu_ptr)(uintptr_t)p->blocks[b].ptr, (tr_cu_stream)0x1);
       tr_cu_restore_context(ctx, previous);
       p->n = 0;
       p->held = 0;

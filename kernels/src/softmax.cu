@@ -76,6 +76,7 @@ __device__ __forceinline__ void softmax_row_looped(const T *x, O *y, float *scra
       s *= expf(m - lm);
       m = lm;
     }
+    if (m == NEG_INF) continue;  // all -inf so far: nothing to add (and -inf - -inf is NaN)
 #pragma unroll
     for (int k = 0; k < V; k++) s += expf(v[k] - m);
   }
