@@ -26,8 +26,8 @@ static tr_status *init(const tr_backend_api *api) {
   return api->register_kernel_builder(api->host, "AddFwdOp", "guarded", build, nullptr);
 }
 
-// The outputs are cuda memory tilerun cannot allocate before the CUDA issue: call_into with
-// caller-provided outputs.
+// A test backend's builder for cuda (it registers no allocator): call_into with caller-provided
+// outputs.
 TEST_CASE("each cuda build sees its call's device current; the caller's is restored") {
   int count = 0;
   REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
