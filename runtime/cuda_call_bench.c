@@ -86,8 +86,8 @@ int main(int argc, char **argv) {
   tr_intree_arch_name(facts.arch, arch, sizeof(arch));
   uint32_t threads = src.block;
   if (src.wide_block > 0) { /* one row: the op launches the wide build */
-    for (size_t i = 0; i < src.n_options; i++) src.options[i] = src.option_text[i];
-    snprintf(src.option_text[src.n_options - 1], 64, "-DTR_BLOCK=%u", src.wide_block);
+    tr_intree_source narrow = src;
+    tr_intree_wide_source(&narrow, &src);
     threads = src.wide_block;
   }
   tr_artifact_cache cache;

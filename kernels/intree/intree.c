@@ -584,8 +584,7 @@ int tr_intree_owns(const tr_kernel_type *type) {
   return 0;
 }
 
-/* The source of the wide build (looped norms for few rows): the same with more threads. */
-static void wide_source(const tr_intree_source *src, tr_intree_source *w) {
+void tr_intree_wide_source(const tr_intree_source *src, tr_intree_source *w) {
   *w = *src;
   for (size_t i = 0; i < w->n_options; i++) w->options[i] = w->option_text[i];
   snprintf(w->option_text[w->n_options - 1], 64, "-DTR_BLOCK=%u", w->wide_block);
@@ -612,7 +611,7 @@ tr_status *tr_intree_build(const tr_kernel_type *type, const tr_call_spec *call,
   *n_out = 1;
   if (src.wide_block > 0) {
     tr_intree_source w;
-    wide_source(&src, &w);
+    tr_intree_wide_source(&src, &w);
     tr_status *status = build_artifact(arch, &w, &out[1]);
     if (status != NULL) {
       tr_artifact_clear(&out[0]);

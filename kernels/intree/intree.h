@@ -61,6 +61,9 @@ typedef struct tr_intree_source {
 } tr_intree_source;
 tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *call,
                                 tr_intree_source *out) TR_MUST_USE;
+/* The source of the wide build of `src` (src->wide_block > 0): the same with more threads. `w`
+ * points into itself: a copy of it must point its options at its own option_text again. */
+void tr_intree_wide_source(const tr_intree_source *src, tr_intree_source *w);
 
 /* 1 when `type` is one of the in-tree implementations above (it has a source to compile). */
 int tr_intree_owns(const tr_kernel_type *type);

@@ -95,8 +95,9 @@ TEST_CASE("every specialisation the GPU tests and benchmarks use compiles for sm
     REQUIRE(tr_intree_source_for(cases[i].type, &cases[i].call, &src) == nullptr);
     std::vector<tr_intree_source> builds = {src};
     if (src.wide_block > 0) {  // looped norms are built a second time, wide, for few rows
-      builds.push_back(src);
-      snprintf(builds.back().option_text[src.n_options - 1], 64, "-DTR_BLOCK=%u", src.wide_block);
+      tr_intree_source wide;
+      tr_intree_wide_source(&src, &wide);
+      builds.push_back(wide);
     }
     for (tr_intree_source &b : builds) {
       for (size_t k = 0; k < b.n_options; k++) b.options[k] = b.option_text[k];
