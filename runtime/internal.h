@@ -27,9 +27,8 @@ struct tr_runtime {
   const char *default_target; /* NULL, TR_BUILTIN or a registry-owned name */
   tr_pipeline *pipeline;      /* the components the miss path goes through */
   /* The in-tree ops' selectors (made at discovery, with the kernel types plugins added): the
-   * select component's table, and what it was made from. */
+   * select and build components' table. */
   tr_select_table *select_table;
-  struct select_sources *select_sources;
   void (*warn)(void *ctx, const char *line);
   void *warn_ctx;
 };

@@ -173,11 +173,8 @@ static tr_status *in_tree(tr_op *op, const tr_device *device, const tr_tensor_sp
                           tr_kernel *out) {
   const char *name = tr_op_def_name(op->def);
   const tr_intree_op *fam = tr_intree_find(name);
-  const tr_select_entry *entry = NULL;
   const tr_select_table *table = op->rt->select_table;
-  for (size_t i = 0; fam != NULL && table != NULL && i < table->n_entries; i++) {
-    if (strcmp(table->entries[i].op, name) == 0) entry = &table->entries[i];
-  }
+  const tr_select_entry *entry = fam != NULL && table != NULL ? tr_select_table_find(table, name) : NULL;
   if (fam == NULL || entry == NULL || strcmp(device->type, "cuda") != 0) return not_in_tree(op, device);
   const char *iface = NULL;
   tr_call_spec call;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "components/build/build.h"
+#include "components/select/intree_table.h"
 #include "components/settle/settle.h"
 #include "components/validate/validate.h"
 #include "kernels/cuda/driver.h"
@@ -100,7 +101,6 @@ void tr_runtime_destroy(tr_runtime **runtime_p) {
   *runtime_p = NULL;
   tr_pipeline_destroy(&rt->pipeline); /* its actors read the manifest, registry and selectors */
   tr_select_table_destroy(&rt->select_table);
-  free(rt->select_sources);
   tr_intree_trim(); /* cuda blocks kept for reuse go back to the driver */
   tr_manifest_destroy(&rt->manifest);
   tr_registry_destroy(&rt->registry);
@@ -115,31 +115,8 @@ static tr_status *facts_of(void *ctx, const tr_device *device, tr_device_facts *
   return tr_device_facts_of(ctx, device, out);
 }
 
-/* What the select table is made from: each in-tree op's implementations and those plugins
- * registered for it. */
-struct select_sources {
-  tr_select_source sources[16];
-  const tr_kernel_type *types[16][64];
-};
-
 static tr_status *make_selectors(tr_runtime *rt) {
-  size_t n = tr_intree_op_count();
-  if (n > 16) return TR_STATUS(TR_BACKEND, "the runtime holds 16 in-tree ops, there are %zu", n);
-  struct select_sources *s = calloc(1, sizeof(*s));
-  if (s == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "the in-tree selectors");
-  for (size_t i = 0; i < n; i++) {
-    const tr_intree_op *op = tr_intree_op_at(i);
-    size_t k = 0;
-    for (; k < op->n_types && k < 64; k++) s->types[i][k] = op->types[k];
-    /* the count is the total registered; at most 64 - k were written */
-    size_t added = tr_registry_kernel_types(rt->registry, op->op, s->types[i] + k, 64 - k);
-    k += added < 64 - k ? added : 64 - k;
-    s->sources[i] = (tr_select_source){op->op, op->interfaces, op->n_interfaces, s->types[i], k};
-  }
-  tr_status *status = tr_select_table_new(s->sources, n, facts_of, rt, &rt->select_table);
-  if (status != NULL) free(s);
-  else rt->select_sources = s;
-  return status;
+  return tr_select_table_new_intree(rt->registry, facts_of, rt, &rt->select_table);
 }
 
 /* The select component's handler: the runtime's table, made at discovery (before any op can

@@ -9,13 +9,12 @@
 #include "components/pipeline/pipeline.h"
 #include "components/build/build.h"
 #include "components/pipeline/transport.h"
-#include "components/select/select.h"
+#include "components/select/intree_table.h"
 #include "components/settle/settle.h"
 #include "components/validate/validate.h"
 #include "manifest/manifest.h"
 #include "platform/platform.h"
 #include "kernels/cuda/driver.h"
-#include "kernels/intree/intree.h"
 #include "registry/registry.h"
 
 static volatile int g_stop; /* set from a signal handler (the platform layer's) */
@@ -95,29 +94,11 @@ static tr_status *parse_facts(const char *text, tr_device *device, tr_device_fac
   return NULL;
 }
 
-/* The in-tree ops' select table: their implementations and those plugins registered. */
+/* The in-tree ops' select table (select and build serve from it), with its facts. */
 typedef struct serve_select {
   serve_facts facts;
-  tr_select_source sources[16];
-  const tr_kernel_type *types[16][64];
   tr_select_table *table;
 } serve_select;
-
-static tr_status *make_select(tr_registry *reg, serve_select *s) {
-  size_t n = tr_intree_op_count();
-  if (n > 16) return TR_STATUS(TR_BACKEND, "serve select holds 16 in-tree ops, there are %zu", n);
-  s->facts.registry = reg;
-  for (size_t i = 0; i < n; i++) {
-    const tr_intree_op *op = tr_intree_op_at(i);
-    size_t k = 0;
-    for (; k < op->n_types && k < 64; k++) s->types[i][k] = op->types[k];
-    /* the count is the total registered; at most 64 - k were written */
-    size_t added = tr_registry_kernel_types(reg, op->op, s->types[i] + k, 64 - k);
-    k += added < 64 - k ? added : 64 - k;
-    s->sources[i] = (tr_select_source){op->op, op->interfaces, op->n_interfaces, s->types[i], k};
-  }
-  return tr_select_table_new(s->sources, n, facts_of, &s->facts, &s->table);
-}
 
 int tr_serve_main(const char *component, const char *endpoint, const char *manifest_dir,
                   const char *curve_secret, const char *const *device_facts, size_t n_device_facts, FILE *out,
@@ -168,7 +149,10 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
       return 2;
     }
     if (status == NULL) status = load_backends(reg);
-    if (status == NULL) status = make_select(reg, sel);
+    if (status == NULL) {
+      sel->facts.registry = reg;
+      status = tr_select_table_new_intree(reg, facts_of, &sel->facts, &sel->table);
+    }
     handler = id == TR_COMPONENT_BUILD ? tr_build_handle : tr_select_handle; /* build: the same table */
     ctx = sel ? sel->table : NULL;
   }

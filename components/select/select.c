@@ -7,7 +7,7 @@
 #include "proto/codec.h"
 #include "proto/wire.h"
 
-static const tr_select_entry *find_entry(const tr_select_table *table, const char *op) {
+const tr_select_entry *tr_select_table_find(const tr_select_table *table, const char *op) {
   for (size_t i = 0; i < table->n_entries; i++) {
     if (strcmp(table->entries[i].op, op) == 0) return &table->entries[i];
   }
@@ -18,7 +18,7 @@ tr_status *tr_select_call_of(const tr_select_table *table, const char *op, const
                              const char *call_type, const tilerun_NamedValue *fields, size_t n_fields,
                              const char *device_text, const tr_select_entry **entry_out,
                              const tr_kernel_interface **iface_out, tr_call_spec *call) {
-  const tr_select_entry *entry = find_entry(table, op);
+  const tr_select_entry *entry = tr_select_table_find(table, op);
   if (entry == NULL) return TR_STATUS(TR_OP_NOT_AVAILABLE, "no in-tree kernels are registered for op '%s'", op);
   const tr_kernel_interface *iface = NULL;
   for (size_t i = 0; i < entry->n_interfaces && iface == NULL; i++) {

@@ -26,7 +26,11 @@ typedef struct tr_select_entry {
 typedef struct tr_select_table {
   size_t n_entries;
   const tr_select_entry *entries;
+  void *storage; /* what a table made by tr_select_table_new_intree was made from; NULL otherwise */
 } tr_select_table;
+
+/* The entry of `op`, or NULL when the table holds none. */
+const tr_select_entry *tr_select_table_find(const tr_select_table *table, const char *op);
 
 /* What one op's selector is made from: its interfaces and implementations (in-tree ones and
  * those plugins added). The arrays must outlive the table made from them. */
@@ -40,7 +44,7 @@ typedef struct tr_select_source {
 
 /* Makes one selector per source (the checks of tr_selector_new run: the first failure is
  * returned, and nothing is made), reading device facts through `facts`. The caller frees the
- * table with tr_select_table_destroy. */
+ * table with tr_select_table_destroy (the in-tree ops' table: see intree_table.h). */
 tr_status *tr_select_table_new(const tr_select_source *sources, size_t n_sources, tr_facts_fn facts, void *facts_ctx,
                                tr_select_table **out) TR_MUST_USE;
 void tr_select_table_destroy(tr_select_table **table_p);

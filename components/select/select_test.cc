@@ -34,7 +34,7 @@ struct Table {
     ok(tr_selector_new("BatchNormFwdOp", bn_ifaces, 2, bn_types, 3, two_cards, nullptr, &bn));
     entries[0] = {"GQADecodeFwdOp", gqa, 1, gqa_ifaces};
     entries[1] = {"BatchNormFwdOp", bn, 2, bn_ifaces};
-    table = {2, entries};
+    table = {2, entries, nullptr};
   }
   ~Table() {
     tr_selector_destroy(&gqa);

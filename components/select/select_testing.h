@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "components/select/select.h"
+#include "components/select/intree_table.h"
 #include "core/test_support.h"
 #include "kernels/intree/intree.h"
 
@@ -18,15 +18,8 @@ inline tr_status *sm90_facts(void *, const tr_device *d, tr_device_facts *out) {
 }
 
 struct IntreeTable {
-  std::vector<tr_select_source> sources;
   tr_select_table *table = nullptr;
-  IntreeTable() {
-    for (size_t i = 0; i < tr_intree_op_count(); i++) {
-      const tr_intree_op *op = tr_intree_op_at(i);
-      sources.push_back({op->op, op->interfaces, op->n_interfaces, op->types, op->n_types});
-    }
-    ok(tr_select_table_new(sources.data(), sources.size(), sm90_facts, nullptr, &table));
-  }
+  IntreeTable() { ok(tr_select_table_new_intree(nullptr, sm90_facts, nullptr, &table)); }
   ~IntreeTable() { tr_select_table_destroy(&table); }
   tr_selector *selector(const char *op) const {
     for (size_t i = 0; i < table->n_entries; i++) {

@@ -41,5 +41,6 @@ void tr_select_table_destroy(tr_select_table **table_p) {
   tr_select_entry *entries = (tr_select_entry *)t->entries;
   for (size_t i = 0; i < t->n_entries; i++) tr_selector_destroy(&entries[i].selector);
   free(entries);
+  free(t->storage);
   free(t);
 }

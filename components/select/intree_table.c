@@ -1,0 +1,37 @@
+/* intree_table.c: the in-tree ops' select table, with the kernel types plugins added. */
+#include "components/select/intree_table.h"
+
+#include <stdlib.h>
+
+#include "kernels/intree/intree.h"
+
+enum { MAX_OPS = 16, MAX_TYPES = 64 };
+
+/* What the table is made from; it owns this (tr_select_table.storage). */
+typedef struct intree_sources {
+  tr_select_source sources[MAX_OPS];
+  const tr_kernel_type *types[MAX_OPS][MAX_TYPES];
+} intree_sources;
+
+tr_status *tr_select_table_new_intree(const tr_registry *registry, tr_facts_fn facts, void *facts_ctx,
+                                      tr_select_table **out) {
+  *out = NULL;
+  size_t n = tr_intree_op_count();
+  if (n > MAX_OPS) return TR_STATUS(TR_BACKEND, "a select table holds %d in-tree ops, there are %zu", MAX_OPS, n);
+  intree_sources *s = calloc(1, sizeof(*s));
+  if (s == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "the in-tree selectors");
+  for (size_t i = 0; i < n; i++) {
+    const tr_intree_op *op = tr_intree_op_at(i);
+    size_t k = 0;
+    for (; k < op->n_types && k < MAX_TYPES; k++) s->types[i][k] = op->types[k];
+    if (registry != NULL) { /* the count is the total registered; at most MAX_TYPES - k were written */
+      size_t added = tr_registry_kernel_types(registry, op->op, s->types[i] + k, MAX_TYPES - k);
+      k += added < MAX_TYPES - k ? added : MAX_TYPES - k;
+    }
+    s->sources[i] = (tr_select_source){op->op, op->interfaces, op->n_interfaces, s->types[i], k};
+  }
+  tr_status *status = tr_select_table_new(s->sources, n, facts, facts_ctx, out);
+  if (status != NULL) free(s);
+  else (*out)->storage = s;
+  return status;
+}

@@ -1,0 +1,25 @@
+/* intree_table.h: the select table of the in-tree ops (kernels/intree), with the kernel types
+ * plugins added for them: what the runtime and `tilerun serve select|build` select and build
+ * from. */
+#ifndef TILERUN_COMPONENTS_SELECT_INTREE_TABLE_H_
+#define TILERUN_COMPONENTS_SELECT_INTREE_TABLE_H_
+
+#include "components/select/select.h"
+#include "registry/registry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Makes the table: each in-tree op's implementations, then those `registry`'s plugins
+ * registered for it (NULL: none; at most 64 types an op, more are left out), reading device
+ * facts through `facts`. The table owns what it was made from: free it with
+ * tr_select_table_destroy. Errors as tr_select_table_new's. */
+tr_status *tr_select_table_new_intree(const tr_registry *registry, tr_facts_fn facts, void *facts_ctx,
+                                      tr_select_table **out) TR_MUST_USE;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TILERUN_COMPONENTS_SELECT_INTREE_TABLE_H_ */
