@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/driver.h"
 #include "platform/test_support.h"
 #include "tools/cli.h"
 
@@ -117,6 +118,14 @@ TEST_CASE("run: the ops, the backends, and each op's smallest row run on the cpu
   r = run({"run", "--device", "tpu"});
   CHECK(r.rc == 2);
   CHECK(r.err.find("tilerun: --device needs auto, cpu or cuda, got 'tpu'") == 0);
+  if (tr_cu_device_count() == 0) {  // here (CI): asking for cuda without a device is an error
+    r = run({"run", "--manifest", "manifest/spec", "--device", "cuda"});
+    CHECK(r.rc == 1);
+    CHECK(r.err.find("tilerun: OpNotAvailableError: --device cuda: no cuda device here") == 0);
+  } else {  // on a GPU machine the same request runs the rows on cuda
+    r = run({"run", "--manifest", "manifest/spec", "--device", "cuda", "--smallest"});
+    CHECK(r.out.find("workloads on cuda:0") != std::string::npos);
+  }
 }
 
 TEST_CASE("run: every row; rows over the limits are skipped on cpu with the reason") {

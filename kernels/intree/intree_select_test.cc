@@ -149,3 +149,34 @@ TEST_CASE("architecture names for NVRTC") {
   tr_intree_arch_name(80, buf, sizeof(buf));
   CHECK(std::string(buf) == "sm_80");
 }
+
+TEST_CASE("the launch side refuses artifacts that are not the kernel's, before touching a device") {
+  const tr_intree_op *op = tr_intree_find("RMSNormFwdOp");
+  const tr_kernel_type *looped = op->types[1];
+  REQUIRE(std::string(looped->key) == "rms_norm_looped");
+  tr_device dev = cuda0();
+  tr_named_value v[2] = {{"dtype", tr_value_dtype(TR_BFLOAT16)}, {"row", tr_value_int(4096)}};
+  tr_call_spec call;
+  REQUIRE(tr_call_spec_init(&call, looped->interface->request, &dev, v, 2) == nullptr);
+  tr_device_facts facts = {90, nullptr, 132, 232448};
+  tr_call_spec_state_facts(&call, TR_FACT_ARCH | TR_FACT_SM_COUNT | TR_FACT_SMEM_BUDGET, &facts);
+  auto refusal = [&](const char *name, const char *arch, size_t n) {
+    tr_artifact arts[2] = {};
+    for (auto &a : arts) {
+      snprintf(a.name, sizeof(a.name), "%s", name);
+      snprintf(a.entry, sizeof(a.entry), "tr_norm");
+      snprintf(a.arch, sizeof(a.arch), "%s", arch);
+    }
+    tr_kernel k{};
+    tr_status *s = tr_intree_kernel(looped, &call, arts, n, &k);
+    std::string msg = s ? tr_status_message(s) : "";
+    tr_status_destroy(&s);
+    return msg;
+  };
+  CHECK(refusal("rms_norm_warp", "sm_90a", 2) ==
+        "kernel 'rms_norm_looped' for sm_90a was given an artifact of 'rms_norm_warp' (entry tr_norm) for sm_90a");
+  CHECK(refusal("rms_norm_looped", "sm_80", 2) ==
+        "kernel 'rms_norm_looped' for sm_90a was given an artifact of 'rms_norm_looped' (entry tr_norm) for sm_80");
+  CHECK(refusal("rms_norm_looped", "sm_90a", 1) == "kernel 'rms_norm_looped' needs 2 artifacts, was given 1");
+  tr_call_spec_clear(&call);
+}
