@@ -211,6 +211,36 @@ const char *tr_plat_path_separator_list(void);
  * fail. Thread-safe. */
 const char *tr_plat_path_separator_dir(void);
 
+/* ---- shared memory --------------------------------------------------------------------- */
+
+/* Named memory that other processes of this machine can map (POSIX shared memory). Names start
+ * with '/', have no other '/', and are at most 63 bytes. */
+#define TR_PLAT_SHM_NAME_MAX 64
+
+/* Creates a new segment `name` of `size` bytes (zero-filled), readable and writable by this user
+ * only, and maps it. Sets *out to NULL first. Fails with TR_VALUE for a bad name or size 0, TR_IO
+ * naming the segment and the system's reason (it exists already, no room...); nothing is left
+ * behind then. Thread-safe. */
+tr_status *tr_plat_shm_create(const char *name, size_t size, void **out) TR_MUST_USE;
+
+/* Maps the whole of an existing segment `name`; *size receives its size. Sets *out to NULL and
+ * *size to 0 first. Fails with TR_VALUE for a bad name, TR_IO naming the segment and the system's
+ * reason (no such segment...). Thread-safe. */
+tr_status *tr_plat_shm_map(const char *name, void **out, size_t *size) TR_MUST_USE;
+
+/* Unmaps a mapping from tr_plat_shm_create or tr_plat_shm_map (NULL allowed). Cannot fail. */
+void tr_plat_shm_unmap(void *data, size_t size);
+
+/* Removes the name: processes that mapped the segment keep their mapping, no new one can be
+ * made. Cannot fail (a name already gone is fine). */
+void tr_plat_shm_unlink(const char *name);
+
+/* 1 when a segment `name` exists (0 otherwise, or when it cannot be examined). Cannot fail. */
+int tr_plat_shm_exists(const char *name);
+
+/* The calling process's id (names of per-process resources). Cannot fail. */
+int64_t tr_plat_process_id(void);
+
 /* ---- child processes ---- */
 
 typedef struct tr_plat_process tr_plat_process;

@@ -544,3 +544,42 @@ TEST_CASE("make_dirs makes every missing level and accepts what exists", "[fs]")
                {"exists and is not a directory"});
   RequireError(tr_plat_make_dirs(""), TR_VALUE, {"empty"});
 }
+
+TEST_CASE("shared memory: a segment created here is mapped again by name, and names are checked", "[shm]") {
+  char name[TR_PLAT_SHM_NAME_MAX];
+  snprintf(name, sizeof(name), "/tilerun-test-%lld-%llu", (long long)tr_plat_process_id(),
+           (unsigned long long)(tr_plat_now_ns() % 1000000));
+  void *a = nullptr;
+  REQUIRE_OK(tr_plat_shm_create(name, 10000, &a));
+  REQUIRE(a != nullptr);
+  CHECK(static_cast<unsigned char *>(a)[9999] == 0);  // zero-filled
+  static_cast<unsigned char *>(a)[1234] = 77;
+  // A second mapping sees the same bytes, and its size.
+  void *b = nullptr;
+  size_t size = 0;
+  REQUIRE_OK(tr_plat_shm_map(name, &b, &size));
+  CHECK(size == 10000);
+  CHECK(b != a);
+  CHECK(tr_plat_shm_exists(name) == 1);
+  CHECK(static_cast<unsigned char *>(b)[1234] == 77);
+  static_cast<unsigned char *>(b)[5] = 9;
+  CHECK(static_cast<unsigned char *>(a)[5] == 9);
+  // The name cannot be created twice; once unlinked it cannot be mapped, but mappings stay.
+  void *again = nullptr;
+  RequireError(tr_plat_shm_create(name, 100, &again), TR_IO, {name, "cannot create"});
+  CHECK(again == nullptr);
+  tr_plat_shm_unlink(name);
+  RequireError(tr_plat_shm_map(name, &again, &size), TR_IO, {name, "No such file"});
+  CHECK(tr_plat_shm_exists(name) == 0);
+  CHECK(tr_plat_shm_exists("bad") == 0);
+  CHECK(static_cast<unsigned char *>(b)[1234] == 77);
+  tr_plat_shm_unmap(a, 10000);
+  tr_plat_shm_unmap(b, 10000);
+  tr_plat_shm_unlink(name);  // gone already: fine
+
+  RequireError(tr_plat_shm_create("no-slash", 10, &again), TR_VALUE, {"'no-slash'", "not a shared memory name"});
+  RequireError(tr_plat_shm_create("/a/b", 10, &again), TR_VALUE, {"'/a/b'"});
+  RequireError(tr_plat_shm_map("/", &again, &size), TR_VALUE, {"'/'"});
+  RequireError(tr_plat_shm_create(name, 0, &again), TR_VALUE, {"0 bytes"});
+  CHECK(tr_plat_process_id() > 0);
+}

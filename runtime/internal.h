@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 
+#include "components/launch/launch.h"
 #include "components/pipeline/pipeline.h"
 #include "components/select/select.h"
 #include "manifest/manifest.h"
@@ -29,6 +30,10 @@ struct tr_runtime {
   /* The in-tree ops' selectors (made at discovery, with the kernel types plugins added): the
    * select and build components' table. */
   tr_select_table *select_table;
+  /* Where launch runs: inline (kernels called directly), thread (by address through the
+   * pipeline) or process (by descriptor; then outputs and copies are made in shareable memory). */
+  tr_placement launch_placement;
+  tr_launch_context launch_ctx; /* the launch handler's, for a thread placement */
   void (*warn)(void *ctx, const char *line);
   void *warn_ctx;
 };
@@ -74,6 +79,11 @@ void tr__device_leave(tr_device_guard *guard);
 /* A cuda device's facts, read from the device: arch = major*10+minor, SM count, the opt-in shared
  * memory per block; calibration none. */
 tr_status *tr__cuda_facts(const tr_device *device, tr_device_facts *out) TR_MUST_USE;
+
+/* Makes `kernel` launch through the pipeline's launch component: by address (it keeps the built
+ * kernel, which `kernel` then wraps), or by descriptor (nothing is built here; the launch
+ * process builds its own). On failure `kernel` is left as it was. */
+tr_status *tr__route_kernel(tr_op *op, int by_descriptor, tr_kernel *kernel) TR_MUST_USE;
 
 /* Runs backend discovery once. */
 tr_status *tr__runtime_discover(tr_runtime *rt);

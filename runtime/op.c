@@ -324,10 +324,17 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
                           op->named, op->n_params};
   e->kernel.struct_size = sizeof(e->kernel);
   tr_device_guard guard;
-  tr_status *status = tr__device_enter(&check.device, &guard);
-  if (status == NULL) { /* with the call's device current */
+  tr_status *status = NULL;
+  if (op->rt->launch_placement == TR_PLACE_PROCESS) { /* the launch process builds its own */
+    status = tr__route_kernel(op, 1, &e->kernel);
+  } else if ((status = tr__device_enter(&check.device, &guard)) == NULL) { /* the call's device current */
     status = builtin ? in_tree(op, &check.device, ptrs, n_decl, &e->kernel) : build(ctx, &req, &e->kernel);
     tr__device_leave(&guard);
+    if (status == NULL && e->kernel.call != NULL && op->rt->launch_placement == TR_PLACE_THREAD) {
+      status = tr__route_kernel(op, 0, &e->kernel);
+      if (status != NULL && e->kernel.release != NULL) e->kernel.release(e->kernel.self);
+      if (status != NULL) e->kernel.release = NULL;
+    }
   }
   if (status == NULL && e->kernel.call == NULL) {
     status = TR_STATUS(TR_BACKEND, "target '%s' built a kernel for %s with no call function",

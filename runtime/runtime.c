@@ -83,9 +83,11 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
     if (file != NULL && file[0] != '\0') status = tr_pipeline_config_load(file, &config);
     else tr_pipeline_config_default(&config);
     tr_component_handler handlers[TR_COMPONENT_COUNT] = {tr_validate_handle, tr_settle_handle, select_handle,
-                                                         build_handle, NULL};
-    void *contexts[TR_COMPONENT_COUNT] = {rt->manifest, rt->registry, rt, rt, NULL};
+                                                         build_handle, tr_launch_handle};
+    rt->launch_ctx = (tr_launch_context){rt->registry, 1, NULL, NULL, NULL}; /* by address, in this process */
+    void *contexts[TR_COMPONENT_COUNT] = {rt->manifest, rt->registry, rt, rt, &rt->launch_ctx};
     if (status == NULL) status = tr_pipeline_new(&config, handlers, contexts, &rt->pipeline);
+    if (status == NULL) rt->launch_placement = tr_pipeline_placement(rt->pipeline, TR_COMPONENT_LAUNCH);
   }
   if (status != NULL) {
     tr_runtime_destroy(&rt);

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/driver.h"
 #include "kernels/intree/intree.h"
+#include "sharing/sharing.h"
 #include "runtime/internal.h"
 
 /* What a tensor's deleter needs: lives in the same block as the DLManagedTensor. */
@@ -14,14 +16,43 @@ typedef struct owned {
   tr_free_fn free_fn; /* NULL: the data is in this block (CPU), or cuda memory (cuda_bytes) */
   size_t cuda_bytes;  /* cuda: the bytes allocated, for the in-tree allocator's pool */
   int cuda_reusable;  /* cuda: the block may go back to the pool (not allocated during a capture) */
+  int shared;         /* launch in another process: cpu data from tr_share_alloc, cuda from cuMemAlloc */
   void *free_ctx;
   tr_device device;
   int64_t shape[TR_MAX_RANK];
 } owned;
 
+/* cuda memory from cuMemAlloc (shareable through CUDA IPC), freed in its device's context. */
+static tr_status *alloc_cuda_shared(int32_t index, size_t bytes, void **out) {
+  *out = NULL;
+  tr_cu_ctx ctx = NULL, previous = NULL;
+  TR_RETURN_IF_ERROR(tr_cu_load());
+  TR_RETURN_IF_ERROR(tr_cu_device_context(index, &ctx));
+  TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
+  tr_cu_ptr p = 0;
+  tr_status *status = tr_cu_alloc(bytes, &p);
+  tr_cu_restore_context(ctx, previous);
+  *out = (void *)(uintptr_t)p;
+  return status;
+}
+
+static void free_cuda_shared(int32_t index, void *data) {
+  tr_cu_ctx ctx = NULL, previous = NULL;
+  tr_status *status = tr_cu_device_context(index, &ctx);
+  if (status == NULL) status = tr_cu_enter_context(ctx, &previous);
+  if (status == NULL) {
+    tr_cu_free((tr_cu_ptr)(uintptr_t)data);
+    tr_cu_restore_context(ctx, previous);
+  }
+  tr_status_destroy(&status);
+}
+
 static void delete_owned(DLManagedTensor *self) {
   owned *o = (owned *)self;
-  if (o->free_fn != NULL) o->free_fn(o->free_ctx, &o->device, o->managed.dl_tensor.data);
+  if (o->shared) {
+    if (strcmp(o->device.type, "cpu") == 0) tr_share_free(o->managed.dl_tensor.data);
+    else free_cuda_shared(o->device.index < 0 ? 0 : o->device.index, o->managed.dl_tensor.data);
+  } else if (o->free_fn != NULL) o->free_fn(o->free_ctx, &o->device, o->managed.dl_tensor.data);
   else if (o->cuda_bytes > 0) {
     tr_intree_free(o->device.index < 0 ? 0 : o->device.index, o->managed.dl_tensor.data, o->cuda_bytes,
                    o->cuda_reusable);
@@ -55,14 +86,25 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
     return TR_STATUS(TR_OP_NOT_AVAILABLE, "tilerun cannot allocate memory on %s: no backend "
                      "registered an allocator for device type '%s'", dev, spec->device.type);
   }
+  /* launch in another process: memory it can map (cpu and cuda only) */
+  int shared = rt->launch_placement == TR_PLACE_PROCESS && (is_cpu || is_cuda);
   /* CPU: one block holds the header and the data, the data aligned to CPU_ALIGN bytes. */
-  owned *o = malloc(is_cpu ? sizeof(owned) + CPU_ALIGN + bytes : sizeof(owned));
+  owned *o = malloc(is_cpu && !shared ? sizeof(owned) + CPU_ALIGN + bytes : sizeof(owned));
   if (o == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "allocating a tensor of %zu bytes on cpu", bytes);
   o->free_fn = NULL;
   o->cuda_bytes = 0;
   o->cuda_reusable = 0;
+  o->shared = shared;
   DLTensor *t = &o->managed.dl_tensor;
-  if (is_cpu) {
+  if (shared) {
+    tr_status *status = is_cpu ? tr_share_alloc(bytes ? bytes : 1, &t->data)
+                               : alloc_cuda_shared(spec->device.index < 0 ? 0 : spec->device.index, bytes ? bytes : 1,
+                                                   &t->data);
+    if (status != NULL) {
+      free(o);
+      return status;
+    }
+  } else if (is_cpu) {
     uintptr_t data = ((uintptr_t)(o + 1) + CPU_ALIGN - 1) & ~(uintptr_t)(CPU_ALIGN - 1);
     t->data = (void *)data;
   } else if (is_cuda) {

@@ -39,9 +39,11 @@ static const char kUsage[] =
     "             load the backends and list the registered targets with the ops each\n"
     "             serves (with OP: the targets that serve it), and the backends that failed\n"
     "  serve COMPONENT --endpoint E [--curve-secret KEY] [--device-facts DEV=ARCH,SMS,SMEM]\n"
-    "             host one component (validate, settle, select, build) at an ipc:// or tcp://\n"
-    "             endpoint until SIGTERM; a pipeline file places the component there\n"
-    "             (placement: process)\n"
+    "             host one component (validate, settle, select, build, launch; echo for the\n"
+    "             benchmark's round trip) at an ipc:// or tcp:// endpoint until SIGTERM; a\n"
+    "             pipeline file places the component there (placement: process). launch\n"
+    "             builds and runs ops named by the caller on tensors in shared memory (cpu,\n"
+    "             tr_share_alloc) or CUDA IPC memory\n"
     "  bench pipeline [--iters N]\n"
     "             a memo-miss and a memo-hit call with validate and settle inline, in threads\n"
     "             and in serve processes over ipc and tcp, beside the raw ZeroMQ round trip\n"
@@ -398,7 +400,7 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     return tr_bench_pipeline(argv[0], manifest_dir(&opts), opts.iters, out, err);
   }
   if (strcmp(command, "serve") == 0) {
-    if (n_positional != 1) return usage_error(err, "%s", "serve takes one component (validate, settle, select, build)");
+    if (n_positional != 1) return usage_error(err, "%s", "serve takes one component (validate, settle, select, build, launch, echo)");
     if (opts.endpoint == NULL) return usage_error(err, "%s", "serve needs --endpoint (ipc://PATH or tcp://:PORT)");
     return tr_serve_main(positional[0], opts.endpoint, manifest_dir(&opts), opts.curve_secret, opts.device_facts,
                          opts.n_device_facts, out, err);

@@ -207,17 +207,16 @@ TEST_CASE("targets lists each registered target with the ops it serves, and load
   REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
 }
 
-TEST_CASE("serve: usage errors, and a component that cannot be served") {
+TEST_CASE("serve: usage errors, and a component that does not exist") {
   Run r = run({"serve", "validate"});
   CHECK(r.rc == 2);
   CHECK(r.err.find("tilerun: serve needs --endpoint (ipc://PATH or tcp://:PORT)") == 0);
   r = run({"serve", "--endpoint", "ipc:///tmp/x"});
   CHECK(r.rc == 2);
-  CHECK(r.err.find("tilerun: serve takes one component (validate, settle, select, build)") == 0);
-  r = run({"serve", "launch", "--endpoint", "ipc:///tmp/x"});
+  CHECK(r.err.find("tilerun: serve takes one component (validate, settle, select, build, launch, echo)") == 0);
+  r = run({"serve", "memo", "--endpoint", "ipc:///tmp/x"});
   CHECK(r.rc == 2);
-  CHECK(r.err == "tilerun serve: component 'launch' cannot be served out of process in this build "
-                 "(served: validate, settle, select, build)\n");
+  CHECK(r.err == "tilerun serve: no component 'memo' (served: validate, settle, select, build, launch, echo)\n");
   r = run({"serve", "select", "--endpoint", "ipc:///tmp/x", "--device-facts", "cuda:0=ninety"});
   CHECK(r.rc == 2);
   CHECK(r.err.find("--device-facts takes DEVICE=ARCH,SMS,SHARED_BYTES (e.g. cuda:0=90,132,232448), got "

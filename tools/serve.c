@@ -6,8 +6,9 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "components/pipeline/pipeline.h"
 #include "components/build/build.h"
+#include "components/launch/launch.h"
+#include "components/pipeline/pipeline.h"
 #include "components/pipeline/transport.h"
 #include "components/select/intree_table.h"
 #include "components/settle/settle.h"
@@ -16,6 +17,9 @@
 #include "platform/platform.h"
 #include "kernels/cuda/driver.h"
 #include "registry/registry.h"
+#include "runtime/op_cache.h"
+#include "sharing/sharing.h"
+#include "tilerun/tilerun.h"
 
 static volatile int g_stop; /* set from a signal handler (the platform layer's) */
 
@@ -104,9 +108,9 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
                   const char *curve_secret, const char *const *device_facts, size_t n_device_facts, FILE *out,
                   FILE *err) {
   int id = strcmp(component, "echo") == 0 ? TR_COMPONENT_COUNT : tr_component_id_of(component);
-  if (id == TR_COMPONENT_LAUNCH || id < 0) {
-    fprintf(err, "tilerun serve: component '%s' cannot be served out of process in this build "
-            "(served: validate, settle, select, build)\n", component);
+  if (id < 0) {
+    fprintf(err, "tilerun serve: no component '%s' (served: validate, settle, select, build, launch, echo)\n",
+            component);
     return 2;
   }
   if (n_device_facts > 0 && id != TR_COMPONENT_SELECT) { /* build compiles for the arch it is asked */
@@ -120,6 +124,10 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   tr_manifest *m = NULL;
   tr_registry *reg = NULL;
   serve_select *sel = NULL;
+  tr_runtime *rt = NULL; /* launch: ops built and run here */
+  tr_op_cache *ops = NULL;
+  tr_launch_context launch_ctx;
+  memset(&launch_ctx, 0, sizeof(launch_ctx));
   tr_status *status = NULL;
   tr_handler_fn handler;
   void *ctx;
@@ -130,6 +138,19 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
     status = tr_manifest_load_dir(manifest_dir, &m);
     handler = tr_validate_handle;
     ctx = m;
+  } else if (id == TR_COMPONENT_LAUNCH) { /* by descriptor only: its own runtime, every component inline */
+    tr_runtime_options o;
+    memset(&o, 0, sizeof(o));
+    o.manifest_dir = manifest_dir;
+    o.pipeline_file = "";
+    status = tr_runtime_new(&o, &rt);
+    if (status == NULL) status = tr_op_cache_new(rt, &ops);
+    if (status == NULL) status = tr_share_maps_new(&launch_ctx.maps);
+    launch_ctx.registry = ops ? tr_op_cache_registry(ops) : NULL;
+    launch_ctx.run_op = tr_op_cache_call;
+    launch_ctx.run_op_ctx = ops;
+    handler = tr_launch_handle;
+    ctx = &launch_ctx;
   } else if (id == TR_COMPONENT_SETTLE) {
     status = tr_registry_new(NULL, NULL, &reg);
     if (status == NULL) status = load_backends(reg);
@@ -178,6 +199,9 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
     free(sel);
     tr_manifest_destroy(&m);
     tr_registry_destroy(&reg);
+    tr_share_maps_destroy(&launch_ctx.maps);
+    tr_op_cache_destroy(&ops);
+    tr_runtime_destroy(&rt);
     return fail(err, status);
   }
   g_stop = 0;
@@ -186,6 +210,9 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   else fprintf(out, "serving %s at %s\n", component, resolved);
   fflush(out);
   status = tr_server_run(resolved, handler, ctx, &opts, &g_stop);
+  tr_share_maps_destroy(&launch_ctx.maps);
+  tr_op_cache_destroy(&ops);
+  tr_runtime_destroy(&rt);
   if (sel != NULL) tr_select_table_destroy(&sel->table);
   free(sel);
   tr_manifest_destroy(&m);

@@ -1,8 +1,9 @@
-/* launch.c: the launch component's adapter: decode, rebuild the DLTensors, run the kernel,
- * encode. */
+/* launch.c: the launch component's adapter: decode, rebuild the DLTensors (by address, or by
+ * mapping shared references), run the kernel or the named op, encode. */
 #include "components/launch/launch.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "proto/codec.h"
@@ -10,6 +11,7 @@
 
 #define MAX_IN (sizeof(((tilerun_LaunchRequest *)0)->inputs) / sizeof(tilerun_Tensor))
 #define MAX_OUT (sizeof(((tilerun_LaunchRequest *)0)->outputs) / sizeof(tilerun_Tensor))
+#define MAX_PARAMS (sizeof(((tilerun_LaunchRequest *)0)->params) / sizeof(tilerun_NamedValue))
 
 /* A DLTensor and the storage its shape and strides point into. */
 typedef struct slot {
@@ -18,22 +20,41 @@ typedef struct slot {
   int64_t strides[TR_MAX_RANK];
 } slot;
 
-static tr_status *tensor_from(const tr_registry *reg, const tilerun_Tensor *msg, const char *role, size_t i,
-                              slot *s, DLTensor **out) {
+/* The bytes a tensor reaches, relative to its data address: [*lo, *hi). */
+static void span_of(const DLTensor *t, int64_t *lo, int64_t *hi) {
+  int64_t elem = (int64_t)tr_dtype_bytes(t->dtype), min = 0, max = 0, step = 1;
+  *lo = *hi = (int64_t)t->byte_offset;
+  for (int32_t d = t->ndim - 1; d >= 0; d--) {
+    if (t->shape[d] == 0) return; /* no element: no byte */
+    int64_t stride = t->strides ? t->strides[d] : step;
+    int64_t reach = (t->shape[d] - 1) * stride;
+    if (reach < 0) min += reach;
+    else max += reach;
+    step *= t->shape[d];
+  }
+  *lo += min * elem;
+  *hi += (max + 1) * elem;
+}
+
+/* `bad` named with the tensor: a ValueError, or (keep_code) of bad's own code. */
+static tr_status *named(tr_status *bad, const char *role, size_t i, int keep_code) {
+  tr_status *out = TR_STATUS(keep_code ? tr_status_code(bad) : TR_VALUE, "launch: %s %zu: %s", role, i,
+                             tr_status_message(bad));
+  tr_status_destroy(&bad);
+  return out;
+}
+
+static tr_status *tensor_from(const tr_launch_context *c, int by_descriptor, const tilerun_Tensor *msg,
+                              const char *role, size_t i, slot *s, DLTensor **out) {
   *out = NULL;
   tr_tensor_spec spec;
   int present = 0;
   DLDevice device = {kDLCPU, 0};
   if (!msg->has_spec) return NULL; /* absent */
   tr_status *bad = tr_codec_spec_from(&msg->spec, &spec, &present);
-  if (bad == NULL && present) bad = tr_registry_device_to_dl(reg, &spec.device, &device);
-  if (bad != NULL) {
-    tr_status *named = TR_STATUS(TR_VALUE, "launch: %s %zu: %s", role, i, tr_status_message(bad));
-    tr_status_destroy(&bad);
-    return named;
-  }
+  if (bad == NULL && present) bad = tr_registry_device_to_dl(c->registry, &spec.device, &device);
+  if (bad != NULL) return named(bad, role, i, 0);
   if (!present) return NULL;
-  if (msg->data == 0) return TR_STATUS(TR_VALUE, "launch: %s %zu is present but its data address is 0", role, i);
   if (msg->strides_count != 0 && msg->strides_count != (pb_size_t)spec.rank) {
     return TR_STATUS(TR_VALUE, "launch: %s %zu has rank %d but %u strides", role, i, (int)spec.rank,
                      (unsigned)msg->strides_count);
@@ -41,7 +62,6 @@ static tr_status *tensor_from(const tr_registry *reg, const tilerun_Tensor *msg,
   memset(s, 0, sizeof(*s));
   s->t.device = device;
   memcpy(s->shape, spec.shape, sizeof(s->shape));
-  s->t.data = (void *)(uintptr_t)msg->data;
   s->t.ndim = spec.rank;
   s->t.dtype = spec.dtype;
   s->t.shape = s->shape;
@@ -50,37 +70,104 @@ static tr_status *tensor_from(const tr_registry *reg, const tilerun_Tensor *msg,
     s->t.strides = s->strides;
   }
   s->t.byte_offset = msg->byte_offset;
+  int shared = msg->shm[0] != '\0' || msg->cuda_ipc.size > 0;
+  if (c->in_process && msg->data != 0) { /* the caller's own address, in its own process */
+    s->t.data = (void *)(uintptr_t)msg->data;
+  } else if (by_descriptor && shared && c->maps != NULL) {
+    tr_share_ref ref;
+    memset(&ref, 0, sizeof(ref));
+    if (msg->shm[0] != '\0') {
+      ref.kind = TR_SHARE_SHM;
+      snprintf(ref.name, sizeof(ref.name), "%s", msg->shm);
+    } else if (msg->cuda_ipc.size == sizeof(ref.handle)) {
+      ref.kind = TR_SHARE_CUDA_IPC;
+      memcpy(ref.handle, msg->cuda_ipc.bytes, sizeof(ref.handle));
+    } else {
+      return TR_STATUS(TR_VALUE, "launch: %s %zu: a CUDA IPC handle is 64 bytes, got %u", role, i,
+                       (unsigned)msg->cuda_ipc.size);
+    }
+    ref.offset = msg->shared_offset;
+    ref.size = msg->shared_size;
+    int64_t lo = 0, hi = 0;
+    span_of(&s->t, &lo, &hi);
+    bad = tr_share_map(c->maps, device, &ref, lo, hi, &s->t.data);
+    if (bad != NULL) return named(bad, role, i, 1);
+  } else if (!c->in_process) {
+    return TR_STATUS(TR_VALUE, "launch: %s %zu carries no shared memory reference; a launch component in "
+                     "another process reaches only cpu tensors from tilerun's shared-memory allocator "
+                     "and cuda device memory (CUDA IPC)", role, i);
+  } else {
+    return TR_STATUS(TR_VALUE, "launch: %s %zu is present but its data address is 0", role, i);
+  }
   *out = &s->t;
   return NULL;
 }
 
-static tr_status *launch(const tr_registry *reg, const tilerun_LaunchRequest *rq) {
-  if (rq->kernel == 0) return TR_STATUS(TR_VALUE, "launch: the request names no kernel (address 0)");
-  const tr_kernel *kernel = (const tr_kernel *)(uintptr_t)rq->kernel;
-  slot in_slots[MAX_IN], out_slots[MAX_OUT];
+static tr_status *launch(const tr_launch_context *c, const tilerun_LaunchRequest *rq) {
+  int by_descriptor = rq->op[0] != '\0';
+  if (!by_descriptor && rq->kernel == 0) {
+    return TR_STATUS(TR_VALUE, "launch: the request names neither a kernel nor an op");
+  }
+  if (!by_descriptor && !c->in_process) {
+    return TR_STATUS(TR_VALUE, "launch: a kernel address means something only in the process that built it, and "
+                     "this launch component is in another process; name the op instead (by descriptor)");
+  }
+  if (by_descriptor && c->run_op == NULL) {
+    return TR_STATUS(TR_VALUE, "launch: this launch component runs no op by descriptor (asked for %s)", rq->op);
+  }
+  slot *slots = malloc((MAX_IN + MAX_OUT) * sizeof(slot));
+  if (slots == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "launch: tensors");
   DLTensor *in[MAX_IN], *out[MAX_OUT];
-  for (size_t i = 0; i < rq->inputs_count; i++) {
-    TR_RETURN_IF_ERROR(tensor_from(reg, &rq->inputs[i], "input", i, &in_slots[i], &in[i]));
+  tr_named_value params[MAX_PARAMS];
+  size_t n_params = 0;
+  tr_status *status = NULL;
+  if (c->maps != NULL) tr_share_maps_lock(c->maps); /* mappings stay while the kernel runs */
+  for (size_t i = 0; i < rq->inputs_count && status == NULL; i++) {
+    status = tensor_from(c, by_descriptor, &rq->inputs[i], "input", i, &slots[i], &in[i]);
   }
-  for (size_t i = 0; i < rq->outputs_count; i++) {
-    TR_RETURN_IF_ERROR(tensor_from(reg, &rq->outputs[i], "output", i, &out_slots[i], &out[i]));
+  for (size_t i = 0; i < rq->outputs_count && status == NULL; i++) {
+    status = tensor_from(c, by_descriptor, &rq->outputs[i], "output", i, &slots[MAX_IN + i], &out[i]);
   }
-  return kernel->call(kernel->self, in, rq->inputs_count, out, rq->outputs_count);
+  if (status == NULL && !by_descriptor) {
+    const tr_kernel *kernel = (const tr_kernel *)(uintptr_t)rq->kernel;
+    status = kernel->call(kernel->self, in, rq->inputs_count, out, rq->outputs_count);
+  } else if (status == NULL) {
+    for (; n_params < rq->params_count && status == NULL; n_params++) {
+      params[n_params].name = rq->params[n_params].name;
+      status = tr_codec_value_from(&rq->params[n_params].value, &params[n_params].value);
+      if (status != NULL) status = named(status, "param", n_params, 0);
+    }
+    if (status == NULL) {
+      status = c->run_op(c->run_op_ctx, rq->op, params, n_params, rq->target, in, rq->inputs_count, out,
+                         rq->outputs_count);
+    }
+    if (status == NULL) status = tr_share_finish_cuda(in, rq->inputs_count);
+    if (status == NULL) status = tr_share_finish_cuda(out, rq->outputs_count);
+  }
+  if (c->maps != NULL) tr_share_maps_unlock(c->maps);
+  for (size_t i = 0; i < n_params; i++) tr_value_clear(&params[i].value);
+  free(slots);
+  return status;
 }
 
 tr_status *tr_launch_handle(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
                             size_t reply_cap, size_t *reply_size) {
-  tilerun_LaunchRequest rq = tilerun_LaunchRequest_init_zero;
+  tilerun_LaunchRequest *rq = calloc(1, sizeof(*rq));
+  if (rq == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "launch: a request");
   tilerun_LaunchReply rp = tilerun_LaunchReply_init_zero;
-  TR_RETURN_IF_ERROR(tr_codec_decode(tilerun_LaunchRequest_fields, request, request_size, &rq, "a LaunchRequest"));
-  tr_status *answer = launch((const tr_registry *)ctx, &rq);
-  tr_wire_reply_envelope(&rq.envelope, "launch", answer, &rp.envelope);
-  rp.has_envelope = true;
-  tr_status_destroy(&answer);
-  return tr_codec_encode(tilerun_LaunchReply_fields, &rp, reply, reply_cap, reply_size, "a LaunchReply");
+  tr_status *status = tr_codec_decode(tilerun_LaunchRequest_fields, request, request_size, rq, "a LaunchRequest");
+  if (status == NULL) {
+    tr_status *answer = launch((const tr_launch_context *)ctx, rq);
+    tr_wire_reply_envelope(&rq->envelope, "launch", answer, &rp.envelope);
+    rp.has_envelope = true;
+    tr_status_destroy(&answer);
+    status = tr_codec_encode(tilerun_LaunchReply_fields, &rp, reply, reply_cap, reply_size, "a LaunchReply");
+  }
+  free(rq);
+  return status;
 }
 
-static tr_status *tensor_to(const tr_registry *reg, const DLTensor *t, const char *role, size_t i,
+static tr_status *tensor_to(const tr_registry *reg, const DLTensor *t, int shared, const char *role, size_t i,
                             tilerun_Tensor *out) {
   if (t == NULL) return NULL; /* absent: no spec */
   if (t->ndim < 0 || t->ndim > TR_MAX_RANK) {
@@ -96,27 +183,72 @@ static tr_status *tensor_to(const tr_registry *reg, const DLTensor *t, const cha
     out->strides_count = (pb_size_t)t->ndim;
     memcpy(out->strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
   }
+  if (!shared) return NULL;
+  tr_share_ref ref;
+  tr_status *bad = tr_share_ref_of(t->device, t->data, &ref);
+  if (bad != NULL) return named(bad, role, i, 1);
+  if (ref.kind == TR_SHARE_SHM) {
+    snprintf(out->shm, sizeof(out->shm), "%s", ref.name);
+  } else {
+    out->cuda_ipc.size = sizeof(ref.handle);
+    memcpy(out->cuda_ipc.bytes, ref.handle, sizeof(ref.handle));
+  }
+  out->shared_offset = ref.offset;
+  out->shared_size = ref.size;
   return NULL;
+}
+
+static tr_status *encode(const tr_registry *registry, const tr_kernel *kernel, const tr_launch_descriptor *d,
+                         DLTensor *const *inputs, size_t n_inputs, DLTensor *const *outputs, size_t n_outputs,
+                         uint8_t *buf, size_t size, size_t *out_size) {
+  if (n_inputs > MAX_IN || n_outputs > MAX_OUT || (d != NULL && d->n_params > MAX_PARAMS)) {
+    return TR_STATUS(TR_VALUE, "launch: %zu inputs, %zu outputs and %zu params; a LaunchRequest carries at most %zu, "
+                     "%zu and %zu", n_inputs, n_outputs, d ? d->n_params : 0, (size_t)MAX_IN, (size_t)MAX_OUT,
+                     (size_t)MAX_PARAMS);
+  }
+  tilerun_LaunchRequest *rq = calloc(1, sizeof(*rq));
+  if (rq == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "launch: a request");
+  tr_wire_request_envelope("launch", 0, &rq->envelope);
+  rq->has_envelope = true;
+  rq->kernel = (uint64_t)(uintptr_t)kernel;
+  tr_status *status = NULL;
+  if (d != NULL) {
+    if (strlen(d->op) >= sizeof(rq->op) || strlen(d->target) >= sizeof(rq->target)) {
+      status = TR_STATUS(TR_VALUE, "launch: op '%s' or target '%s' is too long for a LaunchRequest", d->op, d->target);
+    } else {
+      strcpy(rq->op, d->op);
+      strcpy(rq->target, d->target);
+    }
+    rq->params_count = (pb_size_t)d->n_params;
+    for (size_t i = 0; i < d->n_params && status == NULL; i++) {
+      snprintf(rq->params[i].name, sizeof(rq->params[i].name), "%s", d->params[i].name);
+      rq->params[i].has_value = true;
+      status = tr_codec_value_to(&d->params[i].value, &rq->params[i].value);
+    }
+  }
+  for (size_t i = 0; i < n_inputs && status == NULL; i++) {
+    status = tensor_to(registry, inputs[i], d != NULL, "input", i, &rq->inputs[i]);
+  }
+  for (size_t i = 0; i < n_outputs && status == NULL; i++) {
+    status = tensor_to(registry, outputs[i], d != NULL, "output", i, &rq->outputs[i]);
+  }
+  rq->inputs_count = (pb_size_t)n_inputs;
+  rq->outputs_count = (pb_size_t)n_outputs;
+  if (status == NULL) status = tr_codec_encode(tilerun_LaunchRequest_fields, rq, buf, size, out_size, "a LaunchRequest");
+  free(rq);
+  return status;
 }
 
 tr_status *tr_launch_encode(const tr_registry *registry, const tr_kernel *kernel, DLTensor *const *inputs,
                             size_t n_inputs, DLTensor *const *outputs, size_t n_outputs, uint8_t *buf,
                             size_t size, size_t *out_size) {
-  if (n_inputs > MAX_IN || n_outputs > MAX_OUT) {
-    return TR_STATUS(TR_VALUE, "launch: %zu inputs and %zu outputs; a LaunchRequest carries at most %zu and %zu",
-                     n_inputs, n_outputs, (size_t)MAX_IN, (size_t)MAX_OUT);
-  }
-  tilerun_LaunchRequest rq = tilerun_LaunchRequest_init_zero;
-  tr_wire_request_envelope("launch", 0, &rq.envelope);
-  rq.has_envelope = true;
-  rq.kernel = (uint64_t)(uintptr_t)kernel;
-  for (size_t i = 0; i < n_inputs; i++) TR_RETURN_IF_ERROR(tensor_to(registry, inputs[i], "input", i, &rq.inputs[i]));
-  for (size_t i = 0; i < n_outputs; i++) {
-    TR_RETURN_IF_ERROR(tensor_to(registry, outputs[i], "output", i, &rq.outputs[i]));
-  }
-  rq.inputs_count = (pb_size_t)n_inputs;
-  rq.outputs_count = (pb_size_t)n_outputs;
-  return tr_codec_encode(tilerun_LaunchRequest_fields, &rq, buf, size, out_size, "a LaunchRequest");
+  return encode(registry, kernel, NULL, inputs, n_inputs, outputs, n_outputs, buf, size, out_size);
+}
+
+tr_status *tr_launch_encode_shared(const tr_registry *registry, const tr_launch_descriptor *descriptor,
+                                   DLTensor *const *inputs, size_t n_inputs, DLTensor *const *outputs,
+                                   size_t n_outputs, uint8_t *buf, size_t size, size_t *out_size) {
+  return encode(registry, NULL, descriptor, inputs, n_inputs, outputs, n_outputs, buf, size, out_size);
 }
 
 tr_status *tr_launch_decode(const uint8_t *reply, size_t size) {

@@ -1,10 +1,15 @@
 /* launch.h: the launch component: a built kernel run on tensors, as a message handler, and the
- * caller's side of the contract.
+ * caller's side of the contract. Two forms of request (proto/components.proto):
  *
- * By pointer: the request carries the address of a tr_kernel and of each tensor's data in the
- * caller's process, so this handler serves the inline and thread placements only. It trusts
- * those addresses as a function call would; it is never served on a socket (`tilerun serve`
- * offers no launch), and launch in another process (shared memory, CUDA IPC) is still to come. */
+ *  - by address (in process): the address of a tr_kernel and of each tensor's data in the
+ *    caller's process, trusted as a function call would be. Only a handler in the caller's
+ *    process (inline and thread placements) accepts it.
+ *  - by descriptor (any placement): the op, its settled params and its target; the handler runs
+ *    the op with kernels its own process built (nothing received is executed), on tensors whose
+ *    memory travels as references another process can map (sharing/sharing.h: cpu tensors from
+ *    tilerun's shared-memory allocator, cuda tensors through CUDA IPC). `tilerun serve launch`
+ *    serves this form. A tensor whose memory cannot be shared is a ValueError naming it, on the
+ *    caller's side, before anything is sent. */
 #ifndef TILERUN_COMPONENTS_LAUNCH_H_
 #define TILERUN_COMPONENTS_LAUNCH_H_
 
@@ -12,24 +17,61 @@
 #include <stdint.h>
 
 #include "registry/registry.h"
+#include "sharing/sharing.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The handler: `ctx` is a const tr_registry * (device type names back to DLPack devices). A
- * request that does not decode is a TransportError; a null kernel, a tensor whose spec does not
- * parse, or null data for a present tensor is a reply carrying a ValueError naming it; the
- * kernel's own error is the reply's, unchanged. Thread-safe when the kernel is. */
+/* Runs an op named by a descriptor into given outputs, with kernels this process builds (the
+ * runtime's op cache: runtime/op_cache.h). */
+typedef tr_status *(*tr_launch_op_fn)(void *ctx, const char *op, const tr_named_value *params, size_t n_params,
+                                      const char *target, DLTensor *const *inputs, size_t n_inputs,
+                                      DLTensor *const *outputs, size_t n_outputs);
+
+/* The handler's context. */
+typedef struct tr_launch_context {
+  const tr_registry *registry; /* device names back to DLPack devices */
+  int in_process;              /* 1: addresses (kernel and data) are accepted */
+  tr_share_maps *maps;         /* where shared references are mapped; NULL: none accepted */
+  tr_launch_op_fn run_op;      /* the descriptor form; NULL: refused */
+  void *run_op_ctx;
+} tr_launch_context;
+
+/* The handler: `ctx` is a tr_launch_context. A request that does not decode is a
+ * TransportError; a null kernel, a kernel address out of process, a tensor whose spec does not
+ * parse, null data for a present tensor, a reference that cannot be mapped or that the tensor
+ * overruns is a reply carrying a ValueError naming the tensor; the kernel's own error is the
+ * reply's, unchanged. By descriptor, cuda work is finished (the stream synchronised) before the
+ * reply. Thread-safe when the kernels are. */
 tr_status *tr_launch_handle(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
                             size_t reply_cap, size_t *reply_size);
 
-/* The caller's side: NULL entries in `inputs` (an absent optional input) or `outputs` travel as
- * absent. More than 16 inputs or 8 outputs, a rank above TR_MAX_RANK or a device the registry
- * cannot name is a ValueError. */
+/* The caller's side, by address: NULL entries in `inputs` (an absent optional input) or
+ * `outputs` travel as absent. More than 16 inputs or 8 outputs, a rank above TR_MAX_RANK or a
+ * device the registry cannot name is a ValueError. */
 tr_status *tr_launch_encode(const tr_registry *registry, const tr_kernel *kernel, DLTensor *const *inputs,
                             size_t n_inputs, DLTensor *const *outputs, size_t n_outputs, uint8_t *buf,
                             size_t size, size_t *out_size) TR_MUST_USE;
+
+/* The op a request by descriptor names. */
+typedef struct tr_launch_descriptor {
+  const char *op;
+  const char *target; /* a target's name, or TR_BUILTIN */
+  const tr_named_value *params;
+  size_t n_params;
+} tr_launch_descriptor;
+
+/* The caller's side, by descriptor: as tr_launch_encode, and each present tensor's memory as a
+ * shared reference (its address travels too, for a handler in this process). Memory that
+ * cannot be shared is a ValueError naming the tensor ("input 1: cpu memory at 0x... cannot be
+ * shared..."). */
+tr_status *tr_launch_encode_shared(const tr_registry *registry, const tr_launch_descriptor *descriptor,
+                                   DLTensor *const *inputs, size_t n_inputs, DLTensor *const *outputs,
+                                   size_t n_outputs, uint8_t *buf, size_t size, size_t *out_size) TR_MUST_USE;
+
+/* The most a LaunchRequest takes encoded (a buffer of this size always fits one). */
+#define TR_LAUNCH_REQUEST_MAX (64 * 1024)
 
 /* Decodes a reply: NULL when the kernel ran, else its error. */
 tr_status *tr_launch_decode(const uint8_t *reply, size_t size) TR_MUST_USE;

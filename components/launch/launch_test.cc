@@ -1,16 +1,24 @@
-// launch_test.cc: the launch component's contract in the in-process placements (inline and a
-// thread): the kernel sees exactly the tensors the caller passed (data, device, dtype, shape,
-// strides, byte offset, absent ones as NULL), computes on them, and its error comes back
-// unchanged; bad requests are errors naming the tensor; junk bytes are a transport error.
+// launch_test.cc: the launch component's contract. By address, in the in-process placements
+// (inline and a thread): the kernel sees exactly the tensors the caller passed (data, device,
+// dtype, shape, strides, byte offset, absent ones as NULL), computes on them, and its error comes
+// back unchanged; bad requests are errors naming the tensor; junk bytes are a transport error.
+// By descriptor, in every placement (inline, thread, `tilerun serve launch` over ipc and tcp):
+// the op runs on the caller's shared-memory tensors and writes the caller's outputs; memory that
+// cannot be shared, references that overrun their segment, kernel addresses out of process are
+// errors naming the tensor. And the runtime, with launch placed in a thread or a process.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "components/launch/launch.h"
 #include "components/pipeline/pipeline_testing.h"
 #include "proto/codec.h"
+#include "runtime/op_cache.h"
 #include "runtime/runtime_testing.h"
+#include "sharing/sharing.h"
 
 using namespace tr_test;
 
@@ -19,7 +27,7 @@ using namespace tr_test;
 struct Seen {
   size_t n_in = 0, n_out = 0;
   std::vector<DLTensor> in, out;
-  std::vector<std::vector<int64_t>> in_shapes, in_strides;
+  std::vector<std::vector<int64_t>> in_shapes, in_strides, out_shapes;
   std::vector<bool> in_null;
 };
 
@@ -36,7 +44,13 @@ static tr_status *record_add(void *self, DLTensor *const *in, size_t n_in, DLTen
     seen->in_strides.emplace_back(in[i]->strides ? std::vector<int64_t>(in[i]->strides, in[i]->strides + in[i]->ndim)
                                                  : std::vector<int64_t>{});
   }
-  for (size_t i = 0; i < n_out; i++) seen->out.push_back(*out[i]);
+  for (size_t i = 0; i < n_out; i++) {
+    seen->out.push_back(*out[i]);
+    seen->out_shapes.emplace_back(out[i]->shape, out[i]->shape + out[i]->ndim);
+  }
+  // the handler's shape arrays are gone after the call: point at the copies
+  for (size_t i = 0; i < seen->in.size(); i++) seen->in[i].shape = seen->in_shapes[i].data();
+  for (size_t i = 0; i < seen->out.size(); i++) seen->out[i].shape = seen->out_shapes[i].data();
   const DLTensor *a = in[0], *b = n_in > 1 ? in[1] : nullptr;
   if (a->ndim != 2) return TR_STATUS(TR_VALUE, "record_add: a must be 2-d, got rank %d", (int)a->ndim);
   const float *pa = (const float *)((const char *)a->data + a->byte_offset);
@@ -61,9 +75,11 @@ static tr_status *init_acme(const tr_backend_api *api) {
 
 struct Registry {
   tr_registry *reg = nullptr;
+  tr_launch_context ctx;  // in process: by address
   Registry() {
     ok(tr_registry_new(nullptr, nullptr, &reg));
     REQUIRE(tr_registry_load_builtin(reg, "acme", init_acme) == 1);
+    ctx = tr_launch_context{reg, 1, nullptr, nullptr, nullptr};
   }
   ~Registry() { tr_registry_destroy(&reg); }
 };
@@ -94,7 +110,7 @@ TEST_CASE("the launch contract: the kernel sees the caller's tensors and compute
   tr_kernel k{sizeof(tr_kernel), &seen, record_add, nullptr, nullptr, nullptr};
   for (Where where : in_process()) {
     INFO(where_name(where));
-    Placed p(TR_COMPONENT_LAUNCH, where, tr_launch_handle, r.reg);
+    Placed p(TR_COMPONENT_LAUNCH, where, tr_launch_handle, &r.ctx);
     // Contiguous, on cpu, both inputs present.
     HostTensor a({3, 4}), b({3, 4}, {kDLCPU, 0}, 2.0f), out({3, 4});
     REQUIRE(launch(p, r.reg, &k, {&a.t, &b.t}, {&out.t}) == "ran");
@@ -173,11 +189,11 @@ TEST_CASE("the launch contract: bad requests are errors naming the tensor, and n
   uint64_t data = (uint64_t)(uintptr_t)&cell;
   for (Where where : in_process()) {
     INFO(where_name(where));
-    Placed p(TR_COMPONENT_LAUNCH, where, tr_launch_handle, r.reg);
+    Placed p(TR_COMPONENT_LAUNCH, where, tr_launch_handle, &r.ctx);
     calls = 0;
     CHECK(over_wire(p, raw(kernel, "cpu", data, {1})) == "ran");
     CHECK(calls == 1);
-    CHECK(over_wire(p, raw(0, "cpu", data, {1})) == "ValueError: launch: the request names no kernel (address 0)");
+    CHECK(over_wire(p, raw(0, "cpu", data, {1})) == "ValueError: launch: the request names neither a kernel nor an op");
     CHECK(over_wire(p, raw(kernel, "cpu", 0, {1})) == "ValueError: launch: input 0 is present but its data address is 0");
     CHECK(over_wire(p, raw(kernel, "cpu", data, {1}, 3)) == "ValueError: launch: input 0 has rank 1 but 3 strides");
     tr_device bad;
@@ -205,15 +221,227 @@ TEST_CASE("the launch handler and encoder: junk is a transport error; too many t
   const uint8_t junk[] = {0x12, 0xff, 0xff, 0xff};
   uint8_t reply[256];
   size_t n = 0;
-  std::string e = error_of(tr_launch_handle(r.reg, junk, sizeof(junk), reply, sizeof(reply), &n));
+  std::string e = error_of(tr_launch_handle(&r.ctx, junk, sizeof(junk), reply, sizeof(reply), &n));
   CHECK(e.rfind("TransportError: ", 0) == 0);
   CHECK(e.find("LaunchRequest") != std::string::npos);
   std::vector<DLTensor *> many(17, nullptr);
   uint8_t buf[64];
   CHECK(error_of(tr_launch_encode(r.reg, nullptr, many.data(), many.size(), nullptr, 0, buf, sizeof(buf), &n)) ==
-        "ValueError: launch: 17 inputs and 0 outputs; a LaunchRequest carries at most 16 and 8");
+        "ValueError: launch: 17 inputs, 0 outputs and 0 params; a LaunchRequest carries at most 16, 8 and 32");
   HostTensor deep({1, 1, 1, 1, 1, 1, 1, 1, 1});
   DLTensor *one[] = {&deep.t};
   CHECK(error_of(tr_launch_encode(r.reg, nullptr, one, 1, nullptr, 0, buf, sizeof(buf), &n)) ==
         "ValueError: launch: input 0 has rank 9; at most 8 travel");
+}
+
+// ---- by descriptor ----
+
+// A float32 tensor in tilerun's shared memory (or, `heap`, in ordinary memory).
+struct SharedTensor {
+  void *block = nullptr;
+  float *data = nullptr;
+  std::vector<int64_t> shape, strides;
+  DLTensor t{};
+  bool heap = false;
+  SharedTensor(std::vector<int64_t> s, float start, size_t room = 0, bool heap_ = false) : shape(std::move(s)), heap(heap_) {
+    size_t n = 1;
+    for (int64_t d : shape) n *= (size_t)d;
+    if (room < n) room = n;
+    if (heap) block = std::calloc(room, sizeof(float));
+    else ok(tr_share_alloc(room * sizeof(float), &block));
+    data = static_cast<float *>(block);
+    for (size_t i = 0; i < room; i++) data[i] = start + 0.25f * (float)i;
+    t.data = block;
+    t.device = {kDLCPU, 0};
+    t.ndim = (int32_t)shape.size();
+    t.dtype = {kDLFloat, 32, 1};
+    t.shape = shape.data();
+  }
+  ~SharedTensor() {
+    if (heap) std::free(block);
+    else tr_share_free(block);
+  }
+};
+
+// The CPU backend for the runtimes here and for the served process (TILERUN_BACKEND_PATH).
+static tr_runtime *cpu_runtime(const char *pipeline_file = "") {
+  ok(tr_plat_setenv("TILERUN_BACKEND_PATH", "backends/cpu"));
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.pipeline_file = pipeline_file;
+  tr_runtime *rt = nullptr;
+  ok(tr_runtime_new(&o, &rt));
+  return rt;
+}
+
+static std::string run_shared(Placed &p, const tr_registry *reg, const char *op, std::vector<tr_named_value> params,
+                              std::vector<DLTensor *> in, std::vector<DLTensor *> out, const char *target = "") {
+  std::vector<uint8_t> request(TR_LAUNCH_REQUEST_MAX);
+  size_t n = 0;
+  tr_launch_descriptor d{op, target, params.data(), params.size()};
+  tr_status *s = tr_launch_encode_shared(reg, &d, in.data(), in.size(), out.data(), out.size(), request.data(),
+                                         request.size(), &n);
+  std::string reply;
+  if (s == nullptr) s = p.raw_call(std::vector<uint8_t>(request.begin(), request.begin() + (long)n), &reply);
+  if (s == nullptr) s = tr_launch_decode((const uint8_t *)reply.data(), reply.size());
+  return s ? error_of(s) : std::string("ran");
+}
+
+// A descriptor request whose one input's reference is edited after encoding.
+static std::vector<uint8_t> edited(const tr_registry *reg, SharedTensor &a, SharedTensor &b, SharedTensor &c,
+                                   void (*edit)(tilerun_LaunchRequest *)) {
+  std::vector<uint8_t> buf(TR_LAUNCH_REQUEST_MAX);
+  size_t n = 0;
+  tr_launch_descriptor d{"AddFwdOp", "", nullptr, 0};
+  DLTensor *in[] = {&a.t, &b.t}, *out[] = {&c.t};
+  ok(tr_launch_encode_shared(reg, &d, in, 2, out, 1, buf.data(), buf.size(), &n));
+  auto *rq = new tilerun_LaunchRequest();
+  ok(tr_codec_decode(tilerun_LaunchRequest_fields, buf.data(), n, rq, "a LaunchRequest"));
+  edit(rq);
+  ok(tr_codec_encode(tilerun_LaunchRequest_fields, rq, buf.data(), buf.size(), &n, "a LaunchRequest"));
+  delete rq;
+  buf.resize(n);
+  return buf;
+}
+
+TEST_CASE("the launch contract by descriptor: the op runs on the caller's shared tensors in every placement") {
+  tr_runtime *rt = cpu_runtime();
+  tr_op_cache *cache = nullptr;
+  ok(tr_op_cache_new(rt, &cache));
+  tr_share_maps *maps = nullptr;
+  ok(tr_share_maps_new(&maps));
+  const tr_registry *reg = tr_op_cache_registry(cache);
+  tr_launch_context ctx{reg, 1, maps, tr_op_cache_call, cache};
+  for (Where where : every_placement()) {
+    INFO(where_name(where));
+    Placed p(TR_COMPONENT_LAUNCH, where, tr_launch_handle, &ctx);
+    // c = a + 2 b, written into the caller's memory.
+    SharedTensor a({3, 4}, 1.0f), b({3, 4}, -2.0f), c({3, 4}, 99.0f);
+    tr_named_value alpha{"alpha", tr_value_float(2.0)};
+    REQUIRE(run_shared(p, reg, "AddFwdOp", {alpha}, {&a.t, &b.t}, {&c.t}) == "ran");
+    for (size_t i = 0; i < 12; i++) CHECK(c.data[i] == a.data[i] + 2.0f * b.data[i]);
+    // A transposed view with a byte offset into a larger segment: made contiguous over there.
+    SharedTensor base({4, 4}, 0.5f, 20), ones({4, 4}, 1.0f), out({4, 4}, 0.0f);
+    base.strides = {1, 4};
+    base.t.strides = base.strides.data();
+    base.t.byte_offset = 4 * sizeof(float);
+    REQUIRE(run_shared(p, reg, "AddFwdOp", {}, {&base.t, &ones.t}, {&out.t}, "cpu") == "ran");
+    for (int64_t r = 0; r < 4; r++) {
+      for (int64_t k = 0; k < 4; k++) {
+        CHECK(out.data[r * 4 + k] == base.data[4 + r + k * 4] + ones.data[r * 4 + k]);
+      }
+    }
+    // The op's own errors come back: a signature mismatch, an unknown op.
+    SharedTensor wide({3, 5}, 0.0f);
+    std::string e = run_shared(p, reg, "AddFwdOp", {}, {&a.t, &wide.t}, {&c.t});
+    CHECK(e.find("SignatureError") == 0);
+    CHECK(e.find("AddFwdOp") != std::string::npos);
+    CHECK(run_shared(p, reg, "NoSuchOp", {}, {&a.t}, {&c.t}).find("OpNotAvailableError: no op 'NoSuchOp'") == 0);
+    // And the component answers after them.
+    REQUIRE(run_shared(p, reg, "AddFwdOp", {}, {&a.t, &b.t}, {&c.t}) == "ran");
+    for (size_t i = 0; i < 12; i++) CHECK(c.data[i] == a.data[i] + b.data[i]);
+
+    if (where == Where::kIpc || where == Where::kTcp) {
+      // Out of process: a reference that overruns its segment, a tensor with no reference, a
+      // kernel address: each refused, naming the tensor; nothing written.
+      for (size_t i = 0; i < 12; i++) c.data[i] = -1.0f;
+      std::string reply;
+      auto over = edited(reg, a, b, c, [](tilerun_LaunchRequest *rq) { rq->inputs[1].shared_offset += 8; });
+      ok(p.raw_call(over, &reply));
+      e = error_of(tr_launch_decode((const uint8_t *)reply.data(), reply.size()));
+      CHECK(e.find("ValueError: launch: input 1: the tensor reaches bytes 0 to 48 around offset 8") == 0);
+      CHECK(e.find("outside it") != std::string::npos);
+      auto bare = edited(reg, a, b, c, [](tilerun_LaunchRequest *rq) { rq->outputs[0].shm[0] = '\0'; });
+      ok(p.raw_call(bare, &reply));
+      e = error_of(tr_launch_decode((const uint8_t *)reply.data(), reply.size()));
+      CHECK(e.find("ValueError: launch: output 0 carries no shared memory reference") == 0);
+      auto gone = edited(reg, a, b, c, [](tilerun_LaunchRequest *rq) {
+        snprintf(rq->inputs[0].shm, sizeof(rq->inputs[0].shm), "/tilerun-gone-segment");
+      });
+      ok(p.raw_call(gone, &reply));
+      e = error_of(tr_launch_decode((const uint8_t *)reply.data(), reply.size()));
+      CHECK(e.find("IOError: launch: input 0: cannot open shared memory '/tilerun-gone-segment'") == 0);
+      int k = 0;
+      CHECK(over_wire(p, raw((uint64_t)(uintptr_t)&k, "cpu", 64, {1})).find(
+                "ValueError: launch: a kernel address means something only in the process that built it") == 0);
+      for (size_t i = 0; i < 12; i++) CHECK(c.data[i] == -1.0f);
+    }
+    // Memory that cannot be shared is refused on the caller's side, naming the tensor.
+    SharedTensor heap({3, 4}, 0.0f, 0, true);
+    e = run_shared(p, reg, "AddFwdOp", {}, {&a.t, &heap.t}, {&c.t});
+    CHECK(e.find("ValueError: launch: input 1: cpu memory at ") == 0);
+    CHECK(e.find("is not from tilerun's shared-memory allocator (tr_share_alloc)") != std::string::npos);
+  }
+  tr_share_maps_destroy(&maps);
+  tr_op_cache_destroy(&cache);
+  tr_runtime_destroy(&rt);
+}
+
+// A pipeline file placing launch (and only launch) somewhere.
+static std::string pipeline_file(const char *dir, const std::string &launch) {
+  std::string path = std::string(dir) + "/pipeline.yaml";
+  std::string text = "components:\n  launch: " + launch + "\n";
+  ok(tr_plat_write_file(path.c_str(), text.data(), text.size()));
+  return path;
+}
+
+TEST_CASE("the runtime launches through the launch component placed in a thread or in a process") {
+  char *dir = nullptr;
+  ok(tr_plat_make_temp_dir("tr-launch", &dir));
+  for (int process = 0; process < 2; process++) {
+    INFO((process ? "process" : "thread"));
+    tr_plat_process *server = nullptr;
+    std::string endpoint = std::string("ipc://") + dir + "/launch.sock";
+    std::string file;
+    if (process) {
+      const char *argv[] = {"tools/tilerun", "serve", "launch", "--endpoint", endpoint.c_str(), "--manifest",
+                            "manifest/spec", nullptr};
+      ok(tr_plat_setenv("TILERUN_BACKEND_PATH", "backends/cpu"));
+      ok(tr_plat_process_spawn(argv, &server));
+      file = pipeline_file(dir, "{placement: process, endpoint: \"" + endpoint + "\"}");
+    } else {
+      file = pipeline_file(dir, "{placement: thread}");
+    }
+    tr_runtime *rt = cpu_runtime(file.c_str());
+    tr_op *add = nullptr;
+    ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &add));
+    SharedTensor a({2, 3}, 1.0f), b({2, 3}, 10.0f);
+    DLTensor *in[] = {&a.t, &b.t};
+    DLManagedTensor *out[1] = {nullptr};
+    tr_status *s = nullptr;
+    for (int tries = 0; tries < 100; tries++) {  // the server may still be starting
+      tr_status_destroy(&s);
+      s = tr_op_call(add, in, 2, out, 1);
+      if (s == nullptr || std::string(tr_status_message(s)).find("did not answer") == std::string::npos) break;
+    }
+    ok(s);
+    REQUIRE(out[0] != nullptr);
+    const float *c = static_cast<const float *>(out[0]->dl_tensor.data);
+    if (process) CHECK(tr_share_owns(c));  // made where the launch process can write it
+    for (size_t i = 0; i < 6; i++) CHECK(c[i] == a.data[i] + b.data[i]);
+    out[0]->deleter(out[0]);
+    // A memo hit, the same way.
+    for (size_t i = 0; i < 6; i++) a.data[i] = 100.0f;
+    ok(tr_op_call(add, in, 2, out, 1));
+    c = static_cast<const float *>(out[0]->dl_tensor.data);
+    for (size_t i = 0; i < 6; i++) CHECK(c[i] == 100.0f + b.data[i]);
+    out[0]->deleter(out[0]);
+    if (process) {
+      // An input in ordinary memory: a clear error naming the op and the tensor, no crash.
+      SharedTensor heap({2, 3}, 0.0f, 0, true);
+      DLTensor *bad[] = {&a.t, &heap.t};
+      std::string e = error_of(tr_op_call(add, bad, 2, out, 1));
+      CHECK(e.find("ValueError: launch: input 1: cpu memory at ") == 0);
+      CHECK(e.find("(AddFwdOp, launched in another process)") != std::string::npos);
+      CHECK(out[0] == nullptr);
+    }
+    tr_op_destroy(&add);
+    tr_runtime_destroy(&rt);
+    if (server != nullptr) {
+      tr_plat_process_kill(server, 0);
+      CHECK(tr_plat_process_wait(&server, 5000) == 0);
+    }
+  }
+  ok(tr_plat_remove_tree(dir));
+  std::free(dir);
 }

@@ -29,6 +29,12 @@ typedef int (*sync_fn)(tr_cu_stream stream);
 typedef int (*attr_fn)(int *value, int attribute, int device);
 typedef int (*unload_fn)(tr_cu_module module);
 typedef int (*capturing_fn)(tr_cu_stream stream, int *status);
+typedef int (*alloc_fn)(tr_cu_ptr *ptr, size_t bytes);
+typedef int (*free_fn)(tr_cu_ptr ptr);
+typedef int (*range_fn)(tr_cu_ptr *base, size_t *size, tr_cu_ptr ptr);
+typedef int (*ipc_get_fn)(tr_cu_ipc_handle *handle, tr_cu_ptr ptr);
+typedef int (*ipc_open_fn)(tr_cu_ptr *ptr, tr_cu_ipc_handle handle, unsigned flags);
+typedef int (*ipc_close_fn)(tr_cu_ptr ptr);
 
 enum { kFuncAttrMaxDynamicSmem = 8 };      /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 
@@ -56,6 +62,12 @@ static struct {
   attr_fn attr;
   unload_fn unload;
   capturing_fn capturing;
+  alloc_fn alloc;
+  free_fn free;
+  range_fn range;
+  ipc_get_fn ipc_get;
+  ipc_open_fn ipc_open;
+  ipc_close_fn ipc_close;
   tr_plat_mutex lock; /* the contexts */
   tr_cu_ctx contexts[TR_CUDA_MAX_DEVICES];
 } g;
@@ -110,6 +122,12 @@ static void load_once(void) {
   BIND(attr, "cuDeviceGetAttribute");
   BIND(unload, "cuModuleUnload");
   BIND(capturing, "cuStreamIsCapturing");
+  BIND(alloc, "cuMemAlloc_v2");
+  BIND(free, "cuMemFree_v2");
+  BIND(range, "cuMemGetAddressRange_v2");
+  BIND(ipc_get, "cuIpcGetMemHandle");
+  BIND(ipc_open, "cuIpcOpenMemHandle_v2");
+  BIND(ipc_close, "cuIpcCloseMemHandle");
   if (missing) { /* reported by tr_cu_load, never called through */
     g.init = NULL;
     return;
@@ -305,4 +323,57 @@ int tr_cu_stream_capturing(tr_cu_stream stream) {
   int state = 0; /* CU_STREAM_CAPTURE_STATUS_NONE */
   if (g.capturing == NULL || g.capturing(stream, &state) != 0) return 0;
   return state != 0;
+}
+
+tr_status *tr_cu_alloc(size_t bytes, tr_cu_ptr *out) {
+  *out = 0;
+  int rc = g.alloc(out, bytes);
+  if (rc == 0) return NULL;
+  char text[256];
+  return TR_STATUS(TR_OUT_OF_MEMORY, "allocating %zu bytes on a cuda device: %s", bytes,
+                   tr_cu_error_text(rc, text, sizeof(text)));
+}
+
+void tr_cu_free(tr_cu_ptr ptr) {
+  if (ptr != 0 && g.free != NULL) g.free(ptr);
+}
+
+tr_status *tr_cu_ipc_handle_of(tr_cu_ptr ptr, tr_cu_ipc_handle *out, uint64_t *offset, uint64_t *size) {
+  memset(out, 0, sizeof(*out));
+  *offset = *size = 0;
+  tr_cu_ptr base = 0;
+  size_t bytes = 0;
+  char text[256];
+  int rc = g.range(&base, &bytes, ptr);
+  if (rc != 0) {
+    return TR_STATUS(TR_BACKEND, "cuda memory at 0x%llx is not a device allocation this process can name: %s",
+                     (unsigned long long)ptr, tr_cu_error_text(rc, text, sizeof(text)));
+  }
+  rc = g.ipc_get(out, base);
+  if (rc != 0) {
+    return TR_STATUS(TR_BACKEND, "cuda memory at 0x%llx cannot be shared with another process (CUDA IPC needs "
+                     "memory from cuMemAlloc/cudaMalloc, not a stream-ordered pool): %s",
+                     (unsigned long long)ptr, tr_cu_error_text(rc, text, sizeof(text)));
+  }
+  *offset = ptr - base;
+  *size = bytes;
+  return NULL;
+}
+
+tr_status *tr_cu_ipc_open(const tr_cu_ipc_handle *handle, tr_cu_ptr *out) {
+  *out = 0;
+  int rc = g.ipc_open(out, *handle, 1u /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */);
+  return rc == 0 ? NULL : cu_error(rc, "opening another process's cuda memory (CUDA IPC)%s", "");
+}
+
+void tr_cu_ipc_close(tr_cu_ptr ptr) {
+  if (ptr != 0 && g.ipc_close != NULL) g.ipc_close(ptr);
+}
+
+tr_status *tr_cu_address_range(tr_cu_ptr ptr, tr_cu_ptr *base, uint64_t *size) {
+  size_t bytes = 0;
+  *base = 0;
+  int rc = g.range(base, &bytes, ptr);
+  *size = bytes;
+  return rc == 0 ? NULL : cu_error(rc, "finding the cuda allocation of an address%s", "");
 }

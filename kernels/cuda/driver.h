@@ -61,6 +61,22 @@ tr_status *tr_cu_stream_sync(tr_cu_stream stream) TR_MUST_USE;
 /* A device's compute capability (major*10+minor), SM count and opt-in shared memory per block. */
 tr_status *tr_cu_device_facts(int32_t index, int32_t *arch, int32_t *sm_count, int64_t *smem) TR_MUST_USE;
 
+/* Memory another process can open (CUDA IPC): plain device allocations (not stream-ordered
+ * pools), and their handles. The current context must be the device's. */
+typedef struct tr_cu_ipc_handle {
+  char bytes[64]; /* CUipcMemHandle */
+} tr_cu_ipc_handle;
+tr_status *tr_cu_alloc(size_t bytes, tr_cu_ptr *out) TR_MUST_USE;
+void tr_cu_free(tr_cu_ptr ptr);
+/* The handle of the allocation holding `ptr`, the offset of `ptr` in it and its size. Memory the
+ * driver cannot share (a stream-ordered pool's, host memory) is a BackendError saying so. */
+tr_status *tr_cu_ipc_handle_of(tr_cu_ptr ptr, tr_cu_ipc_handle *out, uint64_t *offset, uint64_t *size) TR_MUST_USE;
+/* Opens another process's allocation in the current context (once per handle and context). */
+tr_status *tr_cu_ipc_open(const tr_cu_ipc_handle *handle, tr_cu_ptr *out) TR_MUST_USE;
+void tr_cu_ipc_close(tr_cu_ptr ptr);
+/* The allocation holding `ptr`: its base and size. */
+tr_status *tr_cu_address_range(tr_cu_ptr ptr, tr_cu_ptr *base, uint64_t *size) TR_MUST_USE;
+
 /* 1 when `stream` is being captured into a CUDA graph (0 on any error). */
 int tr_cu_stream_capturing(tr_cu_stream stream);
 

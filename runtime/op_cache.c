@@ -1,0 +1,116 @@
+/* op_cache.c: op instances kept by (op, params, target) for calls by name. */
+#include "runtime/op_cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "platform/platform.h"
+#include "runtime/internal.h"
+
+enum { CACHE_MAX = 128, KEY_MAX = 4096 };
+
+typedef struct cached {
+  char *key;
+  tr_op *op;
+  uint64_t used;
+} cached;
+
+struct tr_op_cache {
+  tr_runtime *rt;
+  tr_plat_mutex lock;
+  cached items[CACHE_MAX];
+  size_t n;
+  uint64_t tick;
+};
+
+tr_status *tr_op_cache_new(tr_runtime *runtime, tr_op_cache **out) {
+  *out = NULL;
+  TR_RETURN_IF_ERROR(tr__runtime_discover(runtime));
+  tr_op_cache *c = calloc(1, sizeof(*c));
+  if (c == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "an op cache");
+  tr_status *status = tr_plat_mutex_init(&c->lock);
+  if (status != NULL) {
+    free(c);
+    return status;
+  }
+  c->rt = runtime;
+  *out = c;
+  return NULL;
+}
+
+static void drop(tr_op_cache *c, size_t i) {
+  tr_op_destroy(&c->items[i].op);
+  free(c->items[i].key);
+  c->items[i] = c->items[--c->n];
+}
+
+void tr_op_cache_destroy(tr_op_cache **cache_p) {
+  if (cache_p == NULL || *cache_p == NULL) return;
+  tr_op_cache *c = *cache_p;
+  *cache_p = NULL;
+  while (c->n > 0) drop(c, c->n - 1);
+  tr_plat_mutex_destroy(&c->lock);
+  free(c);
+}
+
+size_t tr_op_cache_count(tr_op_cache *cache) { return cache->n; }
+
+const tr_registry *tr_op_cache_registry(const tr_op_cache *cache) { return cache->rt->registry; }
+
+/* "op\ntarget\nname=value\n...": params are settled (every one, in declaration order). */
+static tr_status *key_of(const char *op, const tr_named_value *params, size_t n, const char *target, char *key) {
+  size_t used = (size_t)snprintf(key, KEY_MAX, "%s\n%s\n", op, target);
+  for (size_t i = 0; i < n && used < KEY_MAX; i++) {
+    used += (size_t)snprintf(key + used, KEY_MAX - used, "%s=", params[i].name);
+    if (used < KEY_MAX) used += tr_value_format(&params[i].value, key + used, KEY_MAX - used);
+    if (used < KEY_MAX) used += (size_t)snprintf(key + used, KEY_MAX - used, "\n");
+  }
+  if (used >= KEY_MAX) return TR_STATUS(TR_VALUE, "%s: its params take more than %d bytes written out", op, KEY_MAX);
+  return NULL;
+}
+
+static tr_status *op_for(tr_op_cache *c, const char *op, const tr_named_value *params, size_t n, const char *target,
+                         tr_op **out) {
+  char *key = malloc(KEY_MAX);
+  if (key == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "an op cache key");
+  tr_status *status = key_of(op, params, n, target, key);
+  for (size_t i = 0; status == NULL && i < c->n; i++) {
+    if (strcmp(c->items[i].key, key) == 0) {
+      c->items[i].used = ++c->tick;
+      *out = c->items[i].op;
+      free(key);
+      return NULL;
+    }
+  }
+  tr_op *made = NULL;
+  if (status == NULL) status = tr_op_new(c->rt, op, params, n, target[0] ? target : NULL, &made);
+  if (status != NULL) {
+    free(key);
+    return status;
+  }
+  if (c->n == CACHE_MAX) {
+    size_t oldest = 0;
+    for (size_t i = 1; i < c->n; i++) {
+      if (c->items[i].used < c->items[oldest].used) oldest = i;
+    }
+    drop(c, oldest);
+  }
+  c->items[c->n++] = (cached){key, made, ++c->tick};
+  *out = made;
+  return NULL;
+}
+
+tr_status *tr_op_cache_call(void *cache, const char *op, const tr_named_value *params, size_t n_params,
+                            const char *target, DLTensor *const *inputs, size_t n_inputs,
+                            DLTensor *const *outputs, size_t n_outputs) {
+  tr_op_cache *c = cache;
+  tr_plat_mutex_lock(&c->lock);
+  tr_op *o = NULL;
+  tr_status *status = op_for(c, op, params, n_params, target, &o);
+  if (status == NULL) {
+    status = tr_op_call_into(o, (const DLTensor *const *)inputs, n_inputs, outputs, n_outputs);
+  }
+  tr_plat_mutex_unlock(&c->lock);
+  return status;
+}

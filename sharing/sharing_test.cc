@@ -1,0 +1,130 @@
+// sharing_test.cc: the shared-memory allocator, references, and mappings of references (the
+// launch process's side, here mapped again in this process: a second mapping of the segment).
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/test_support.h"
+#include "sharing/sharing.h"
+
+using tr_test::error_of;
+using tr_test::ok;
+
+static const DLDevice kCpu = {kDLCPU, 0};
+
+TEST_CASE("shared memory: allocated, named by reference, mapped elsewhere, freed") {
+  void *p = nullptr;
+  ok(tr_share_alloc(4096 + 100, &p));
+  REQUIRE(p != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0);
+  CHECK(tr_share_owns(p));
+  CHECK(tr_share_owns(static_cast<char *>(p) + 4195));
+  CHECK_FALSE(tr_share_owns(static_cast<char *>(p) + 4196));
+
+  // A tensor starting 96 bytes in: its reference names the segment and the offset.
+  float *data = reinterpret_cast<float *>(static_cast<char *>(p) + 96);
+  for (int i = 0; i < 1000; i++) data[i] = static_cast<float>(i) * 0.5f;
+  tr_share_ref ref;
+  ok(tr_share_ref_of(kCpu, data, &ref));
+  CHECK(ref.kind == TR_SHARE_SHM);
+  CHECK(ref.offset == 96);
+  CHECK(ref.size == 4196);
+  CHECK(std::string(ref.name).rfind("/tilerun-", 0) == 0);
+
+  tr_share_maps *maps = nullptr;
+  ok(tr_share_maps_new(&maps));
+  tr_share_maps_lock(maps);
+  void *there = nullptr;
+  ok(tr_share_map(maps, kCpu, &ref, 0, 4000, &there));
+  REQUIRE(there != nullptr);
+  CHECK(there != static_cast<void *>(data));  // another mapping of the same bytes
+  CHECK(static_cast<float *>(there)[999] == 499.5f);
+  static_cast<float *>(there)[3] = -7.0f;  // written there, seen here
+  CHECK(data[3] == -7.0f);
+  void *again = nullptr;
+  ok(tr_share_map(maps, kCpu, &ref, 0, 4000, &again));
+  CHECK(again == there);  // kept
+  CHECK(tr_share_maps_count(maps) == 1);
+
+  // Bytes outside the segment are refused, naming the extent and the segment.
+  void *out = nullptr;
+  std::string e = error_of(tr_share_map(maps, kCpu, &ref, 0, 4101, &out));
+  CHECK(e.find("ValueError") == 0);
+  CHECK(e.find("outside it") != std::string::npos);
+  CHECK(e.find(ref.name) != std::string::npos);
+  CHECK(out == nullptr);
+  CHECK(error_of(tr_share_map(maps, kCpu, &ref, -97, 10, &out)).find("outside it") != std::string::npos);
+  ok(tr_share_map(maps, kCpu, &ref, -96, 4100, &out));  // exactly the segment
+  tr_share_ref past = ref;
+  past.offset = 5000;
+  CHECK(error_of(tr_share_map(maps, kCpu, &past, 0, 1, &out)).find("outside it") != std::string::npos);
+
+  // A cpu tensor with a CUDA IPC reference, or a device that cannot share, is refused.
+  tr_share_ref wrong = ref;
+  wrong.kind = TR_SHARE_CUDA_IPC;
+  CHECK(error_of(tr_share_map(maps, kCpu, &wrong, 0, 4, &out)) ==
+        "ValueError: a cpu tensor needs shared (shm) memory, and its reference is CUDA IPC");
+  CHECK(error_of(tr_share_map(maps, DLDevice{kDLExtDev, 0}, &ref, 0, 4, &out)).find("cannot come from another process") !=
+        std::string::npos);
+  tr_share_maps_unlock(maps);
+
+  // Freed: the name is gone, the mapping elsewhere stays until dropped; a new segment's mapping
+  // drops it.
+  tr_share_free(p);
+  CHECK_FALSE(tr_share_owns(p));
+  CHECK(static_cast<float *>(there)[999] == 499.5f);
+  void *q = nullptr;
+  ok(tr_share_alloc(64, &q));
+  tr_share_ref qref;
+  ok(tr_share_ref_of(kCpu, q, &qref));
+  CHECK(std::string(qref.name) != ref.name);
+  tr_share_maps_lock(maps);
+  ok(tr_share_map(maps, kCpu, &qref, 0, 64, &out));
+  CHECK(tr_share_maps_count(maps) == 1);
+  tr_share_ref gone = ref;
+  e = error_of(tr_share_map(maps, kCpu, &gone, 0, 4, &out));
+  CHECK(e.find("IOError") == 0);
+  CHECK(e.find(ref.name) != std::string::npos);
+  tr_share_maps_unlock(maps);
+  tr_share_maps_destroy(&maps);
+  tr_share_free(q);
+  tr_share_free(nullptr);
+  int local = 0;
+  tr_share_free(&local);  // not ours: ignored
+}
+
+TEST_CASE("memory tilerun cannot share is named, with the reason") {
+  void *heap = std::malloc(64);
+  tr_share_ref ref;
+  std::string e = error_of(tr_share_ref_of(kCpu, heap, &ref));
+  CHECK(e.find("ValueError: cpu memory at ") == 0);
+  CHECK(e.find("is not from tilerun's shared-memory allocator (tr_share_alloc)") != std::string::npos);
+  CHECK(ref.kind == TR_SHARE_NONE);
+  std::free(heap);
+  e = error_of(tr_share_ref_of(DLDevice{kDLExtDev, 0}, heap, &ref));
+  CHECK(e.find("DLPack device type 12 cannot be shared") != std::string::npos);
+  void *p = nullptr;
+  CHECK(error_of(tr_share_alloc(0, &p)) == "ValueError: shared memory: an allocation of 0 bytes");
+}
+
+TEST_CASE("at most 64 mappings are kept: the oldest is dropped") {
+  tr_share_maps *maps = nullptr;
+  ok(tr_share_maps_new(&maps));
+  void *blocks[70];
+  tr_share_maps_lock(maps);
+  for (int i = 0; i < 70; i++) {
+    ok(tr_share_alloc(128, &blocks[i]));
+    static_cast<int *>(blocks[i])[0] = i;
+    tr_share_ref ref;
+    ok(tr_share_ref_of(kCpu, blocks[i], &ref));
+    void *there = nullptr;
+    ok(tr_share_map(maps, kCpu, &ref, 0, 4, &there));
+    CHECK(static_cast<int *>(there)[0] == i);
+  }
+  CHECK(tr_share_maps_count(maps) == 64);
+  tr_share_maps_unlock(maps);
+  tr_share_maps_destroy(&maps);
+  for (void *b : blocks) tr_share_free(b);
+}
