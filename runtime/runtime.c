@@ -12,6 +12,7 @@
 #include "kernels/cuda/driver.h"
 #include "kernels/intree/intree.h"
 #include "runtime/internal.h"
+#include "sharing/sharing.h"
 
 static tr_status *select_handle(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
                                 size_t reply_cap, size_t *reply_size);
@@ -223,3 +224,9 @@ void *tr_cuda_stream(int32_t device_index) {
   void *s = tr_cu_current_stream(device_index);
   return s == TR_CU_PER_THREAD_STREAM ? NULL : s;
 }
+
+int tr_runtime_launch_remote(const tr_runtime *runtime) { return runtime->launch_placement == TR_PLACE_PROCESS; }
+
+tr_status *tr_alloc_shared(size_t bytes, void **out) { return tr_share_alloc(bytes, out); }
+
+void tr_free_shared(void *data) { tr_share_free(data); }

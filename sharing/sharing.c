@@ -17,11 +17,18 @@ typedef struct segment {
   char name[TR_PLAT_SHM_NAME_MAX];
 } segment;
 
+/* Freed segments kept for the next allocation of the same size (so that their names, and the
+ * other process's mappings of them, are reused): at most KEEP_MAX of them, KEEP_BYTES in all. */
+enum { KEEP_MAX = 16 };
+#define KEEP_BYTES ((size_t)256 << 20)
+
 static struct {
   tr_plat_mutex lock;
   int lock_ok;
   segment *items;
   size_t n, cap;
+  segment kept[KEEP_MAX];
+  size_t n_kept, kept_bytes;
 } g_segments;
 
 static tr_plat_once g_once = TR_PLAT_ONCE_INIT;
@@ -43,10 +50,23 @@ tr_status *tr_share_alloc(size_t bytes, void **out) {
   if (bytes == 0) return TR_STATUS(TR_VALUE, "shared memory: an allocation of 0 bytes");
   if (!segments_ready()) return TR_STATUS(TR_OUT_OF_MEMORY, "shared memory: no lock for the allocator");
   segment s;
+  int reused = 0;
+  tr_plat_mutex_lock(&g_segments.lock);
+  for (size_t i = 0; i < g_segments.n_kept && !reused; i++) {
+    if (g_segments.kept[i].size != bytes) continue;
+    s = g_segments.kept[i];
+    g_segments.kept[i] = g_segments.kept[--g_segments.n_kept];
+    g_segments.kept_bytes -= bytes;
+    reused = 1;
+  }
+  tr_plat_mutex_unlock(&g_segments.lock);
+  if (reused) memset(s.base, 0, bytes);
   s.size = bytes;
-  snprintf(s.name, sizeof(s.name), "/tilerun-%lld-%llu", (long long)tr_plat_process_id(),
-           (unsigned long long)atomic_fetch_add(&g_counter, 1));
-  TR_RETURN_IF_ERROR(tr_plat_shm_create(s.name, bytes, &s.base));
+  if (!reused) {
+    snprintf(s.name, sizeof(s.name), "/tilerun-%lld-%llu", (long long)tr_plat_process_id(),
+             (unsigned long long)atomic_fetch_add(&g_counter, 1));
+  }
+  if (!reused) TR_RETURN_IF_ERROR(tr_plat_shm_create(s.name, bytes, &s.base));
   tr_plat_mutex_lock(&g_segments.lock);
   if (g_segments.n == g_segments.cap) {
     size_t cap = g_segments.cap ? 2 * g_segments.cap : 16;
@@ -87,8 +107,13 @@ void tr_share_free(void *ptr) {
   tr_plat_mutex_lock(&g_segments.lock);
   int found = find_segment(ptr, &s, &i) && s.base == ptr;
   if (found) g_segments.items[i] = g_segments.items[--g_segments.n];
+  int keep = found && g_segments.n_kept < KEEP_MAX && s.size <= KEEP_BYTES - g_segments.kept_bytes;
+  if (keep) {
+    g_segments.kept[g_segments.n_kept++] = s;
+    g_segments.kept_bytes += s.size;
+  }
   tr_plat_mutex_unlock(&g_segments.lock);
-  if (!found) return;
+  if (!found || keep) return;
   tr_plat_shm_unlink(s.name);
   tr_plat_shm_unmap(s.base, s.size);
 }

@@ -19,13 +19,15 @@ extern "C" {
 
 /* ---- CPU memory another process can map -------------------------------------------------- */
 
-/* `bytes` (> 0) of zero-filled CPU memory in a new shared segment of its own, 64-byte aligned.
- * Sets *out to NULL first. Fails with TR_VALUE for 0 bytes, TR_IO/TR_OUT_OF_MEMORY saying why.
- * Thread-safe. */
+/* `bytes` (> 0) of zero-filled CPU memory in a shared segment of its own, 64-byte aligned: a
+ * segment of that size freed earlier (the allocator keeps up to 16, 256 MiB in all, so that the
+ * names another process mapped come back), else a new one. Sets *out to NULL first. Fails with
+ * TR_VALUE for 0 bytes, TR_IO saying why (a full /dev/shm among them). Thread-safe. */
 tr_status *tr_share_alloc(size_t bytes, void **out) TR_MUST_USE;
 
-/* Frees memory from tr_share_alloc (NULL allowed; any other pointer is ignored). Another process
- * that mapped it keeps its mapping until it drops it. Thread-safe. */
+/* Frees memory from tr_share_alloc (NULL allowed; any other pointer is ignored): kept for reuse,
+ * or unmapped and its name removed. Another process that mapped it keeps its mapping until it
+ * drops it. Thread-safe. */
 void tr_share_free(void *ptr);
 
 /* 1 when `ptr` lies in memory from tr_share_alloc. Thread-safe. */

@@ -70,26 +70,45 @@ TEST_CASE("shared memory: allocated, named by reference, mapped elsewhere, freed
         std::string::npos);
   tr_share_maps_unlock(maps);
 
-  // Freed: the name is gone, the mapping elsewhere stays until dropped; a new segment's mapping
-  // drops it.
+  // Freed: kept for the next allocation of the same size, zero-filled again, under the same name
+  // (so the mapping elsewhere is reused); another size gets a new segment.
   tr_share_free(p);
   CHECK_FALSE(tr_share_owns(p));
-  CHECK(static_cast<float *>(there)[999] == 499.5f);
+  void *same = nullptr;
+  ok(tr_share_alloc(4196, &same));
+  tr_share_ref sref;
+  ok(tr_share_ref_of(kCpu, same, &sref));
+  CHECK(std::string(sref.name) == ref.name);
+  CHECK(static_cast<float *>(same)[30] == 0.0f);
   void *q = nullptr;
   ok(tr_share_alloc(64, &q));
   tr_share_ref qref;
   ok(tr_share_ref_of(kCpu, q, &qref));
   CHECK(std::string(qref.name) != ref.name);
+  tr_share_free(q);
+  tr_share_free(same);
+
+  // A segment whose name is gone is dropped when another is mapped; it cannot be mapped again.
+  char name[TR_PLAT_SHM_NAME_MAX];
+  snprintf(name, sizeof(name), "/tilerun-test-%lld", (long long)tr_plat_process_id());
+  void *raw = nullptr;
+  ok(tr_plat_shm_create(name, 256, &raw));
+  tr_share_ref gone{};
+  gone.kind = TR_SHARE_SHM;
+  snprintf(gone.name, sizeof(gone.name), "%s", name);
+  gone.size = 256;
   tr_share_maps_lock(maps);
-  ok(tr_share_map(maps, kCpu, &qref, 0, 64, &out));
-  CHECK(tr_share_maps_count(maps) == 1);
-  tr_share_ref gone = ref;
+  ok(tr_share_map(maps, kCpu, &gone, 0, 256, &out));
+  CHECK(tr_share_maps_count(maps) == 2);
+  tr_plat_shm_unlink(name);
+  ok(tr_share_map(maps, kCpu, &qref, 0, 64, &out));  // q's segment, kept by the allocator
+  CHECK(tr_share_maps_count(maps) == 2);              // the gone one dropped, q's added
   e = error_of(tr_share_map(maps, kCpu, &gone, 0, 4, &out));
   CHECK(e.find("IOError") == 0);
-  CHECK(e.find(ref.name) != std::string::npos);
+  CHECK(e.find(name) != std::string::npos);
   tr_share_maps_unlock(maps);
   tr_share_maps_destroy(&maps);
-  tr_share_free(q);
+  tr_plat_shm_unmap(raw, 256);
   tr_share_free(nullptr);
   int local = 0;
   tr_share_free(&local);  // not ours: ignored
@@ -102,9 +121,9 @@ TEST_CASE("memory tilerun cannot share is named, with the reason") {
   CHECK(e.find("ValueError: cpu memory at ") == 0);
   CHECK(e.find("is not from tilerun's shared-memory allocator (tr_share_alloc)") != std::string::npos);
   CHECK(ref.kind == TR_SHARE_NONE);
-  std::free(heap);
   e = error_of(tr_share_ref_of(DLDevice{kDLExtDev, 0}, heap, &ref));
   CHECK(e.find("DLPack device type 12 cannot be shared") != std::string::npos);
+  std::free(heap);
   void *p = nullptr;
   CHECK(error_of(tr_share_alloc(0, &p)) == "ValueError: shared memory: an allocation of 0 bytes");
 }

@@ -101,6 +101,7 @@ typedef struct row_data {
   size_t bytes[TR_SIG_MAX_INPUTS];
   int reusable[TR_SIG_MAX_INPUTS];
   DLTensor host_t[TR_SIG_MAX_INPUTS], dev_t[TR_SIG_MAX_INPUTS];
+  int shared; /* launch in another process: inputs in memory it can map */
 } row_data;
 
 /* The row's specs, params and check, on cpu (the roofline and the fills need no device). */
@@ -118,8 +119,10 @@ static tr_status *row_prepare(const tr_op_def *def, size_t row, row_data *d) {
 
 static void row_release(const tr_op_def *def, row_data *d) {
   for (size_t i = 0; i < d->n; i++) {
-    free(d->host[i]);
-    if (d->dev[i] != NULL) tr_intree_free(0, d->dev[i], d->bytes[i], d->reusable[i]);
+    if (d->shared) tr_free_shared(d->host[i]);
+    else free(d->host[i]);
+    if (d->dev[i] != NULL && d->shared) tr_cu_free((tr_cu_ptr)(uintptr_t)d->dev[i]);
+    else if (d->dev[i] != NULL) tr_intree_free(0, d->dev[i], d->bytes[i], d->reusable[i]);
   }
   if (d->settled_ok) tr_op_params_clear(def, d->settled);
 }
@@ -130,8 +133,11 @@ static tr_status *row_inputs(const tr_op_def *def, row_data *d, int cuda) {
     if (!d->has[i]) continue;
     int64_t numel = tr_tensor_spec_numel(&d->specs[i]);
     d->bytes[i] = (size_t)numel * tr_dtype_bytes(d->specs[i].dtype);
-    d->host[i] = malloc(d->bytes[i] + 1);
-    if (d->host[i] == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "inputs of %s: %zu bytes", tr_op_def_name(def), d->bytes[i]);
+    if (d->shared) { /* launch in another process: memory it can map */
+      TR_RETURN_IF_ERROR(tr_alloc_shared(d->bytes[i] + 1, &d->host[i]));
+    } else if ((d->host[i] = malloc(d->bytes[i] + 1)) == NULL) {
+      return TR_STATUS(TR_OUT_OF_MEMORY, "inputs of %s: %zu bytes", tr_op_def_name(def), d->bytes[i]);
+    }
     if (tr_dtype_is_floating(d->specs[i].dtype)) {
       fill_float(d->host[i], d->specs[i].dtype, numel);
     } else {
@@ -142,7 +148,13 @@ static tr_status *row_inputs(const tr_op_def *def, row_data *d, int cuda) {
     }
     d->host_t[i] = (DLTensor){d->host[i], {kDLCPU, 0}, d->specs[i].rank, d->specs[i].dtype, d->specs[i].shape, NULL, 0};
     if (!cuda) continue;
-    TR_RETURN_IF_ERROR(tr_intree_alloc(0, d->bytes[i], &d->dev[i], &d->reusable[i]));
+    if (d->shared) {
+      tr_cu_ptr p = 0;
+      TR_RETURN_IF_ERROR(tr_cu_alloc(d->bytes[i] ? d->bytes[i] : 1, &p));
+      d->dev[i] = (void *)(uintptr_t)p;
+    } else {
+      TR_RETURN_IF_ERROR(tr_intree_alloc(0, d->bytes[i], &d->dev[i], &d->reusable[i]));
+    }
     TR_RETURN_IF_ERROR(tr_cu_stream_sync(tr_cu_current_stream(0)));
     TR_RETURN_IF_ERROR(tr_cu_copy_to_device((tr_cu_ptr)(uintptr_t)d->dev[i], d->host[i], d->bytes[i]));
     d->dev_t[i] = d->host_t[i];
@@ -265,6 +277,7 @@ static int run_row(job *j, const tr_op_def *def, size_t row, double bytes, doubl
   double first_ms = 0, call_us = 0, err = 0;
   int ok = 1, checked = 0;
   tr_status *status = row_prepare(def, row, &d);
+  d.shared = tr_runtime_launch_remote(j->rt);
   if (status == NULL) status = row_inputs(def, &d, cuda);
   for (size_t i = 0; i < d.n; i++) inputs[i] = d.has[i] ? (cuda ? &d.dev_t[i] : &d.host_t[i]) : NULL;
   if (status == NULL) status = tr_op_new(j->rt, name, d.params, d.n_params, NULL, &op);

@@ -72,6 +72,17 @@ tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
 tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
                            DLTensor *const *outputs, size_t n_outputs) TR_MUST_USE;
 
+/* Launch in another process (a pipeline placing launch in a process, `tilerun serve launch`)
+ * reaches only memory it can map: cpu tensors whose data comes from tr_alloc_shared, cuda tensors
+ * in device allocations (cuMemAlloc / cudaMalloc, as PyTorch's allocator makes; not a
+ * stream-ordered pool's). Other memory is a ValueError naming the tensor. Outputs tilerun makes
+ * are made so. tr_runtime_launch_remote says whether this runtime launches that way. */
+int tr_runtime_launch_remote(const tr_runtime *runtime);
+/* `bytes` of zero-filled cpu memory another process can map (64-byte aligned); free it with
+ * tr_free_shared. Sets *out to NULL first. */
+tr_status *tr_alloc_shared(size_t bytes, void **out) TR_MUST_USE;
+void tr_free_shared(void *data);
+
 /* The op's settled target (a name or TR_BUILTIN), or NULL while none is settled. */
 const char *tr_op_target(const tr_op *op);
 /* How many kernels the op instance has built and keeps (its memo's entries). */

@@ -27,15 +27,17 @@ tr_status *tr_plat_shm_create(const char *name, size_t size, void **out) {
   char why[TR__PLAT_ERRTEXT_SIZE];
   int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return TR_STATUS(TR_IO, "cannot create shared memory '%s': %s", name, tr__plat_errtext(errno, why, sizeof(why)));
-  if (ftruncate(fd, (off_t)size) != 0) {
-    int err = errno;
+  /* the pages reserved now: a full /dev/shm is an error here, never a SIGBUS on first touch */
+  int err = posix_fallocate(fd, 0, (off_t)size);
+  if (err == EINVAL || err == EOPNOTSUPP) err = ftruncate(fd, (off_t)size) != 0 ? errno : 0;
+  if (err != 0) {
     close(fd);
     shm_unlink(name);
     return TR_STATUS(TR_IO, "cannot size shared memory '%s' to %zu bytes: %s", name, size,
                      tr__plat_errtext(err, why, sizeof(why)));
   }
   void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int err = errno;
+  err = errno;
   close(fd);
   if (p == MAP_FAILED) {
     shm_unlink(name);
