@@ -53,6 +53,36 @@ __device__ __forceinline__ void store_f32(T *p, const float (&in)[V]) {
   *reinterpret_cast<vec_t<T, V> *>(p) = r;
 }
 
+// Two floats as one 32-bit word of two 16-bit values (round to nearest even), the first in the low
+// half; for 32-bit types a word per float.
+template <class T> __device__ __forceinline__ unsigned pack2(float lo, float hi);
+template <> __device__ __forceinline__ unsigned pack2<bf16>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <> __device__ __forceinline__ unsigned pack2<f16>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// V floats stored as 16 bytes of T (V * sizeof(T) == 16) with one vector store, 16-bit types
+// converted two at a time.
+template <class T, int V>
+__device__ __forceinline__ void store16_f32(T *p, const float (&in)[V]) {
+  static_assert(V * sizeof(T) == 16 && (sizeof(T) == 2 || sizeof(T) == 4), "16 bytes of 16- or 32-bit values");
+  unsigned u[4];
+  if constexpr (sizeof(T) == 2) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) u[j] = pack2<T>(in[2 * j], in[2 * j + 1]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; j++) u[j] = __float_as_uint(in[j]);
+  }
+  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
+               : "memory");
+}
 #ifdef TR_N
 // Elements per 16-byte access when the row length allows it.
 template <class T> struct vec_width {

@@ -2,15 +2,21 @@
 // implementations chosen by the build (TR_IMPL_WARP or TR_IMPL_LOOPED):
 //   warp:   a warp per row, the row held in registers (TR_N <= 1024), TR_BLOCK / 32 rows per
 //           block;
-//   looped: a block per row for any TR_N: one pass reads the row for its statistics, a second
-//           reads it again (from L2, where the first pass left it) to write y. Few registers, so
-//           many rows are in flight per SM. Built twice: about four 16-byte vectors per thread
-//           (bandwidth, for many rows) and one or two (latency, for a few rows: then the row is
-//           held in registers and read once); the launch picks by the row count.
-// Statistics in float32. In the warp kernel LayerNorm's come from the sums of d = x - x[0] and
-// d * d in one reduction: shifting by a value of the row keeps the variance exact where the mean
-// is large against the spread. TR_HAS_W / TR_HAS_B say whether weight and bias are given.
+//   looped: a block per row for any TR_N. A row of at most four 16-byte vectors per thread is
+//           held in registers as loaded (16-bit rows packed: half the registers of their
+//           floats), read once, with one reduction of both sums; longer rows are read once for
+//           the statistics and again (from L2) to write y. Built twice: about four vectors per
+//           thread with weight and bias read after the reduction and the registers capped by
+//           TR_MINB blocks per SM (bandwidth, for many rows), and one or two vectors per thread
+//           with weight and bias loaded with x (latency, for fewer rows than SMs); the launch
+//           picks by the row count.
+// Statistics in float32. LayerNorm's come from the sums of d = x - x[0] and d * d in one
+// reduction: shifting by a value of the row keeps the variance exact where the mean is large
+// against the spread. TR_HAS_W / TR_HAS_B say whether weight and bias are given.
 // Entry: tr_norm(const T *x, const T *w, const T *b, T *y, i64 rows, float eps).
+#ifndef TR_MINB
+#define TR_MINB 1
+#endif
 typedef TR_T T;
 
 // Sums over `threads` threads (a warp, or the whole block); `scratch` holds 64 floats.
@@ -72,18 +78,126 @@ __device__ __forceinline__ void write(const vec_t<T, V> &r, const T *w, const T 
   store_f32<T, V>(y + (i64)i * V, v);
 }
 
-// One row held in the registers of THREADS threads (a warp, or the block), tid in 0..THREADS-1:
-// x, weight and bias are all loaded before the one reduction, so a short row costs one memory
-// latency.
-template <int THREADS, int V>
-__device__ __forceinline__ void norm_row_regs(const T *x, const T *w, const T *b, T *y, float eps, int tid,
-                                              float *scratch) {
+// 16 bytes as four words: x; weight and bias with x (read-only path), or after the reduction in
+// order with the stores ("memory": one vector's weight and bias live at a time, so the register
+// cap holds without spilling).
+struct w4 {
+  unsigned u[4];
+};
+__device__ __forceinline__ w4 load_x(const void *p) {
+  w4 r;
+  asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ w4 load_ro(const void *p) {
+  w4 r;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ w4 load_in_order(const void *p) {
+  w4 r;
+  asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(p) : "memory");
+  return r;
+}
+template <int V>
+__device__ __forceinline__ void w4_f32(const w4 &w, float (&out)[V]) {
+  union {
+    w4 w;
+    vec_t<T, V> v;
+  } u;
+  u.w = w;
+  to_f32<T, V>(u.v, out);
+}
+
+// One row held in the registers of TR_BLOCK threads, PER 16-byte vectors each (V elements), read
+// once; one reduction of both sums. EARLY: weight and bias loaded with x (one memory latency for
+// a short row), else after the reduction. `zero` is 0, from a kernel argument: XOR-ing the held
+// words with it keeps them packed across the reduction (unpacked early, they would be kept as
+// floats: twice the registers).
+template <int V, int PER, bool EARLY>
+__device__ __forceinline__ void norm_row_held(const T *x, const T *w, const T *b, T *y, float eps, float *scratch,
+                                              unsigned zero) {
+  static_assert(V * sizeof(T) == 16, "16-byte vectors");
   constexpr int NV = TR_N / V;
-  constexpr int PER = (NV + THREADS - 1) / THREADS;
+  constexpr bool FULL = NV % TR_BLOCK == 0;
+  const int tid = threadIdx.x;
+  w4 xr[PER], wr[EARLY ? PER : 1], br[EARLY ? PER : 1];
+#pragma unroll
+  for (int p = 0; p < PER; p++) {
+    const int i = tid + p * TR_BLOCK;
+    if (FULL || i < NV) {
+      xr[p] = load_x(x + (i64)i * V);
+      if (EARLY && TR_HAS_W) wr[p] = load_ro(w + (i64)i * V);
+      if (EARLY && TR_HAS_B) br[p] = load_ro(b + (i64)i * V);
+    }
+  }
+  const float shift = TR_RMS ? 0.f : to_f32(x[0]);
+  float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+  for (int p = 0; p < PER; p++) {
+    if (FULL || tid + p * TR_BLOCK < NV) {
+      float v[V];
+      w4_f32<V>(xr[p], v);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        const float d = v[k] - shift;
+        s1 += d;
+        s2 += d * d;
+      }
+    }
+  }
+  s1 = warp_sum(s1); /* then across the warps: scratch is used once per block, one barrier */
+  s2 = warp_sum(s2);
+  if (TR_BLOCK > 32) {
+    const int lane = tid & 31, warp = tid >> 5;
+    if (lane == 0) {
+      scratch[warp] = s1;
+      scratch[32 + warp] = s2;
+    }
+    __syncthreads();
+    s1 = lane < TR_BLOCK / 32 ? scratch[lane] : 0.f;
+    s2 = lane < TR_BLOCK / 32 ? scratch[32 + lane] : 0.f;
+    s1 = warp_sum(s1);
+    s2 = warp_sum(s2);
+  }
+#pragma unroll
+  for (int p = 0; p < PER; p++) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) asm volatile("xor.b32 %0, %0, %1;" : "+r"(xr[p].u[j]) : "r"(zero));
+  }
+  float mean, rstd;
+  stats(s1, s2, shift, eps, mean, rstd);
+#pragma unroll
+  for (int p = 0; p < PER; p++) {
+    const int i = tid + p * TR_BLOCK;
+    if (!FULL && i >= NV) continue;
+    float v[V], wv[V], bv[V];
+    w4_f32<V>(xr[p], v);
+    if (TR_HAS_W) w4_f32<V>(EARLY ? wr[p] : load_in_order(w + (i64)i * V), wv);
+    if (TR_HAS_B) w4_f32<V>(EARLY ? br[p] : load_in_order(b + (i64)i * V), bv);
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      float o = (v[k] - mean) * rstd;
+      if (TR_HAS_W) o *= wv[k];
+      if (TR_HAS_B) o += bv[k];
+      v[k] = o;
+    }
+    store16_f32<T, V>(y + (i64)i * V, v);
+  }
+}
+
+// The warp kernel's row (TR_N <= 1024), in the registers of one warp.
+template <int V>
+__device__ __forceinline__ void norm_row_warp(const T *x, const T *w, const T *b, T *y, float eps, int lane) {
+  constexpr int NV = TR_N / V;
+  constexpr int PER = (NV + 31) / 32;
   vec_t<T, V> xr[PER], wr[PER], br[PER];
 #pragma unroll
   for (int p = 0; p < PER; p++) {
-    const int i = tid + p * THREADS;
+    const int i = lane + p * 32;
     if (i < NV) {
       xr[p] = reinterpret_cast<const vec_t<T, V> *>(x)[i];
       if (TR_HAS_W) wr[p] = reinterpret_cast<const vec_t<T, V> *>(w)[i];
@@ -94,14 +208,15 @@ __device__ __forceinline__ void norm_row_regs(const T *x, const T *w, const T *b
   float s1 = 0.f, s2 = 0.f;
 #pragma unroll
   for (int p = 0; p < PER; p++) {
-    if (tid + p * THREADS < NV) accumulate<V>(xr[p], shift, s1, s2);
+    if (lane + p * 32 < NV) accumulate<V>(xr[p], shift, s1, s2);
   }
-  group_sum2(s1, s2, THREADS, scratch);
+  s1 = warp_sum(s1);
+  s2 = warp_sum(s2);
   float mean, rstd;
   stats(s1, s2, shift, eps, mean, rstd);
 #pragma unroll
   for (int p = 0; p < PER; p++) {
-    const int i = tid + p * THREADS;
+    const int i = lane + p * 32;
     if (i >= NV) continue;
     float v[V], wv[V], bv[V];
     to_f32<T, V>(xr[p], v);
@@ -192,8 +307,9 @@ __device__ __forceinline__ void norm_row_looped(const T *x, const T *w, const T 
   for (int i = tid; i < NV; i += TR_BLOCK) write<V>(xv[i], w, b, y, i, mean, rstd);
 }
 
-extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_norm(const T *x, const T *w, const T *b, T *y, i64 rows,
-                                                               float eps) {
+extern "C" __global__ void __launch_bounds__(TR_BLOCK, TR_MINB)
+    tr_norm(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b, T *__restrict__ y, i64 rows,
+            float eps) {
   constexpr int V = vec_width<T>::value;
   const bool vec = V > 1 && aligned16(x) && aligned16(y) && (!TR_HAS_W || aligned16(w)) && (!TR_HAS_B || aligned16(b));
 #if defined(TR_IMPL_WARP)
@@ -201,16 +317,20 @@ extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_norm(const T *x, const
   if (row >= rows) return;
   const int lane = threadIdx.x & 31;
   const i64 off = row * (i64)TR_N;
-  if (vec) norm_row_regs<32, V>(x + off, w, b, y + off, eps, lane, nullptr);
-  else norm_row_regs<32, 1>(x + off, w, b, y + off, eps, lane, nullptr);
+  if (vec) norm_row_warp<V>(x + off, w, b, y + off, eps, lane);
+  else norm_row_warp<1>(x + off, w, b, y + off, eps, lane);
 #else
   __shared__ float scratch[64];
   const i64 row = (i64)blockIdx.x + (i64)blockIdx.y * gridDim.x;
   if (row >= rows) return;
   const i64 off = row * (i64)TR_N;
-  if (V > 1 && TR_N / V <= 2 * TR_BLOCK) {  // the wide build: few vectors per thread, held
-    if (vec) norm_row_regs<TR_BLOCK, V>(x + off, w, b, y + off, eps, threadIdx.x, scratch);
-    else norm_row_looped<1>(x + off, w, b, y + off, eps, scratch);
+  /* the held kernels take 16-byte vectors (VH elements); rows that allow them have V == VH */
+  constexpr int VH = 16 / sizeof(T), NV = TR_N / VH, PER = (NV + TR_BLOCK - 1) / TR_BLOCK;
+  const unsigned zero = (unsigned)((unsigned long long)rows >> 63); /* rows >= 0 */
+  if (V == VH && PER >= 1 && PER <= 2 && vec) { /* the wide build (few rows): weight and bias with x */
+    norm_row_held<VH, (PER >= 1 && PER <= 2) ? PER : 1, true>(x + off, w, b, y + off, eps, scratch, zero);
+  } else if (V == VH && PER <= 4 && vec) {
+    norm_row_held<VH, (PER >= 1 && PER <= 4) ? PER : 1, false>(x + off, w, b, y + off, eps, scratch, zero);
   } else if (vec) {
     norm_row_looped<V>(x + off, w, b, y + off, eps, scratch);
   } else {
