@@ -223,6 +223,12 @@ tr_status *tr_cu_module_load(const void *image, const char *name, const char *en
   return NULL;
 }
 
+int tr_cu_module_entry(tr_cu_module module, const char *entry, tr_cu_function *out) {
+  *out = NULL;
+  if (g.module_function(out, module, entry) != 0) *out = NULL;
+  return *out != NULL;
+}
+
 tr_status *tr_cu_function_set_smem(tr_cu_function function, int bytes) {
   int rc = g.func_attr(function, kFuncAttrMaxDynamicSmem, bytes);
   if (rc != 0) return cu_error(rc, "raising a kernel's dynamic shared memory%s", "");

@@ -38,6 +38,8 @@ void tr_cu_restore_context(tr_cu_ctx ctx, tr_cu_ctx previous);
 /* Loads a cubin into the current context and finds its entry. */
 tr_status *tr_cu_module_load(const void *image, const char *name, const char *entry,
                              tr_cu_module *module, tr_cu_function *function) TR_MUST_USE;
+/* Another entry of a loaded module: 1 and *out when the module has `entry`, else 0 (*out NULL). */
+int tr_cu_module_entry(tr_cu_module module, const char *entry, tr_cu_function *out);
 /* Raises a function's dynamic shared memory limit (bytes above 48 KiB need it). */
 tr_status *tr_cu_function_set_smem(tr_cu_function function, int bytes) TR_MUST_USE;
 

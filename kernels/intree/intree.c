@@ -390,6 +390,7 @@ typedef struct module_entry {
   uint64_t key[2];
   tr_cu_module module;
   tr_cu_function function;
+  tr_cu_function any; /* norms: the entry for pointers of any alignment ("<entry>_any"), else NULL */
   struct module_entry *next;
 } module_entry;
 
@@ -428,8 +429,9 @@ static tr_status *build_artifact(const char *arch, const tr_intree_source *src, 
   return NULL;
 }
 
-/* An artifact's function on device `index` (its context current), loaded once per device. */
-static tr_status *load_function(int32_t index, const tr_artifact *art, tr_cu_function *out) {
+/* An artifact's function on device `index` (its context current), loaded once per device, and its
+ * "<entry>_any" function when it has one (`any` may be NULL). */
+static tr_status *load_function(int32_t index, const tr_artifact *art, tr_cu_function *out, tr_cu_function *any) {
   tr_plat_mutex_lock(&g.lock);
   tr_status *status = NULL;
   module_entry *m = g.modules;
@@ -439,6 +441,9 @@ static tr_status *load_function(int32_t index, const tr_artifact *art, tr_cu_fun
     if (m == NULL) status = TR_STATUS(TR_OUT_OF_MEMORY, "a module entry for kernel '%s'", art->name);
     if (status == NULL) status = tr_cu_module_load(art->cubin, art->name, art->entry, &m->module, &m->function);
     if (status == NULL) {
+      char entry[80];
+      snprintf(entry, sizeof(entry), "%s_any", art->entry);
+      tr_cu_module_entry(m->module, entry, &m->any);
       m->index = index;
       m->key[0] = art->key[0];
       m->key[1] = art->key[1];
@@ -451,6 +456,7 @@ static tr_status *load_function(int32_t index, const tr_artifact *art, tr_cu_fun
     }
   }
   if (m != NULL) *out = m->function;
+  if (m != NULL && any != NULL) *any = m->any;
   tr_plat_mutex_unlock(&g.lock);
   return status;
 }
@@ -458,7 +464,7 @@ static tr_status *load_function(int32_t index, const tr_artifact *art, tr_cu_fun
 static tr_status *function_for(int32_t index, const char *arch, const tr_intree_source *src, tr_cu_function *out) {
   tr_artifact art;
   TR_RETURN_IF_ERROR(build_artifact(arch, src, &art));
-  tr_status *status = load_function(index, &art, out);
+  tr_status *status = load_function(index, &art, out, NULL);
   tr_artifact_clear(&art);
   return status;
 }
@@ -493,6 +499,7 @@ typedef struct intree_kernel {
   int32_t index;
   uint32_t block;
   tr_cu_function wide_function; /* looped norms: the build for few rows (NULL: none) */
+  tr_cu_function function_any, wide_function_any; /* norms: for pointers not 16-byte aligned */
   uint32_t wide_threads;
   int32_t sm_count;
   int64_t row, inner;
@@ -534,12 +541,15 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
       int64_t rows = numel(in[0]) / k->row;
       float eps = k->eps;
       void *args[] = {&x, &w, &b, &y, &rows, &eps};
+      /* tr_norm takes 16-byte aligned pointers only; tr_norm_any any */
+      int aligned = (((uintptr_t)x | (uintptr_t)w | (uintptr_t)b | (uintptr_t)y) & 15) == 0;
       if (k->info->kind == IMPL_WARP) {
-        status = launch_rows(k, k->function, rows, k->block / 32, k->block, stream, args);
+        status = launch_rows(k, aligned ? k->function : k->function_any, rows, k->block / 32, k->block, stream, args);
       } else { /* few rows: the wide build (latency); many: the narrow one (bandwidth) */
         int wide = rows < k->sm_count && k->wide_function != NULL;
-        status = launch_rows(k, wide ? k->wide_function : k->function, rows, 1, wide ? k->wide_threads : k->block,
-                             stream, args);
+        tr_cu_function f = wide ? (aligned ? k->wide_function : k->wide_function_any)
+                                : (aligned ? k->function : k->function_any);
+        status = launch_rows(k, f, rows, 1, wide ? k->wide_threads : k->block, stream, args);
       }
       break;
     }
@@ -667,8 +677,13 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
   atomic_store(&g.contexts[index], ctx);
   tr_cu_function f = NULL, wide = NULL;
-  tr_status *status = load_function(index, &arts[0], &f);
-  if (status == NULL && n > 1) status = load_function(index, &arts[1], &wide);
+  tr_cu_function f_any = NULL, wide_any = NULL;
+  tr_status *status = load_function(index, &arts[0], &f, &f_any);
+  if (status == NULL && n > 1) status = load_function(index, &arts[1], &wide, &wide_any);
+  const impl_info *info = self->ctx;
+  if (status == NULL && (info->fam == FAM_RMS || info->fam == FAM_LAYER) && (f_any == NULL || (n > 1 && wide_any == NULL))) {
+    status = TR_STATUS(TR_BACKEND, "kernel '%s' has no entry '%s_any' for unaligned tensors", arts[0].name, arts[0].entry);
+  }
   if (status == NULL) status = ensure_copies(index, arch);
   tr_cu_restore_context(ctx, previous);
   TR_RETURN_IF_ERROR(status);
@@ -683,6 +698,8 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   k->sm_count = call->facts.sm_count > 0 ? call->facts.sm_count : 1;
   if (k->info->fam != FAM_ADD) k->row = tr_call_spec_int(call, "row");
   k->wide_function = wide;
+  k->function_any = f_any;
+  k->wide_function_any = wide_any;
   k->wide_threads = src.wide_block;
   if (k->info->fam == FAM_SOFTMAX) k->inner = tr_call_spec_int(call, "inner");
   if (k->info->fam == FAM_RMS || k->info->fam == FAM_LAYER) k->eps = (float)tr_call_spec_float(call, "eps");

@@ -67,9 +67,9 @@ template <> __device__ __forceinline__ unsigned pack2<f16>(float lo, float hi) {
   return r;
 }
 
-// V floats stored as 16 bytes of T (V * sizeof(T) == 16) with one vector store, 16-bit types
-// converted two at a time.
-template <class T, int V>
+// V floats stored as 16 bytes of T (V * sizeof(T) == 16) with one vector store (STREAM:
+// st.global.cs), 16-bit types converted two at a time.
+template <class T, int V, bool STREAM = false>
 __device__ __forceinline__ void store16_f32(T *p, const float (&in)[V]) {
   static_assert(V * sizeof(T) == 16 && (sizeof(T) == 2 || sizeof(T) == 4), "16 bytes of 16- or 32-bit values");
   unsigned u[4];
@@ -80,9 +80,42 @@ __device__ __forceinline__ void store16_f32(T *p, const float (&in)[V]) {
 #pragma unroll
     for (int j = 0; j < 4; j++) u[j] = __float_as_uint(in[j]);
   }
-  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
-               : "memory");
+  if constexpr (STREAM) { /* evict first: written once, not read again by this kernel */
+    asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
+                 : "memory");
+  } else {
+    asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
+                 : "memory");
+  }
 }
+template <class A, class B> struct same_type { static constexpr bool value = false; };
+template <class A> struct same_type<A, A> { static constexpr bool value = true; };
+
+// Four 32-bit words (16 bytes of T) as V floats: bf16 by shifts and masks, f16 by conversions,
+// float as is.
+template <class T, int V>
+__device__ __forceinline__ void words_f32(const unsigned (&u)[4], float (&out)[V]) {
+  static_assert(V * sizeof(T) == 16, "16 bytes");
+  if constexpr (same_type<T, bf16>::value) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      out[2 * j] = __uint_as_float(u[j] << 16);
+      out[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+    }
+  } else if constexpr (same_type<T, f16>::value) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      unsigned short lo, hi;
+      asm("mov.b32 {%0, %1}, %2;" : "=h"(lo), "=h"(hi) : "r"(u[j]));
+      asm("cvt.f32.f16 %0, %1;" : "=f"(out[2 * j]) : "h"(lo));
+      asm("cvt.f32.f16 %0, %1;" : "=f"(out[2 * j + 1]) : "h"(hi));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; j++) out[j] = __uint_as_float(u[j]);
+  }
+}
+
 #ifdef TR_N
 // Elements per 16-byte access when the row length allows it.
 template <class T> struct vec_width {

@@ -17,7 +17,9 @@ Each case checks:
   call    tr_op_call (plain Op(...)), outputs allocated by tilerun, returned as torch tensors;
   strided the same inputs as non-contiguous views (x[:, ::2] of a wider tensor; a
           transposed-then-transposed-back, i.e. column-major, copy; 1-D params as w[::2]) give
-          bit-for-bit the result of the contiguous inputs.
+          bit-for-bit the result of the contiguous inputs;
+  unaligned contiguous inputs and output whose data starts one element past a 16-byte boundary
+          (the kernels' entries for any alignment), within tolerance of the reference.
 Results are compared with torch's function computed in float64 on the float64-cast inputs, then
 cast to the output dtype: |got - ref| <= atol + rtol * |ref| elementwise, with
   float32 rtol = atol = 1e-5;  bfloat16 rtol = atol = 1.6e-2;  float16 rtol = atol = 2e-3;
@@ -222,6 +224,15 @@ class Runner:
             return wide[..., ::2]
         return t.t().contiguous().t()  # column-major: the transpose of a contiguous transpose
 
+    def unaligned(self, t):
+        """A contiguous copy of t whose data is one element past a 16-byte boundary."""
+        if t is None:
+            return None
+        buf = self.torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+        u = buf[1:].view(t.shape)
+        u.copy_(t)
+        return u
+
     def sync(self):
         if self.args.sync and self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
@@ -283,6 +294,18 @@ class Runner:
                                         % (how, "; " + p if p else " (within tolerance)"))
                 except Exception as e:
                     problems.append("strided(%s): %s: %s" % (how, type(e).__name__, e))
+        # unaligned: the same values, data one element past a 16-byte boundary
+        try:
+            views = [self.unaligned(t) for t in inputs]
+            got = self.unaligned(torch.empty_like(out))
+            got.fill_(float("nan") if ref.dtype.is_floating_point else SENTINEL_INT)
+            op.call_into(views, [got])
+            self.sync()
+            p = self.compare("unaligned", got, ref, case)
+            if p:
+                problems.append(p)
+        except Exception as e:
+            problems.append("unaligned: %s: %s" % (type(e).__name__, e))
         return problems
 
 
