@@ -185,11 +185,15 @@ __device__ __forceinline__ void norm_row_held(const T *x, const T *w, const T *b
     w4_f32<V>(xr[p], v);
     if (TR_HAS_W) w4_f32<V>(wq, wv);
     if (TR_HAS_B) w4_f32<V>(bq, bv);
+    /* 16-bit outputs: (v - mean) * rstd as one fma, v * rstd - mean * rstd (its rounding is far
+     * below the output's); float32 keeps the subtraction first */
+    const float nmr = -mean * rstd;
 #pragma unroll
     for (int k = 0; k < V; k++) {
-      float o = (v[k] - mean) * rstd;
-      if (TR_HAS_W) o *= wv[k];
-      if (TR_HAS_B) o += bv[k];
+      float o = sizeof(T) == 2 ? fmaf(v[k], rstd, nmr) : (v[k] - mean) * rstd;
+      if (TR_HAS_W && TR_HAS_B) o = fmaf(o, wv[k], bv[k]);
+      else if (TR_HAS_W) o *= wv[k];
+      else if (TR_HAS_B) o += bv[k];
       v[k] = o;
     }
     store16_f32<T, V, !EARLY>(y + (i64)i * V, v);
