@@ -17,6 +17,7 @@
 
 #include "kernels/intree/intree.h"
 #include "platform/platform.h"
+#include "runtime/cuda_testing.h"
 #include "runtime/runtime_testing.h"
 
 namespace {
@@ -25,35 +26,6 @@ using namespace tr_test;
 
 tr_runtime *cuda_runtime() { return runtime_without_backends(); }
 std::vector<float> values(size_t n, unsigned seed) { return random_values(n, seed); }
-
-// A float32 tensor on cuda:0 with host-chosen values.
-struct CudaTensor {
-  std::vector<int64_t> shape, strides;
-  float *dev = nullptr;
-  size_t n = 0;
-  DLTensor t{};
-  CudaTensor(std::vector<int64_t> s, const std::vector<float> &values) : shape(std::move(s)) {
-    n = values.size();
-    REQUIRE(cudaMalloc(&dev, n * sizeof(float)) == cudaSuccess);
-    REQUIRE(cudaMemcpy(dev, values.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
-    t.data = dev;
-    t.device = {kDLCUDA, 0};
-    t.ndim = (int32_t)shape.size();
-    t.dtype = TR_FLOAT32;
-    t.shape = shape.data();
-  }
-  ~CudaTensor() { cudaFree(dev); }
-};
-
-std::vector<float> host(const DLTensor &t) {
-  int64_t n = 1;
-  for (int32_t d = 0; d < t.ndim; d++) n *= t.shape[d];
-  std::vector<float> out((size_t)n);
-  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  REQUIRE(cudaMemcpy(out.data(), (char *)t.data + t.byte_offset, out.size() * sizeof(float), cudaMemcpyDeviceToHost) ==
-          cudaSuccess);
-  return out;
-}
 
 void near(const std::vector<float> &got, const std::vector<double> &want, double tol) {
   REQUIRE(got.size() == want.size());

@@ -78,13 +78,14 @@ inline tr_runtime *runtime_with_builtin(const char *name, tr_backend_init_fn ini
 }
 
 // A runtime over the shipped manifest with no backend at all (cuda calls go to the in-tree
-// kernels).
-inline tr_runtime *runtime_without_backends() {
+// kernels), its components placed by `pipeline_file` (NULL: $TILERUN_PIPELINE; "": inline).
+inline tr_runtime *runtime_without_backends(const char *pipeline_file = nullptr) {
   const char *no_dirs[] = {"/nonexistent"};
   tr_runtime_options o{};
   o.manifest_dir = "manifest/spec";
   o.backend_dirs = no_dirs;
   o.n_backend_dirs = 1;
+  o.pipeline_file = pipeline_file;
   tr_runtime *rt = nullptr;
   ok(tr_runtime_new(&o, &rt));
   return rt;

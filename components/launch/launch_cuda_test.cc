@@ -11,54 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "components/pipeline/pipeline_testing.h"
 #include "platform/platform.h"
+#include "runtime/cuda_testing.h"
 #include "runtime/runtime_testing.h"
 #include "sharing/sharing.h"
 
 using namespace tr_test;
-
-namespace {
-
-struct CudaTensor {
-  std::vector<int64_t> shape;
-  float *dev = nullptr;
-  DLTensor t{};
-  CudaTensor(std::vector<int64_t> s, const std::vector<float> &values, bool pooled = false) : shape(std::move(s)) {
-    if (pooled) {
-      REQUIRE(cudaMallocAsync(&dev, values.size() * sizeof(float), 0) == cudaSuccess);
-    } else {
-      REQUIRE(cudaMalloc(&dev, values.size() * sizeof(float)) == cudaSuccess);
-    }
-    REQUIRE(cudaMemcpy(dev, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
-    t.data = dev;
-    t.device = {kDLCUDA, 0};
-    t.ndim = (int32_t)shape.size();
-    t.dtype = TR_FLOAT32;
-    t.shape = shape.data();
-  }
-  ~CudaTensor() { cudaFree(dev); }
-};
-
-std::vector<float> host(const DLTensor &t, size_t n) {
-  std::vector<float> out(n);
-  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  REQUIRE(cudaMemcpy(out.data(), t.data, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
-  return out;
-}
-
-tr_runtime *runtime_with_pipeline(const char *file) {
-  const char *no_dirs[] = {"/nonexistent"};
-  tr_runtime_options o{};
-  o.manifest_dir = "manifest/spec";
-  o.backend_dirs = no_dirs;
-  o.n_backend_dirs = 1;
-  o.pipeline_file = file;
-  tr_runtime *rt = nullptr;
-  ok(tr_runtime_new(&o, &rt));
-  return rt;
-}
-
-}  // namespace
 
 TEST_CASE("a cuda device allocation is named by its IPC handle and its offset") {
   std::vector<float> v(64, 1.0f);
@@ -81,11 +40,11 @@ TEST_CASE("launch in another process on cuda tensors (CUDA IPC) equals launch in
   const size_t n = (size_t)(rows * row);
 
   // In process: the reference.
-  tr_runtime *local = runtime_with_pipeline("");
+  tr_runtime *local = runtime_without_backends("");
   tr_op *op = rms_op(local, row);
   DLManagedTensor *out[1] = {nullptr};
   ok(tr_op_call(op, in, 2, out, 1));
-  std::vector<float> want = host(out[0]->dl_tensor, n);
+  std::vector<float> want = host(out[0]->dl_tensor);
   out[0]->deleter(out[0]);
   CHECK(mismatches(want, rms_ref(xv, wv, (size_t)row), 0, 1e-5) == 0);
 
@@ -99,19 +58,13 @@ TEST_CASE("launch in another process on cuda tensors (CUDA IPC) equals launch in
                         "manifest/spec", nullptr};
   tr_plat_process *server = nullptr;
   ok(tr_plat_process_spawn(argv, &server));
-  tr_runtime *rt = runtime_with_pipeline(file.c_str());
+  tr_runtime *rt = runtime_without_backends(file.c_str());
   tr_op *remote = rms_op(rt, row);
-  tr_status *s = nullptr;
-  for (int tries = 0; tries < 100; tries++) {  // the server may still be starting
-    tr_status_destroy(&s);
-    s = tr_op_call(remote, in, 2, out, 1);
-    if (s == nullptr || std::string(tr_status_message(s)).find("did not answer") == std::string::npos) break;
-  }
-  ok(s);
+  ok(when_served([&] { return tr_op_call(remote, in, 2, out, 1); }));
   REQUIRE(out[0] != nullptr);
   tr_share_ref ref;
   ok(tr_share_ref_of(out[0]->dl_tensor.device, out[0]->dl_tensor.data, &ref));  // shareable, as made
-  std::vector<float> got = host(out[0]->dl_tensor, n);
+  std::vector<float> got = host(out[0]->dl_tensor);
   out[0]->deleter(out[0]);
   CHECK(got == want);  // the same kernel on the same bytes
 
@@ -119,7 +72,7 @@ TEST_CASE("launch in another process on cuda tensors (CUDA IPC) equals launch in
   std::vector<float> x2 = random_values(n, 9);
   REQUIRE(cudaMemcpy(x.dev, x2.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
   ok(tr_op_call(remote, in, 2, out, 1));
-  got = host(out[0]->dl_tensor, n);
+  got = host(out[0]->dl_tensor);
   out[0]->deleter(out[0]);
   CHECK(mismatches(got, rms_ref(x2, wv, (size_t)row), 0, 1e-5) == 0);
 

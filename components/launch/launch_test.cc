@@ -408,13 +408,7 @@ TEST_CASE("the runtime launches through the launch component placed in a thread 
     SharedTensor a({2, 3}, 1.0f), b({2, 3}, 10.0f);
     DLTensor *in[] = {&a.t, &b.t};
     DLManagedTensor *out[1] = {nullptr};
-    tr_status *s = nullptr;
-    for (int tries = 0; tries < 100; tries++) {  // the server may still be starting
-      tr_status_destroy(&s);
-      s = tr_op_call(add, in, 2, out, 1);
-      if (s == nullptr || std::string(tr_status_message(s)).find("did not answer") == std::string::npos) break;
-    }
-    ok(s);
+    ok(when_served([&] { return tr_op_call(add, in, 2, out, 1); }));
     REQUIRE(out[0] != nullptr);
     const float *c = static_cast<const float *>(out[0]->dl_tensor.data);
     if (process) CHECK(tr_share_owns(c));  // made where the launch process can write it

@@ -28,6 +28,19 @@ inline const char *where_name(Where w) {
 
 inline std::vector<Where> every_placement() { return {Where::kInline, Where::kThread, Where::kIpc, Where::kTcp}; }
 
+// Calls `call` (returning a status) until a served component answers, or 100 tries: the server
+// may still be starting. Returns the last status.
+template <class F>
+tr_status *when_served(F call) {
+  tr_status *s = nullptr;
+  for (int tries = 0; tries < 100; tries++) {
+    tr_status_destroy(&s);
+    s = call();
+    if (s == nullptr || std::string(tr_status_message(s)).find("did not answer") == std::string::npos) break;
+  }
+  return s;
+}
+
 // One component placed somewhere; `call` sends a request's bytes through the pipeline.
 struct Placed {
   tr_pipeline *pipeline = nullptr;

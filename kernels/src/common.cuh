@@ -150,22 +150,22 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
   return warp_sum(v);
 }
 // Two sums over the block at once (one exchange through `scratch`, which holds 64 floats).
-template <int BLOCK>
+// FRESH: nothing read `scratch` before in this block (no barrier first); ONLY_B: `a` is not
+// wanted (left as the thread's own).
+template <int BLOCK, bool FRESH = false, bool ONLY_B = false>
 __device__ __forceinline__ void block_sum2(float &a, float &b, float *scratch) {
-  a = warp_sum(a);
+  if (!ONLY_B) a = warp_sum(a);
   b = warp_sum(b);
   if (BLOCK <= 32) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
+  if (!FRESH) __syncthreads();
   if (lane == 0) {
     scratch[warp] = a;
     scratch[32 + warp] = b;
   }
   __syncthreads();
-  a = lane < BLOCK / 32 ? scratch[lane] : 0.f;
-  b = lane < BLOCK / 32 ? scratch[32 + lane] : 0.f;
-  a = warp_sum(a);
-  b = warp_sum(b);
+  if (!ONLY_B) a = warp_sum(lane < BLOCK / 32 ? scratch[lane] : 0.f);
+  b = warp_sum(lane < BLOCK / 32 ? scratch[32 + lane] : 0.f);
 }
 
 template <int BLOCK>

@@ -20,24 +20,6 @@
 #endif
 typedef TR_T T;
 
-// Sums over `threads` threads (a warp, or the whole block); `scratch` holds 64 floats.
-__device__ __forceinline__ void group_sum2(float &a, float &b, int threads, float *scratch) {
-  a = warp_sum(a);
-  b = warp_sum(b);
-  if (threads <= 32) return;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = threads >> 5;
-  __syncthreads();
-  if (lane == 0) {
-    scratch[warp] = a;
-    scratch[32 + warp] = b;
-  }
-  __syncthreads();
-  a = lane < warps ? scratch[lane] : 0.f;
-  b = lane < warps ? scratch[32 + lane] : 0.f;
-  a = warp_sum(a);
-  b = warp_sum(b);
-}
-
 // mean and rstd from the shifted sums.
 __device__ __forceinline__ void stats(float s1, float s2, float shift, float eps, float &mean, float &rstd) {
   if (TR_RMS) {
@@ -153,20 +135,7 @@ __device__ __forceinline__ void norm_row_held(const T *x, const T *w, const T *b
       }
     }
   }
-  if (!TR_RMS) s1 = warp_sum(s1); /* then across the warps: scratch is used once per block, one barrier */
-  s2 = warp_sum(s2);
-  if (TR_BLOCK > 32) {
-    const int lane = tid & 31, warp = tid >> 5;
-    if (lane == 0) {
-      scratch[warp] = s1;
-      scratch[32 + warp] = s2;
-    }
-    __syncthreads();
-    s1 = lane < TR_BLOCK / 32 ? scratch[lane] : 0.f;
-    s2 = lane < TR_BLOCK / 32 ? scratch[32 + lane] : 0.f;
-    if (!TR_RMS) s1 = warp_sum(s1);
-    s2 = warp_sum(s2);
-  }
+  block_sum2<TR_BLOCK, true, TR_RMS>(s1, s2, scratch); /* scratch's first use: one barrier */
 #pragma unroll
   for (int p = 0; p < PER; p++) {
 #pragma unroll
