@@ -115,7 +115,7 @@ TEST_CASE("shared memory: allocated, named by reference, mapped elsewhere, freed
 }
 
 TEST_CASE("memory tilerun cannot share is named, with the reason") {
-  void *heap = std::malloc(64);
+  void *heap = std::calloc(1, 64);
   tr_share_ref ref;
   std::string e = error_of(tr_share_ref_of(kCpu, heap, &ref));
   CHECK(e.find("ValueError: cpu memory at ") == 0);
