@@ -92,6 +92,22 @@ __device__ __forceinline__ w4 load_in_order(const void *p) {
                : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(p) : "memory");
   return r;
 }
+// x[0] as a float, with an ordered read-only load.
+__device__ __forceinline__ float load_first(const bf16 *p) {
+  bf16 t;
+  asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(t.bits) : "l"(p));
+  return to_f32(t);
+}
+__device__ __forceinline__ float load_first(const f16 *p) {
+  f16 t;
+  asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(t.bits) : "l"(p));
+  return to_f32(t);
+}
+__device__ __forceinline__ float load_first(const float *p) {
+  float f;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(f) : "l"(p));
+  return f;
+}
 template <int V>
 __device__ __forceinline__ void w4_f32(const w4 &w, float (&out)[V]) {
   words_f32<T, V>(w.u, out);
@@ -110,6 +126,9 @@ __device__ __forceinline__ void norm_row_held(const T *x, const T *w, const T *b
   constexpr int NV = TR_N / V;
   constexpr bool FULL = NV % TR_BLOCK == 0;
   const int tid = threadIdx.x;
+  /* LayerNorm's shift x[0], loaded first and in order (a plain load placed after the vector
+   * loads cost 0.15 us at 2048x8192 on the H200) */
+  const float shift = TR_RMS ? 0.f : load_first(x);
   w4 xr[PER], wr[EARLY ? PER : 1], br[EARLY ? PER : 1];
 #pragma unroll
   for (int p = 0; p < PER; p++) {
@@ -120,7 +139,6 @@ __device__ __forceinline__ void norm_row_held(const T *x, const T *w, const T *b
       if (EARLY && TR_HAS_B) br[p] = load_ro(b + (i64)i * V);
     }
   }
-  const float shift = TR_RMS ? 0.f : to_f32(x[0]);
   float s1 = 0.f, s2 = 0.f;
 #pragma unroll
   for (int p = 0; p < PER; p++) {
