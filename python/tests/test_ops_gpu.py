@@ -250,6 +250,21 @@ class Runner:
         if self.args.sync and self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
+    def checked_into(self, what, op, inputs, out, ref, case, problems):
+        """Op.call_into into `out` poisoned first (NaN; integers -12345), compared with ref; a
+        problem goes to `problems`. Returns out when the call ran, else None."""
+        out.fill_(float("nan") if ref.dtype.is_floating_point else SENTINEL_INT)
+        try:
+            op.call_into(inputs, [out])
+            self.sync()
+        except Exception as e:  # tilerun.Error and anything else: reported, the run goes on
+            problems.append("%s: %s: %s" % (what, type(e).__name__, e))
+            return None
+        p = self.compare(what, out, ref, case)
+        if p:
+            problems.append(p)
+        return out
+
     def run(self, case):
         """The case's problems (empty: passed) and a note."""
         torch = self.torch
@@ -259,17 +274,7 @@ class Runner:
         op = self.op_for(case)
         # into: outputs pre-filled so that an unwritten element fails
         out = torch.empty(ref.shape, dtype=ref.dtype, device=self.device)
-        out.fill_(float("nan") if ref.dtype.is_floating_point else SENTINEL_INT)
-        got_into = None
-        try:
-            op.call_into(inputs, [out])
-            self.sync()
-            got_into = out
-            p = self.compare("into", out, ref, case)
-            if p:
-                problems.append(p)
-        except Exception as e:  # tilerun.Error and anything else: reported, the run goes on
-            problems.append("into: %s: %s" % (type(e).__name__, e))
+        got_into = self.checked_into("into", op, inputs, out, ref, case, problems)
         if op.target:
             self.targets[case.op] = op.target
         # call: outputs allocated by tilerun
@@ -308,17 +313,8 @@ class Runner:
                 except Exception as e:
                     problems.append("strided(%s): %s: %s" % (how, type(e).__name__, e))
         # unaligned: the same values, data one element past a 16-byte boundary
-        try:
-            views = [self.unaligned(t) for t in inputs]
-            got = self.unaligned(torch.empty_like(out))
-            got.fill_(float("nan") if ref.dtype.is_floating_point else SENTINEL_INT)
-            op.call_into(views, [got])
-            self.sync()
-            p = self.compare("unaligned", got, ref, case)
-            if p:
-                problems.append(p)
-        except Exception as e:
-            problems.append("unaligned: %s: %s" % (type(e).__name__, e))
+        self.checked_into("unaligned", op, [self.unaligned(t) for t in inputs],
+                          self.unaligned(torch.empty_like(out)), ref, case, problems)
         return problems
 
 
