@@ -58,13 +58,17 @@ size_t tr_op_cache_count(tr_op_cache *cache) { return cache->n; }
 
 const tr_registry *tr_op_cache_registry(const tr_op_cache *cache) { return cache->rt->registry; }
 
-/* "op\ntarget\nname=value\n...": params are settled (every one, in declaration order). */
+/* "op\ntarget\nname=LEN:value..." with each value's length in front, so that no two sets of
+ * params write the same key; params are settled (every one, in declaration order). */
 static tr_status *key_of(const char *op, const tr_named_value *params, size_t n, const char *target, char *key) {
-  size_t used = (size_t)snprintf(key, KEY_MAX, "%s\n%s\n", op, target);
+  size_t used = (size_t)snprintf(key, KEY_MAX, "%zu:%s\n%zu:%s\n", strlen(op), op, strlen(target), target);
+  char value[1024];
   for (size_t i = 0; i < n && used < KEY_MAX; i++) {
-    used += (size_t)snprintf(key + used, KEY_MAX - used, "%s=", params[i].name);
-    if (used < KEY_MAX) used += tr_value_format(&params[i].value, key + used, KEY_MAX - used);
-    if (used < KEY_MAX) used += (size_t)snprintf(key + used, KEY_MAX - used, "\n");
+    size_t len = tr_value_format(&params[i].value, value, sizeof(value));
+    if (len >= sizeof(value)) return TR_STATUS(TR_VALUE, "%s: param '%s' takes more than %zu bytes written out", op,
+                                               params[i].name, sizeof(value) - 1);
+    used += (size_t)snprintf(key + used, KEY_MAX - used, "%zu:%s=%zu:%s", strlen(params[i].name), params[i].name,
+                             len, value);
   }
   if (used >= KEY_MAX) return TR_STATUS(TR_VALUE, "%s: its params take more than %d bytes written out", op, KEY_MAX);
   return NULL;

@@ -33,11 +33,23 @@ static struct {
 
 static tr_plat_once g_once = TR_PLAT_ONCE_INIT;
 static atomic_uint_fast64_t g_counter;
+static unsigned long long g_nonce; /* with the pid, keeps a restarted process off old names */
+
+/* At exit every segment of this process loses its name (a launch process's mappings stay). */
+static void unlink_all(void) {
+  if (!g_segments.lock_ok) return;
+  tr_plat_mutex_lock(&g_segments.lock);
+  for (size_t i = 0; i < g_segments.n; i++) tr_plat_shm_unlink(g_segments.items[i].name);
+  for (size_t i = 0; i < g_segments.n_kept; i++) tr_plat_shm_unlink(g_segments.kept[i].name);
+  tr_plat_mutex_unlock(&g_segments.lock);
+}
 
 static void init_once(void) {
   tr_status *s = tr_plat_mutex_init(&g_segments.lock);
   g_segments.lock_ok = s == NULL;
   tr_status_destroy(&s);
+  g_nonce = (unsigned long long)(tr_plat_now_ns() & 0xffffffffffull);
+  if (g_segments.lock_ok) atexit(unlink_all);
 }
 
 static int segments_ready(void) {
@@ -63,7 +75,7 @@ tr_status *tr_share_alloc(size_t bytes, void **out) {
   if (reused) memset(s.base, 0, bytes);
   s.size = bytes;
   if (!reused) {
-    snprintf(s.name, sizeof(s.name), "/tilerun-%lld-%llu", (long long)tr_plat_process_id(),
+    snprintf(s.name, sizeof(s.name), "%s%lld-%llx-%llu", TR_SHARE_PREFIX, (long long)tr_plat_process_id(), g_nonce,
              (unsigned long long)atomic_fetch_add(&g_counter, 1));
   }
   if (!reused) TR_RETURN_IF_ERROR(tr_plat_shm_create(s.name, bytes, &s.base));
@@ -207,6 +219,7 @@ struct tr_share_maps {
   mapping items[MAPS_MAX];
   size_t n;
   uint64_t tick;
+  uint64_t locked_at; /* the tick when the maps were locked: mappings used since are in use */
 };
 
 tr_status *tr_share_maps_new(tr_share_maps **out) {
@@ -251,8 +264,19 @@ void tr_share_maps_destroy(tr_share_maps **maps_p) {
   free(m);
 }
 
-void tr_share_maps_lock(tr_share_maps *maps) { tr_plat_mutex_lock(&maps->lock); }
-void tr_share_maps_unlock(tr_share_maps *maps) { tr_plat_mutex_unlock(&maps->lock); }
+void tr_share_maps_lock(tr_share_maps *maps) {
+  tr_plat_mutex_lock(&maps->lock);
+  maps->locked_at = maps->tick;
+}
+
+/* CUDA IPC mappings are closed here: the other process may free its memory once the launch has
+ * answered, and memory must not be freed while another process has it open. */
+void tr_share_maps_unlock(tr_share_maps *maps) {
+  for (size_t i = maps->n; i-- > 0;) {
+    if (maps->items[i].kind == TR_SHARE_CUDA_IPC) drop(maps, i);
+  }
+  tr_plat_mutex_unlock(&maps->lock);
+}
 
 size_t tr_share_maps_count(tr_share_maps *maps) { return maps->n; }
 
@@ -260,7 +284,7 @@ static mapping *find(tr_share_maps *m, DLDevice device, const tr_share_ref *ref)
   for (size_t i = 0; i < m->n; i++) {
     mapping *e = &m->items[i];
     if (e->kind != ref->kind) continue;
-    if (e->kind == TR_SHARE_SHM && strcmp(e->name, ref->name) == 0) return e;
+    if (e->kind == TR_SHARE_SHM && strcmp(e->name, ref->name) == 0 && e->size == ref->size) return e;
     if (e->kind == TR_SHARE_CUDA_IPC && e->device == device.device_id &&
         memcmp(e->handle, ref->handle, sizeof(e->handle)) == 0) {
       return e;
@@ -269,17 +293,21 @@ static mapping *find(tr_share_maps *m, DLDevice device, const tr_share_ref *ref)
   return NULL;
 }
 
-/* Room for one more: segments whose names are gone first, then the oldest. */
-static void make_room(tr_share_maps *m) {
+/* Room for one more: segments whose names are gone first, then the oldest; never a mapping this
+ * launch uses (used since the maps were locked). 0 when there is no room. */
+static int make_room(tr_share_maps *m) {
   for (size_t i = m->n; i-- > 0;) {
-    if (m->items[i].kind == TR_SHARE_SHM && !tr_plat_shm_exists(m->items[i].name)) drop(m, i);
+    const mapping *e = &m->items[i];
+    if (e->kind == TR_SHARE_SHM && e->used <= m->locked_at && !tr_plat_shm_exists(e->name)) drop(m, i);
   }
-  if (m->n < MAPS_MAX) return;
-  size_t oldest = 0;
-  for (size_t i = 1; i < m->n; i++) {
-    if (m->items[i].used < m->items[oldest].used) oldest = i;
+  if (m->n < MAPS_MAX) return 1;
+  size_t oldest = m->n;
+  for (size_t i = 0; i < m->n; i++) {
+    if (m->items[i].used <= m->locked_at && (oldest == m->n || m->items[i].used < m->items[oldest].used)) oldest = i;
   }
+  if (oldest == m->n) return 0;
   drop(m, oldest);
+  return 1;
 }
 
 static tr_status *open_ref(DLDevice device, const tr_share_ref *ref, mapping *e) {
@@ -310,6 +338,14 @@ static tr_status *open_ref(DLDevice device, const tr_share_ref *ref, mapping *e)
   return NULL;
 }
 
+/* Whether [offset + lo, offset + hi) lies within [0, size), without overflow. */
+static int inside(uint64_t offset, int64_t lo, int64_t hi, uint64_t size) {
+  if (lo > hi || lo == INT64_MIN || offset > size) return 0;
+  if (lo < 0 && (uint64_t)(-lo) > offset) return 0;
+  if (hi > 0 && (uint64_t)hi > size - offset) return 0;
+  return 1;
+}
+
 tr_status *tr_share_map(tr_share_maps *m, DLDevice device, const tr_share_ref *ref, int64_t lo, int64_t hi,
                         void **out) {
   *out = NULL;
@@ -323,22 +359,37 @@ tr_status *tr_share_map(tr_share_maps *m, DLDevice device, const tr_share_ref *r
                      want == TR_SHARE_SHM ? "cpu" : "cuda", want == TR_SHARE_SHM ? "shared (shm)" : "CUDA IPC",
                      ref->kind == TR_SHARE_SHM ? "shm" : ref->kind == TR_SHARE_CUDA_IPC ? "CUDA IPC" : "none");
   }
+  if (ref->kind == TR_SHARE_SHM && strncmp(ref->name, TR_SHARE_PREFIX, strlen(TR_SHARE_PREFIX)) != 0) {
+    return TR_STATUS(TR_VALUE, "shared memory '%s' is not tilerun's (its names start with '%s')", ref->name,
+                     TR_SHARE_PREFIX);
+  }
   mapping *e = find(m, device, ref);
+  mapping fresh;
   if (e == NULL) {
-    mapping fresh;
     TR_RETURN_IF_ERROR(open_ref(device, ref, &fresh));
-    if (m->n == MAPS_MAX || m->n > 0) make_room(m);
+    e = &fresh;
+  }
+  /* the tensor's bytes, relative to base: [offset + lo, offset + hi) within [0, size) */
+  if (!inside(ref->offset, lo, hi, e->size)) {
+    tr_status *bad = TR_STATUS(TR_VALUE, "the tensor reaches bytes %lld to %lld around offset %llu of %s memory of "
+                               "%llu bytes: outside it", (long long)lo, (long long)hi,
+                               (unsigned long long)ref->offset,
+                               ref->kind == TR_SHARE_SHM ? ref->name : "a CUDA IPC allocation's",
+                               (unsigned long long)e->size);
+    if (e == &fresh) unmap(&fresh); /* nothing kept for a refused tensor */
+    return bad;
+  }
+  if (e == &fresh) {
+    if (m->n == MAPS_MAX || m->n > 0) {
+      if (!make_room(m)) {
+        unmap(&fresh);
+        return TR_STATUS(TR_VALUE, "a launch reaches more than %d shared memory blocks", MAPS_MAX);
+      }
+    }
     m->items[m->n] = fresh;
     e = &m->items[m->n++];
   }
   e->used = ++m->tick;
-  /* the tensor's bytes, relative to base: [offset + lo, offset + hi) within [0, size) */
-  if (ref->offset > e->size || (lo < 0 && (uint64_t)-lo > ref->offset) ||
-      (hi > 0 && (uint64_t)hi > e->size - ref->offset)) {
-    return TR_STATUS(TR_VALUE, "the tensor reaches bytes %lld to %lld around offset %llu of %s memory of %llu bytes: "
-                     "outside it", (long long)lo, (long long)hi, (unsigned long long)ref->offset,
-                     ref->kind == TR_SHARE_SHM ? ref->name : "a CUDA IPC allocation's", (unsigned long long)e->size);
-  }
   *out = (char *)e->base + ref->offset;
   return NULL;
 }

@@ -19,6 +19,10 @@ extern "C" {
 
 /* ---- CPU memory another process can map -------------------------------------------------- */
 
+/* Every segment tilerun makes is named "/tilerun-<pid>-<nonce>-<n>"; a launch process maps no
+ * other. Segments lose their names when the process that made them exits. */
+#define TR_SHARE_PREFIX "/tilerun-"
+
 /* `bytes` (> 0) of zero-filled CPU memory in a shared segment of its own, 64-byte aligned: a
  * segment of that size freed earlier (the allocator keeps up to 16, 256 MiB in all, so that the
  * names another process mapped come back), else a new one. Sets *out to NULL first. Fails with
@@ -59,23 +63,26 @@ tr_status *tr_share_finish_cuda(DLTensor *const *tensors, size_t n) TR_MUST_USE;
 
 /* ---- the other side: mappings -------------------------------------------------------------- */
 
-/* Mappings of references, kept for the next call (at most 64: the oldest is dropped; a segment
- * whose name is gone is dropped when a new one is mapped). Opaque; single owner. */
+/* Mappings of references. Shared-memory segments are kept for the next call (at most 64: when a
+ * new one is mapped, segments whose names are gone are dropped first, then the oldest; never one
+ * the current launch uses). CUDA IPC mappings last one launch: tr_share_maps_unlock closes them,
+ * so the other process may free that memory once answered. Opaque; single owner. */
 typedef struct tr_share_maps tr_share_maps;
 
 tr_status *tr_share_maps_new(tr_share_maps **out) TR_MUST_USE;
 void tr_share_maps_destroy(tr_share_maps **maps_p);
 
-/* Locks the maps while their addresses are in use (a launch): tr_share_map may drop an old
- * mapping. */
+/* Locks the maps for one launch (its mappings stay until unlock); unlock closes the launch's
+ * CUDA IPC mappings. */
 void tr_share_maps_lock(tr_share_maps *maps);
 void tr_share_maps_unlock(tr_share_maps *maps);
 
 /* The local address of the referenced data on `device` (the maps locked). The bytes a tensor
  * reaches, [lo, hi) relative to that address, must lie inside the referenced memory: anything
- * else is a ValueError naming both, and nothing is mapped for it. A reference of the wrong kind
- * for the device, or one that cannot be opened (the segment gone, a handle from this same
- * process), is an error saying so. */
+ * else is a ValueError naming both, and nothing is kept for it. A reference of the wrong kind
+ * for the device or a segment name that is not tilerun's is a ValueError; one that cannot be
+ * opened (the segment gone: IOError; a handle from this same process: the driver's
+ * BackendError) keeps its error's code. */
 tr_status *tr_share_map(tr_share_maps *maps, DLDevice device, const tr_share_ref *ref, int64_t lo, int64_t hi,
                         void **out) TR_MUST_USE;
 

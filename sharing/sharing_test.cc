@@ -2,6 +2,8 @@
 // launch process's side, here mapped again in this process: a second mapping of the segment).
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -57,6 +59,9 @@ TEST_CASE("shared memory: allocated, named by reference, mapped elsewhere, freed
   CHECK(out == nullptr);
   CHECK(error_of(tr_share_map(maps, kCpu, &ref, -97, 10, &out)).find("outside it") != std::string::npos);
   ok(tr_share_map(maps, kCpu, &ref, -96, 4100, &out));  // exactly the segment
+  CHECK(error_of(tr_share_map(maps, kCpu, &ref, INT64_MIN, 4, &out)).find("outside it") != std::string::npos);
+  CHECK(error_of(tr_share_map(maps, kCpu, &ref, 8, 4, &out)).find("outside it") != std::string::npos);
+  CHECK(error_of(tr_share_map(maps, kCpu, &ref, 0, INT64_MAX, &out)).find("outside it") != std::string::npos);
   tr_share_ref past = ref;
   past.offset = 5000;
   CHECK(error_of(tr_share_map(maps, kCpu, &past, 0, 1, &out)).find("outside it") != std::string::npos);
@@ -85,29 +90,47 @@ TEST_CASE("shared memory: allocated, named by reference, mapped elsewhere, freed
   tr_share_ref qref;
   ok(tr_share_ref_of(kCpu, q, &qref));
   CHECK(std::string(qref.name) != ref.name);
-  tr_share_free(q);
-  tr_share_free(same);
 
-  // A segment whose name is gone is dropped when another is mapped; it cannot be mapped again.
+  // A segment whose name is gone is dropped when another is mapped by a later launch, never
+  // while the launch that uses it runs; then it cannot be mapped again.
   char name[TR_PLAT_SHM_NAME_MAX];
   snprintf(name, sizeof(name), "/tilerun-test-%lld", (long long)tr_plat_process_id());
   void *raw = nullptr;
   ok(tr_plat_shm_create(name, 256, &raw));
+  static_cast<int *>(raw)[0] = 4242;
   tr_share_ref gone{};
   gone.kind = TR_SHARE_SHM;
   snprintf(gone.name, sizeof(gone.name), "%s", name);
   gone.size = 256;
   tr_share_maps_lock(maps);
-  ok(tr_share_map(maps, kCpu, &gone, 0, 256, &out));
+  void *in_use = nullptr;
+  ok(tr_share_map(maps, kCpu, &gone, 0, 256, &in_use));
   CHECK(tr_share_maps_count(maps) == 2);
   tr_plat_shm_unlink(name);
-  ok(tr_share_map(maps, kCpu, &qref, 0, 64, &out));  // q's segment, kept by the allocator
-  CHECK(tr_share_maps_count(maps) == 2);              // the gone one dropped, q's added
+  ok(tr_share_map(maps, kCpu, &qref, 0, 64, &out));  // q's segment (kept by the allocator): a new mapping
+  CHECK(tr_share_maps_count(maps) == 3);              // the gone one stays: this launch uses it
+  CHECK(static_cast<int *>(in_use)[0] == 4242);
+  tr_share_maps_unlock(maps);
+  void *r = nullptr;
+  ok(tr_share_alloc(96, &r));
+  tr_share_ref rref;
+  ok(tr_share_ref_of(kCpu, r, &rref));
+  tr_share_maps_lock(maps);
+  ok(tr_share_map(maps, kCpu, &rref, 0, 64, &out));  // another launch maps a new one: the gone one goes
+  CHECK(tr_share_maps_count(maps) == 3);
   e = error_of(tr_share_map(maps, kCpu, &gone, 0, 4, &out));
   CHECK(e.find("IOError") == 0);
   CHECK(e.find(name) != std::string::npos);
+  // Only tilerun's segments are mapped; a tensor out of bounds leaves nothing behind.
+  tr_share_ref other = gone;
+  snprintf(other.name, sizeof(other.name), "/someone-else");
+  CHECK(error_of(tr_share_map(maps, kCpu, &other, 0, 4, &out)) ==
+        "ValueError: shared memory '/someone-else' is not tilerun's (its names start with '/tilerun-')");
   tr_share_maps_unlock(maps);
   tr_share_maps_destroy(&maps);
+  tr_share_free(q);
+  tr_share_free(r);
+  tr_share_free(same);
   tr_plat_shm_unmap(raw, 256);
   tr_share_free(nullptr);
   int local = 0;
@@ -132,17 +155,29 @@ TEST_CASE("at most 64 mappings are kept: the oldest is dropped") {
   tr_share_maps *maps = nullptr;
   ok(tr_share_maps_new(&maps));
   void *blocks[70];
-  tr_share_maps_lock(maps);
-  for (int i = 0; i < 70; i++) {
+  for (int i = 0; i < 70; i++) {  // a launch each
     ok(tr_share_alloc(128, &blocks[i]));
     static_cast<int *>(blocks[i])[0] = i;
     tr_share_ref ref;
     ok(tr_share_ref_of(kCpu, blocks[i], &ref));
     void *there = nullptr;
+    tr_share_maps_lock(maps);
     ok(tr_share_map(maps, kCpu, &ref, 0, 4, &there));
     CHECK(static_cast<int *>(there)[0] == i);
+    tr_share_maps_unlock(maps);
   }
   CHECK(tr_share_maps_count(maps) == 64);
+  // One launch using more than 64 blocks is refused, not given a mapping it could lose.
+  tr_share_maps_lock(maps);
+  std::string e;
+  for (int i = 0; i < 70 && e.empty(); i++) {
+    tr_share_ref ref;
+    ok(tr_share_ref_of(kCpu, blocks[i], &ref));
+    void *there = nullptr;
+    tr_status *s = tr_share_map(maps, kCpu, &ref, 0, 4, &there);
+    if (s != nullptr) e = error_of(s);
+  }
+  CHECK(e == "ValueError: a launch reaches more than 64 shared memory blocks");
   tr_share_maps_unlock(maps);
   tr_share_maps_destroy(&maps);
   for (void *b : blocks) tr_share_free(b);

@@ -20,20 +20,31 @@ typedef struct slot {
   int64_t strides[TR_MAX_RANK];
 } slot;
 
-/* The bytes a tensor reaches, relative to its data address: [*lo, *hi). */
-static void span_of(const DLTensor *t, int64_t *lo, int64_t *hi) {
+/* The bytes a tensor reaches, relative to its data address: [*lo, *hi). 0 when they cannot be
+ * counted in 64 bits (a shape or stride that large is never inside any memory). */
+static int span_of(const DLTensor *t, int64_t *lo, int64_t *hi) {
   int64_t elem = (int64_t)tr_dtype_bytes(t->dtype), min = 0, max = 0, step = 1;
-  *lo = *hi = (int64_t)t->byte_offset;
+  *lo = *hi = 0;
+  if (t->byte_offset > (uint64_t)INT64_MAX) return 0;
   for (int32_t d = t->ndim - 1; d >= 0; d--) {
-    if (t->shape[d] == 0) return; /* no element: no byte */
-    int64_t stride = t->strides ? t->strides[d] : step;
-    int64_t reach = (t->shape[d] - 1) * stride;
-    if (reach < 0) min += reach;
-    else max += reach;
-    step *= t->shape[d];
+    if (t->shape[d] == 0) { /* no element: no byte */
+      *lo = *hi = (int64_t)t->byte_offset;
+      return 1;
+    }
   }
-  *lo += min * elem;
-  *hi += (max + 1) * elem;
+  for (int32_t d = t->ndim - 1; d >= 0; d--) {
+    int64_t stride = t->strides ? t->strides[d] : step, reach = 0;
+    if (__builtin_mul_overflow(t->shape[d] - 1, stride, &reach)) return 0;
+    if (reach < 0 ? __builtin_add_overflow(min, reach, &min) : __builtin_add_overflow(max, reach, &max)) return 0;
+    if (__builtin_mul_overflow(step, t->shape[d], &step)) return 0;
+  }
+  int64_t a = 0, b = 0;
+  if (__builtin_mul_overflow(min, elem, &a) || __builtin_add_overflow(max, 1, &b) ||
+      __builtin_mul_overflow(b, elem, &b) || __builtin_add_overflow(a, (int64_t)t->byte_offset, lo) ||
+      __builtin_add_overflow(b, (int64_t)t->byte_offset, hi)) {
+    return 0;
+  }
+  return 1;
 }
 
 /* `bad` named with the tensor: a ValueError, or (keep_code) of bad's own code. */
@@ -89,7 +100,9 @@ static tr_status *tensor_from(const tr_launch_context *c, int by_descriptor, con
     ref.offset = msg->shared_offset;
     ref.size = msg->shared_size;
     int64_t lo = 0, hi = 0;
-    span_of(&s->t, &lo, &hi);
+    if (!span_of(&s->t, &lo, &hi)) {
+      return TR_STATUS(TR_VALUE, "launch: %s %zu reaches more bytes than 64 bits count (shape and strides)", role, i);
+    }
     bad = tr_share_map(c->maps, device, &ref, lo, hi, &s->t.data);
     if (bad != NULL) return named(bad, role, i, 1);
   } else if (!c->in_process) {
@@ -132,17 +145,22 @@ static tr_status *launch(const tr_launch_context *c, const tilerun_LaunchRequest
     const tr_kernel *kernel = (const tr_kernel *)(uintptr_t)rq->kernel;
     status = kernel->call(kernel->self, in, rq->inputs_count, out, rq->outputs_count);
   } else if (status == NULL) {
-    for (; n_params < rq->params_count && status == NULL; n_params++) {
+    while (n_params < rq->params_count && status == NULL) {
       params[n_params].name = rq->params[n_params].name;
       status = tr_codec_value_from(&rq->params[n_params].value, &params[n_params].value);
       if (status != NULL) status = named(status, "param", n_params, 0);
+      else n_params++; /* only values made are cleared below */
     }
     if (status == NULL) {
       status = c->run_op(c->run_op_ctx, rq->op, params, n_params, rq->target, in, rq->inputs_count, out,
                          rq->outputs_count);
     }
-    if (status == NULL) status = tr_share_finish_cuda(in, rq->inputs_count);
-    if (status == NULL) status = tr_share_finish_cuda(out, rq->outputs_count);
+    /* cuda work finished before the reply, whatever the op answered: the caller may free its
+     * memory once answered */
+    tr_status *finished = tr_share_finish_cuda(in, rq->inputs_count);
+    if (finished == NULL) finished = tr_share_finish_cuda(out, rq->outputs_count);
+    if (status == NULL) status = finished;
+    else tr_status_destroy(&finished);
   }
   if (c->maps != NULL) tr_share_maps_unlock(c->maps);
   for (size_t i = 0; i < n_params; i++) tr_value_clear(&params[i].value);

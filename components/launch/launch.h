@@ -40,10 +40,12 @@ typedef struct tr_launch_context {
 
 /* The handler: `ctx` is a tr_launch_context. A request that does not decode is a
  * TransportError; a null kernel, a kernel address out of process, a tensor whose spec does not
- * parse, null data for a present tensor, a reference that cannot be mapped or that the tensor
- * overruns is a reply carrying a ValueError naming the tensor; the kernel's own error is the
- * reply's, unchanged. By descriptor, cuda work is finished (the stream synchronised) before the
- * reply. Thread-safe when the kernels are. */
+ * parse, null data for a present tensor, a tensor without a reference out of process, or one
+ * that overruns its memory is a reply carrying a ValueError naming the tensor; a reference that
+ * cannot be opened keeps its error's code (IOError: the segment is gone), named the same way;
+ * the kernel's own error is the reply's, unchanged. By descriptor, cuda work is finished (the
+ * stream synchronised) before the reply, whether the op succeeded or not. Thread-safe when the
+ * kernels are. */
 tr_status *tr_launch_handle(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
                             size_t reply_cap, size_t *reply_size);
 

@@ -356,11 +356,35 @@ TEST_CASE("the launch contract by descriptor: the op runs on the caller's shared
       e = error_of(tr_launch_decode((const uint8_t *)reply.data(), reply.size()));
       CHECK(e.find("ValueError: launch: output 0 carries no shared memory reference") == 0);
       auto gone = edited(reg, a, b, c, [](tilerun_LaunchRequest *rq) {
-        snprintf(rq->inputs[0].shm, sizeof(rq->inputs[0].shm), "/tilerun-gone-segment");
+        snprintf(rq->inputs[0].shm, sizeof(rq->inputs[0].shm), "/tilerun-gone-segment");  // tilerun's, gone
       });
       ok(p.raw_call(gone, &reply));
       e = error_of(tr_launch_decode((const uint8_t *)reply.data(), reply.size()));
       CHECK(e.find("IOError: launch: input 0: cannot open shared memory '/tilerun-gone-segment'") == 0);
+      // Shapes whose bytes overflow 64 bits, or that reach past the segment, and a segment that is
+      // not tilerun's: refused before any kernel runs.
+      auto huge = edited(reg, a, b, c, [](tilerun_LaunchRequest *rq) {
+        rq->inputs[0].spec.shape_count = 2;
+        rq->inputs[0].spec.shape[0] = (int64_t)1 << 31;
+        rq->inputs[0].spec.shape[1] = (int64_t)1 << 31;
+      });
+      ok(p.raw_call(huge, &reply));
+      e = error_of(tr_launch_decode((const uint8_t *)reply.data(), reply.size()));
+      CHECK(e == "ValueError: launch: input 0 reaches more bytes than 64 bits count (shape and strides)");
+      auto long_row = edited(reg, a, b, c, [](tilerun_LaunchRequest *rq) {
+        rq->inputs[0].spec.shape_count = 1;
+        rq->inputs[0].spec.shape[0] = ((int64_t)1 << 62) + 4;
+      });
+      ok(p.raw_call(long_row, &reply));
+      e = error_of(tr_launch_decode((const uint8_t *)reply.data(), reply.size()));
+      CHECK(e.find("ValueError: launch: input 0") == 0);
+      auto foreign = edited(reg, a, b, c, [](tilerun_LaunchRequest *rq) {
+        snprintf(rq->inputs[0].shm, sizeof(rq->inputs[0].shm), "/someone-else");
+      });
+      ok(p.raw_call(foreign, &reply));
+      e = error_of(tr_launch_decode((const uint8_t *)reply.data(), reply.size()));
+      CHECK(e == "ValueError: launch: input 0: shared memory '/someone-else' is not tilerun's (its names start with "
+                 "'/tilerun-')");
       int k = 0;
       CHECK(over_wire(p, raw((uint64_t)(uintptr_t)&k, "cpu", 64, {1})).find(
                 "ValueError: launch: a kernel address means something only in the process that built it") == 0);
