@@ -43,7 +43,7 @@ static const char kUsage[] =
     "             benchmark's round trip) at an ipc:// or tcp:// endpoint until SIGTERM; a\n"
     "             pipeline file places the component there (placement: process). launch\n"
     "             builds and runs ops named by the caller on tensors in shared memory (cpu,\n"
-    "             tr_share_alloc) or CUDA IPC memory\n"
+    "             tr_alloc_shared) or CUDA IPC memory (cudaMalloc)\n"
     "  bench pipeline [--iters N]\n"
     "             a memo-miss and a memo-hit call with validate and settle inline, in threads\n"
     "             and in serve processes over ipc and tcp, beside the raw ZeroMQ round trip\n"
