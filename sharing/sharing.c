@@ -170,7 +170,7 @@ tr_status *tr_share_ref_of(DLDevice device, const void *data, tr_share_ref *out)
     }
     if (!found) {
       return TR_STATUS(TR_VALUE, "cpu memory at %p cannot be shared with another process: it is not from "
-                       "tilerun's shared-memory allocator (tr_share_alloc)", data);
+                       "tilerun's shared-memory allocator (tr_alloc_shared)", data);
     }
     out->kind = TR_SHARE_SHM;
     snprintf(out->name, sizeof(out->name), "%s", s.name);

@@ -142,7 +142,7 @@ TEST_CASE("memory tilerun cannot share is named, with the reason") {
   tr_share_ref ref;
   std::string e = error_of(tr_share_ref_of(kCpu, heap, &ref));
   CHECK(e.find("ValueError: cpu memory at ") == 0);
-  CHECK(e.find("is not from tilerun's shared-memory allocator (tr_share_alloc)") != std::string::npos);
+  CHECK(e.find("is not from tilerun's shared-memory allocator (tr_alloc_shared)") != std::string::npos);
   CHECK(ref.kind == TR_SHARE_NONE);
   e = error_of(tr_share_ref_of(DLDevice{kDLExtDev, 0}, heap, &ref));
   CHECK(e.find("DLPack device type 12 cannot be shared") != std::string::npos);

@@ -394,7 +394,7 @@ TEST_CASE("the launch contract by descriptor: the op runs on the caller's shared
     SharedTensor heap({3, 4}, 0.0f, 0, true);
     e = run_shared(p, reg, "AddFwdOp", {}, {&a.t, &heap.t}, {&c.t});
     CHECK(e.find("ValueError: launch: input 1: cpu memory at ") == 0);
-    CHECK(e.find("is not from tilerun's shared-memory allocator (tr_share_alloc)") != std::string::npos);
+    CHECK(e.find("is not from tilerun's shared-memory allocator (tr_alloc_shared)") != std::string::npos);
   }
   tr_share_maps_destroy(&maps);
   tr_op_cache_destroy(&cache);
