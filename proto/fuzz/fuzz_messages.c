@@ -1,13 +1,17 @@
 /* fuzz_messages.c: a libFuzzer target decoding arbitrary bytes as each component message and
- * handing them to the validate, settle and select adapters, which must answer or refuse, never
- * crash. The first byte picks the message: 0 ValidateRequest (and the validate handler), 1
+ * handing them to the validate, settle, select and launch adapters, which must answer or refuse,
+ * never crash. The first byte picks the message: 0 ValidateRequest (and the validate handler), 1
  * SettleRequest (and the settle handler), 2 SelectRequest (and the select handler, over one op
- * with two implementations), 3 BuildRequest, 4 LaunchRequest, 5 the replies, 6 an Envelope. */
+ * with two implementations), 3 BuildRequest, 4 LaunchRequest (and the launch handler as a launch
+ * process runs it: references mapped, one real segment "/tilerun-fuzz" of 4096 bytes, and an op
+ * that touches the first and last byte each tensor reaches, so an overrun crashes), 5 the
+ * replies, 6 an Envelope. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "components/launch/launch.h"
 #include "components/select/select.h"
 #include "components/settle/settle.h"
 #include "components/validate/validate.h"
@@ -15,6 +19,9 @@
 #include "proto/wire.h"
 
 static tr_manifest *g_manifest;
+static tr_share_maps *g_maps;
+static void *g_segment;
+static tr_launch_context g_launch;
 static tr_registry *g_registry;
 static tr_select_table g_select;
 
@@ -66,13 +73,48 @@ static void make_selector(void) {
   g_select = (tr_select_table){1, &entry};
 }
 
+/* The launch process's op: reads the first and last byte every tensor reaches. */
+static tr_status *touch_op(void *ctx, const char *op, const tr_named_value *params, size_t n_params,
+                           const char *target, DLTensor *const *inputs, size_t n_inputs, DLTensor *const *outputs,
+                           size_t n_outputs) {
+  (void)ctx, (void)op, (void)params, (void)n_params, (void)target;
+  volatile unsigned char sink = 0;
+  for (size_t k = 0; k < n_inputs + n_outputs; k++) {
+    const DLTensor *t = k < n_inputs ? inputs[k] : outputs[k - n_inputs];
+    if (t == NULL || t->device.device_type != kDLCPU) continue;
+    int64_t last = 0, first = 0, elem = (t->dtype.bits * t->dtype.lanes + 7) / 8;
+    int empty = elem == 0;
+    for (int32_t d = 0; d < t->ndim; d++) empty |= t->shape[d] == 0;
+    if (empty) continue; /* no byte reached (the handler checked the others' span) */
+    for (int32_t d = 0; d < t->ndim; d++) {
+      int64_t stride = 1;
+      if (t->strides) stride = t->strides[d];
+      else for (int32_t e = d + 1; e < t->ndim; e++) stride *= t->shape[e];
+      int64_t reach = (t->shape[d] - 1) * stride;
+      if (reach < 0) first += reach;
+      else last += reach;
+    }
+    const unsigned char *base = (const unsigned char *)t->data + t->byte_offset;
+    sink ^= base[first * elem];
+    sink ^= base[last * elem + elem - 1];
+  }
+  (void)sink;
+  return NULL;
+}
+
 static void once(void) {
   if (g_manifest != NULL) return;
+  tr_plat_shm_unlink("/tilerun-fuzz");
+  tr_status *made = tr_plat_shm_create("/tilerun-fuzz", 4096, &g_segment);
+  if (made != NULL) abort();
+  made = tr_share_maps_new(&g_maps);
+  if (made != NULL) abort();
   tr_status *s = tr_manifest_load_dir("manifest/spec", &g_manifest);
   if (s != NULL) abort(); /* the fuzzer runs from the runfiles root */
   s = tr_registry_new(NULL, NULL, &g_registry);
   if (s != NULL) abort();
   make_selector();
+  g_launch = (tr_launch_context){g_registry, 0, g_maps, touch_op, NULL};
 }
 
 static void decode_as(const pb_msgdesc_t *fields, size_t size, const uint8_t *data, size_t n) {
@@ -114,7 +156,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       break;
     case 3: decode_as(tilerun_BuildRequest_fields, sizeof(tilerun_BuildRequest), body, n); break;
-    case 4: decode_as(tilerun_LaunchRequest_fields, sizeof(tilerun_LaunchRequest), body, n); break;
+    case 4:
+      s = tr_launch_handle(&g_launch, body, n, reply, sizeof(reply), &reply_size);
+      if (s == NULL) s = tr_launch_decode(reply, reply_size);
+      break;
     case 5:
       decode_as(tilerun_ValidateReply_fields, sizeof(tilerun_ValidateReply), body, n);
       decode_as(tilerun_SettleReply_fields, sizeof(tilerun_SettleReply), body, n);
