@@ -26,9 +26,7 @@ typedef struct owned {
 static tr_status *alloc_cuda_shared(int32_t index, size_t bytes, void **out) {
   *out = NULL;
   tr_cu_ctx ctx = NULL, previous = NULL;
-  TR_RETURN_IF_ERROR(tr_cu_load());
-  TR_RETURN_IF_ERROR(tr_cu_device_context(index, &ctx));
-  TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
+  TR_RETURN_IF_ERROR(tr_cu_enter_device(index, &ctx, &previous));
   tr_cu_ptr p = 0;
   tr_status *status = tr_cu_alloc(bytes, &p);
   tr_cu_restore_context(ctx, previous);
@@ -38,8 +36,7 @@ static tr_status *alloc_cuda_shared(int32_t index, size_t bytes, void **out) {
 
 static void free_cuda_shared(int32_t index, void *data) {
   tr_cu_ctx ctx = NULL, previous = NULL;
-  tr_status *status = tr_cu_device_context(index, &ctx);
-  if (status == NULL) status = tr_cu_enter_context(ctx, &previous);
+  tr_status *status = tr_cu_enter_device(index, &ctx, &previous);
   if (status == NULL) {
     tr_cu_free((tr_cu_ptr)(uintptr_t)data);
     tr_cu_restore_context(ctx, previous);

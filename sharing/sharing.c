@@ -141,10 +141,8 @@ int tr_share_owns(const void *ptr) {
 /* ---- references ---- */
 
 static tr_status *cuda_ref(int32_t index, const void *data, tr_share_ref *out) {
-  TR_RETURN_IF_ERROR(tr_cu_load());
   tr_cu_ctx ctx = NULL, previous = NULL;
-  TR_RETURN_IF_ERROR(tr_cu_device_context(index, &ctx));
-  TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
+  TR_RETURN_IF_ERROR(tr_cu_enter_device(index, &ctx, &previous));
   tr_cu_ipc_handle h;
   tr_status *status = tr_cu_ipc_handle_of((tr_cu_ptr)(uintptr_t)data, &h, &out->offset, &out->size);
   tr_cu_restore_context(ctx, previous);
@@ -191,8 +189,7 @@ tr_status *tr_share_finish_cuda(DLTensor *const *tensors, size_t n) {
     if (done & (1ull << t->device.device_id)) continue;
     done |= 1ull << t->device.device_id;
     tr_cu_ctx ctx = NULL, previous = NULL;
-    TR_RETURN_IF_ERROR(tr_cu_device_context(t->device.device_id, &ctx));
-    TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
+    TR_RETURN_IF_ERROR(tr_cu_enter_device(t->device.device_id, &ctx, &previous));
     tr_status *status = tr_cu_stream_sync(tr_cu_current_stream(t->device.device_id));
     tr_cu_restore_context(ctx, previous);
     TR_RETURN_IF_ERROR(status);
@@ -240,8 +237,7 @@ static void unmap(mapping *e) {
     tr_plat_shm_unmap(e->base, e->size);
   } else {
     tr_cu_ctx ctx = NULL, previous = NULL;
-    tr_status *s = tr_cu_device_context(e->device, &ctx);
-    if (s == NULL) s = tr_cu_enter_context(ctx, &previous);
+    tr_status *s = tr_cu_enter_device(e->device, &ctx, &previous);
     if (s == NULL) {
       tr_cu_ipc_close((tr_cu_ptr)(uintptr_t)e->base);
       tr_cu_restore_context(ctx, previous);
@@ -322,10 +318,8 @@ static tr_status *open_ref(DLDevice device, const tr_share_ref *ref, mapping *e)
     return NULL;
   }
   memcpy(e->handle, ref->handle, sizeof(e->handle));
-  TR_RETURN_IF_ERROR(tr_cu_load());
   tr_cu_ctx ctx = NULL, previous = NULL;
-  TR_RETURN_IF_ERROR(tr_cu_device_context(device.device_id, &ctx));
-  TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
+  TR_RETURN_IF_ERROR(tr_cu_enter_device(device.device_id, &ctx, &previous));
   tr_cu_ipc_handle h;
   memcpy(h.bytes, ref->handle, sizeof(h.bytes));
   tr_cu_ptr base = 0, check = 0;

@@ -371,8 +371,7 @@ int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
   j.on_gpu = gpus > 0;
   tr_cu_ctx ctx = NULL, previous = NULL;
   if (status == NULL && j.on_gpu) { /* cuda:0's context current on this thread for the copies */
-    status = tr_cu_device_context(0, &ctx);
-    if (status == NULL) status = tr_cu_enter_context(ctx, &previous);
+    status = tr_cu_enter_device(0, &ctx, &previous);
     if (status == NULL) status = copy_rate(&j.copy_gbps);
     tr_intree_trim(); /* the copy test's two 256 MiB blocks: not kept for the rows */
   }

@@ -202,6 +202,12 @@ tr_status *tr_cu_enter_context(tr_cu_ctx ctx, tr_cu_ctx *previous) {
   return NULL;
 }
 
+tr_status *tr_cu_enter_device(int32_t index, tr_cu_ctx *ctx, tr_cu_ctx *previous) {
+  *previous = NULL;
+  TR_RETURN_IF_ERROR(tr_cu_device_context(index, ctx));
+  return tr_cu_enter_context(*ctx, previous);
+}
+
 void tr_cu_restore_context(tr_cu_ctx ctx, tr_cu_ctx previous) {
   if (previous != ctx) g.ctx_set(previous);
 }

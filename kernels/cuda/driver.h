@@ -30,6 +30,10 @@ tr_status *tr_cu_load(void) TR_MUST_USE;
 /* The primary context of device `index`, retained once per process and device. Thread-safe. */
 tr_status *tr_cu_device_context(int32_t index, tr_cu_ctx *out) TR_MUST_USE;
 
+/* Makes device `index`'s primary context current on this thread (loading the driver and
+ * retaining the context first if needed); *ctx and *previous are for tr_cu_restore_context. */
+tr_status *tr_cu_enter_device(int32_t index, tr_cu_ctx *ctx, tr_cu_ctx *previous) TR_MUST_USE;
+
 /* Makes `ctx` current on this thread when it is not; *previous receives what was current (to
  * pass to tr_cu_restore_context). Cheap when already current. */
 tr_status *tr_cu_enter_context(tr_cu_ctx ctx, tr_cu_ctx *previous) TR_MUST_USE;

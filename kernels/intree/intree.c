@@ -673,8 +673,7 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
     return TR_STATUS(TR_BACKEND, "kernel '%s' needs %zu artifacts, was given %zu", self->key, want, n);
   }
   tr_cu_ctx ctx = NULL, previous = NULL;
-  TR_RETURN_IF_ERROR(tr_cu_device_context(index, &ctx));
-  TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
+  TR_RETURN_IF_ERROR(tr_cu_enter_device(index, &ctx, &previous));
   atomic_store(&g.contexts[index], ctx);
   tr_cu_function f = NULL, wide = NULL;
   tr_cu_function f_any = NULL, wide_any = NULL;
