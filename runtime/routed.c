@@ -31,8 +31,7 @@ static tr_status *routed_call(void *self, DLTensor *const *inputs, size_t n_inpu
     status = tr_launch_encode_shared(r->rt->registry, &d, inputs, n_inputs, outputs, n_outputs, request,
                                      TR_LAUNCH_REQUEST_MAX, &request_size);
     /* the other process reads the inputs once the work queued on them here is done */
-    if (status == NULL) status = tr_share_finish_cuda(inputs, n_inputs);
-    if (status == NULL) status = tr_share_finish_cuda(outputs, n_outputs);
+    if (status == NULL) status = tr_share_finish_cuda(inputs, n_inputs, outputs, n_outputs);
   } else {
     status = tr_launch_encode(r->rt->registry, &r->inner, inputs, n_inputs, outputs, n_outputs, request,
                               TR_LAUNCH_REQUEST_MAX, &request_size);

@@ -181,10 +181,11 @@ tr_status *tr_share_ref_of(DLDevice device, const void *data, tr_share_ref *out)
                    "from tr_share_alloc and cuda device memory can)", (int)device.device_type);
 }
 
-tr_status *tr_share_finish_cuda(DLTensor *const *tensors, size_t n) {
+tr_status *tr_share_finish_cuda(DLTensor *const *inputs, size_t n_inputs, DLTensor *const *outputs,
+                                size_t n_outputs) {
   uint64_t done = 0;
-  for (size_t i = 0; i < n; i++) {
-    const DLTensor *t = tensors[i];
+  for (size_t i = 0; i < n_inputs + n_outputs; i++) {
+    const DLTensor *t = i < n_inputs ? inputs[i] : outputs[i - n_inputs];
     if (t == NULL || t->device.device_type != kDLCUDA || t->device.device_id < 0 || t->device.device_id >= 64) continue;
     if (done & (1ull << t->device.device_id)) continue;
     done |= 1ull << t->device.device_id;

@@ -56,10 +56,11 @@ typedef struct tr_share_ref {
  * saying why the memory cannot be shared. Thread-safe. */
 tr_status *tr_share_ref_of(DLDevice device, const void *data, tr_share_ref *out) TR_MUST_USE;
 
-/* Waits until the work queued on the current stream of each cuda device the tensors are on is
- * done (NULL entries and other devices skipped): before a launch in another process reads them,
- * and before its reply. Errors are the driver's. */
-tr_status *tr_share_finish_cuda(DLTensor *const *tensors, size_t n) TR_MUST_USE;
+/* Waits until the work queued on the current stream of each cuda device the inputs and outputs
+ * are on is done, once per device (NULL entries and other devices skipped): before a launch in
+ * another process reads them, and before its reply. Errors are the driver's. */
+tr_status *tr_share_finish_cuda(DLTensor *const *inputs, size_t n_inputs, DLTensor *const *outputs,
+                                size_t n_outputs) TR_MUST_USE;
 
 /* ---- the other side: mappings -------------------------------------------------------------- */
 

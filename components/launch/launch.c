@@ -157,8 +157,7 @@ static tr_status *launch(const tr_launch_context *c, const tilerun_LaunchRequest
     }
     /* cuda work finished before the reply, whatever the op answered: the caller may free its
      * memory once answered */
-    tr_status *finished = tr_share_finish_cuda(in, rq->inputs_count);
-    if (finished == NULL) finished = tr_share_finish_cuda(out, rq->outputs_count);
+    tr_status *finished = tr_share_finish_cuda(in, rq->inputs_count, out, rq->outputs_count);
     if (status == NULL) status = finished;
     else tr_status_destroy(&finished);
   }
