@@ -92,14 +92,10 @@ __device__ __forceinline__ w4 load_in_order(const void *p) {
                : "=r"(r.u[0]), "=r"(r.u[1]), "=r"(r.u[2]), "=r"(r.u[3]) : "l"(p) : "memory");
   return r;
 }
-// x[0] as a float, with an ordered read-only load.
-__device__ __forceinline__ float load_first(const bf16 *p) {
-  bf16 t;
-  asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(t.bits) : "l"(p));
-  return to_f32(t);
-}
-__device__ __forceinline__ float load_first(const f16 *p) {
-  f16 t;
+// x[0] as a float, with an ordered read-only load (H: bf16 or f16).
+template <class H>
+__device__ __forceinline__ float load_first(const H *p) {
+  H t;
   asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(t.bits) : "l"(p));
   return to_f32(t);
 }
