@@ -58,11 +58,11 @@ size_t tr_op_cache_count(tr_op_cache *cache) { return cache->n; }
 
 const tr_registry *tr_op_cache_registry(const tr_op_cache *cache) { return cache->rt->registry; }
 
-/* "op\ntarget\nname=LEN:value..." with each value's length in front, so that no two sets of
- * params write the same key; params are settled (every one, in declaration order). */
+/* "LEN:op\nLEN:target\nLEN:name=LEN:value..." with each string's length in front, so that no two
+ * sets of params write the same key; params are settled (every one, in declaration order). */
 static tr_status *key_of(const char *op, const tr_named_value *params, size_t n, const char *target, char *key) {
   size_t used = (size_t)snprintf(key, KEY_MAX, "%zu:%s\n%zu:%s\n", strlen(op), op, strlen(target), target);
-  char value[1024];
+  char value[KEY_MAX]; /* a value may take the whole key: the key's own bound decides */
   for (size_t i = 0; i < n && used < KEY_MAX; i++) {
     size_t len = tr_value_format(&params[i].value, value, sizeof(value));
     if (len >= sizeof(value)) return TR_STATUS(TR_VALUE, "%s: param '%s' takes more than %zu bytes written out", op,
