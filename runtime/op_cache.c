@@ -54,8 +54,6 @@ void tr_op_cache_destroy(tr_op_cache **cache_p) {
   free(c);
 }
 
-size_t tr_op_cache_count(tr_op_cache *cache) { return cache->n; }
-
 const tr_registry *tr_op_cache_registry(const tr_op_cache *cache) { return cache->rt->registry; }
 
 /* "LEN:op\nLEN:target\nLEN:name=LEN:value..." with each string's length in front, so that no two

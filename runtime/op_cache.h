@@ -28,9 +28,6 @@ tr_status *tr_op_cache_call(void *cache, const char *op, const tr_named_value *p
 /* The runtime's registry (device names to DLPack devices, for the launch handler). */
 const tr_registry *tr_op_cache_registry(const tr_op_cache *cache);
 
-/* How many ops are kept (for tests). */
-size_t tr_op_cache_count(tr_op_cache *cache);
-
 #ifdef __cplusplus
 }
 #endif
