@@ -515,6 +515,20 @@ static tr_status *infer_output(const tr_op_def *op, const tr_value *settled, int
 
 /* ---- the call ---- */
 
+int tr_op_def_call_device(const tr_op_def *op, const tr_tensor_spec *const *inputs, size_t n_inputs,
+                          tr_device *out) {
+  for (int i = 0; i < op->n_inputs && (size_t)i < n_inputs; i++) {
+    const tr_tensor_spec *spec = inputs[i];
+    if (spec == NULL || (op->inputs[i].device_cpu && strcmp(spec->device.type, "cpu") == 0)) continue;
+    *out = spec->device; /* input i's device is the call's */
+    return i;
+  }
+  memset(out, 0, sizeof(*out)); /* every input given is a device: cpu one, or none is given */
+  strcpy(out->type, "cpu");
+  out->index = TR_DEVICE_NO_INDEX;
+  return -1;
+}
+
 tr_status *tr_op_def_check(const tr_op_def *op, const tr_value *settled,
                            const tr_tensor_spec *const *inputs, size_t n_inputs,
                            tr_call_check *out) {
@@ -532,7 +546,7 @@ tr_status *tr_op_def_check(const tr_op_def *op, const tr_value *settled,
     return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: takes %d inputs (%s), got %zu", op->name,
                      op->n_inputs, names, n_inputs);
   }
-  int device_src = -1;
+  int device_src = tr_op_def_call_device(op, inputs, n_inputs, &out->device);
   for (int i = 0; i < op->n_inputs; i++) {
     const tr_tensor_spec *spec = (size_t)i < n_inputs ? inputs[i] : NULL;
     const input_decl *in = &op->inputs[i];
@@ -550,12 +564,7 @@ tr_status *tr_op_def_check(const tr_op_def *op, const tr_value *settled,
       }
       continue;
     }
-    if (in->device_cpu && strcmp(spec->device.type, "cpu") == 0) {
-      /* allowed off the call's device */
-    } else if (device_src < 0) {
-      device_src = i;
-      out->device = spec->device;
-    } else if (!tr_device_equal(&spec->device, &out->device)) {
+    if (!(in->device_cpu && strcmp(spec->device.type, "cpu") == 0) && !tr_device_equal(&spec->device, &out->device)) {
       char here[TR_DEVICE_FORMAT_MAX], there[TR_DEVICE_FORMAT_MAX];
       tr_device_format(&spec->device, here, sizeof(here));
       tr_device_format(&out->device, there, sizeof(there));
@@ -567,11 +576,6 @@ tr_status *tr_op_def_check(const tr_op_def *op, const tr_value *settled,
     TR_RETURN_IF_ERROR(check_dtype(op, i, spec, out));
     shape_ctx c = {op, settled, out, i};
     TR_RETURN_IF_ERROR(match_pattern(&c, spec));
-  }
-  if (device_src < 0) { /* every input given is a device: cpu one */
-    memset(&out->device, 0, sizeof(out->device));
-    strcpy(out->device.type, "cpu");
-    out->device.index = TR_DEVICE_NO_INDEX;
   }
   tr__eval_ctx ctx = {op, settled, out};
   for (int c = 0; c < op->n_constraints; c++) {

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <vector>
 
 #include "manifest/manifest_testing.h"
 #include "platform/test_support.h"
@@ -200,6 +201,36 @@ TEST_CASE("device: cpu lets one input stay on the CPU") {
   CHECK(op.check({&x_cpu, &i_gpu}) ==
         "SignatureError(device): LookupFwdOp: input 'index' is on cuda:0, but input 'x' is on cpu; "
         "all inputs of a call are on one device (or on cpu, for this input)");
+}
+
+TEST_CASE("a call's device: the first input not exempt as a cpu tensor, else cpu") {
+  Loaded l(std::string("LookupFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                       "    inputs:\n"
+                       "      index: {dtype: int64, shape: \"[M]\", device: cpu}\n"
+                       "      x: {dtype: float32, shape: \"[N]\", optional: true}\n"
+                       "    outputs:\n      y: {dtype: float32, shape: \"[M]\"}\n"));
+  const tr_op_def *d = l.op("LookupFwdOp");
+  tr_tensor_spec x = spec("cuda:1", "float32", {10}), x_cpu = spec("cpu", "float32", {10});
+  tr_tensor_spec i_cpu = spec("cpu", "int64", {4}), i_gpu = spec("cuda:0", "int64", {4});
+  tr_device device;
+  char text[TR_DEVICE_FORMAT_MAX];
+  auto named = [&](std::initializer_list<const tr_tensor_spec *> in) {
+    std::vector<const tr_tensor_spec *> v(in);
+    int from = tr_op_def_call_device(d, v.data(), v.size(), &device);
+    tr_device_format(&device, text, sizeof(text));
+    return std::to_string(from) + " " + text;
+  };
+  CHECK(named({&i_cpu, &x}) == "1 cuda:1");     // the exempt cpu index is passed over
+  CHECK(named({&i_gpu, &x}) == "0 cuda:0");     // a device index is the call's device
+  CHECK(named({&i_cpu, &x_cpu}) == "1 cpu");
+  CHECK(named({&i_cpu, nullptr}) == "-1 cpu");  // only exempt inputs: cpu
+  CHECK(named({&i_cpu}) == "-1 cpu");
+  // tr_op_def_check agrees with it on a valid call.
+  Bound op(d, Params());
+  tr_call_check out;
+  REQUIRE(op.check({&i_cpu, &x}, &out) == "");
+  tr_op_def_call_device(d, std::vector<const tr_tensor_spec *>{&i_cpu, &x}.data(), 2, &device);
+  CHECK(tr_device_equal(&out.device, &device));
 }
 
 TEST_CASE("composition steps name ops, inputs and params that exist") {

@@ -112,6 +112,13 @@ tr_status *tr_op_def_check(const tr_op_def *op, const tr_value *settled,
                            const tr_tensor_spec *const *inputs, size_t n_inputs,
                            tr_call_check *out) TR_MUST_USE;
 
+/* The device a call with these inputs is on, as tr_op_def_check sets it: that of the first
+ * input given that is not a cpu tensor in an input allowed on cpu, else cpu. Reads nothing but
+ * the inputs' devices; a call whose other inputs disagree fails tr_op_def_check. Returns the
+ * index of the input it came from, or -1 for cpu by default. Thread-safe. */
+int tr_op_def_call_device(const tr_op_def *op, const tr_tensor_spec *const *inputs, size_t n_inputs,
+                          tr_device *out);
+
 /* Workload rows. A row's specs (on `device`) and params, for benchmarks and the main job. */
 size_t tr_op_def_workload_count(const tr_op_def *op);
 const char *tr_op_def_workload_label(const tr_op_def *op, size_t i);

@@ -231,43 +231,10 @@ tr_status *tr__check_call(const tr_op *op, const DLTensor *const *inputs, size_t
   return tr_op_def_check(op->def, op->settled, ptrs, n_inputs, check);
 }
 
-/* The validate component: the call's specs checked against the manifest, through the
- * pipeline. */
-static tr_status *validate_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
-                                tr_tensor_spec *specs, const tr_tensor_spec **ptrs, tr_validated *out) {
-  const tr_op_def *def = op->def;
-  size_t n_decl = tr_op_def_input_count(def);
-  if (n_inputs > n_decl) { /* named by the manifest's own check, before any tensor is read */
-    tr_call_check check;
-    return tr_op_def_check(def, op->settled, NULL, n_inputs, &check);
-  }
-  TR_RETURN_IF_ERROR(tr__specs_from_dl(op, inputs, n_inputs, specs, ptrs));
-  uint8_t *request = malloc(2 * (size_t)TR_VALIDATE_MAX), *reply = request + TR_VALIDATE_MAX;
-  size_t request_size = 0, reply_size = 0;
-  tr_status *status = request ? NULL : TR_STATUS(TR_OUT_OF_MEMORY, "%s: a validate request", tr_op_def_name(def));
-  if (status == NULL) {
-    status = tr_validate_encode(tr_op_def_name(def), op->named, op->n_params, ptrs, n_decl, request,
-                                TR_VALIDATE_MAX, &request_size);
-  }
-  if (status == NULL) {
-    status = tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_VALIDATE, request, request_size, reply,
-                              TR_VALIDATE_MAX, &reply_size);
-  }
-  if (status == NULL) status = tr_validate_decode(reply, reply_size, out);
-  free(request);
-  return status;
-}
-
-/* The settle component: the op's target, through the pipeline; the name it answers must be a
- * target this process registered (it builds and launches here). */
-static tr_status *settle_call(tr_op *op, const tr_device *device) {
-  uint8_t request[512], reply[4096];
-  size_t request_size = 0, reply_size = 0;
+/* The settle component's answer: the op's target, which must be one this process registered
+ * (it builds and launches here). */
+static tr_status *settle_answer(tr_op *op, const uint8_t *reply, size_t reply_size) {
   char target[32];
-  TR_RETURN_IF_ERROR(tr_settle_encode(tr_op_def_name(op->def), op->requested, tr_default_target(op->rt),
-                                      device, request, sizeof(request), &request_size));
-  TR_RETURN_IF_ERROR(tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_SETTLE, request, request_size, reply,
-                                      sizeof(reply), &reply_size));
   TR_RETURN_IF_ERROR(tr_settle_decode(reply, reply_size, target));
   if (strcmp(target, TR_BUILTIN) == 0) {
     op->target = TR_BUILTIN;
@@ -282,6 +249,68 @@ static tr_status *settle_call(tr_op *op, const tr_device *device) {
   return NULL;
 }
 
+/* The settle component asked alone, for `device`. */
+static tr_status *settle_call(tr_op *op, const tr_device *device) {
+  uint8_t request[512], reply[4096];
+  size_t request_size = 0, reply_size = 0;
+  TR_RETURN_IF_ERROR(tr_settle_encode(tr_op_def_name(op->def), op->requested, tr_default_target(op->rt),
+                                      device, request, sizeof(request), &request_size));
+  TR_RETURN_IF_ERROR(tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_SETTLE, request, request_size, reply,
+                                      sizeof(reply), &reply_size));
+  return settle_answer(op, reply, reply_size);
+}
+
+/* The validate component (the call's specs checked against the manifest) and, while the op has
+ * no target, the settle component, through the pipeline. Settle needs only the call's device,
+ * which the tensors give before validate answers, so both requests are in flight at once: through
+ * components in threads or processes a miss waits for one round trip, not two. On success *out
+ * is validate's answer (the caller clears it). */
+static tr_status *validate_and_settle(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
+                                      tr_tensor_spec *specs, const tr_tensor_spec **ptrs, tr_validated *out) {
+  const tr_op_def *def = op->def;
+  size_t n_decl = tr_op_def_input_count(def);
+  if (n_inputs > n_decl) { /* named by the manifest's own check, before any tensor is read */
+    tr_call_check check;
+    return tr_op_def_check(def, op->settled, NULL, n_inputs, &check);
+  }
+  TR_RETURN_IF_ERROR(tr__specs_from_dl(op, inputs, n_inputs, specs, ptrs));
+  uint8_t *request = malloc(2 * (size_t)TR_VALIDATE_MAX), *reply = request + TR_VALIDATE_MAX;
+  uint8_t settle_request[512], settle_reply[4096];
+  tr_pipeline_exchange x[2] = {{TR_COMPONENT_VALIDATE, request, 0, reply, TR_VALIDATE_MAX, 0, NULL},
+                               {TR_COMPONENT_SETTLE, settle_request, 0, settle_reply, sizeof(settle_reply), 0, NULL}};
+  int settle = op->target == NULL;
+  tr_device device;
+  tr_status *status = request ? NULL : TR_STATUS(TR_OUT_OF_MEMORY, "%s: a validate request", tr_op_def_name(def));
+  if (status == NULL) {
+    status = tr_validate_encode(tr_op_def_name(def), op->named, op->n_params, ptrs, n_decl, request,
+                                TR_VALIDATE_MAX, &x[0].request_size);
+  }
+  if (status == NULL && settle) {
+    tr_op_def_call_device(def, ptrs, n_decl, &device);
+    status = tr_settle_encode(tr_op_def_name(def), op->requested, tr_default_target(op->rt), &device,
+                              settle_request, sizeof(settle_request), &x[1].request_size);
+  }
+  if (status == NULL) {
+    tr_pipeline_call_each(op->rt->pipeline, x, settle ? 2 : 1);
+    status = x[0].status; /* validate's failure first, as when one followed the other */
+    x[0].status = NULL;
+  }
+  if (status == NULL) status = tr_validate_decode(reply, x[0].reply_size, out);
+  if (status == NULL && settle) {
+    if (!tr_device_equal(&device, &out->device)) { /* never for a valid call; asked again if so */
+      status = settle_call(op, &out->device);
+    } else {
+      status = x[1].status;
+      x[1].status = NULL;
+      if (status == NULL) status = settle_answer(op, settle_reply, x[1].reply_size);
+    }
+    if (status != NULL) tr_validated_clear(out);
+  }
+  tr_status_destroy(&x[1].status);
+  free(request);
+  return status;
+}
+
 /* Validates, settles, builds and memoises; called with the op's lock held. */
 static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
                        const tr_memo_key *key, kernel_entry **out) {
@@ -290,10 +319,8 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   tr_tensor_spec specs[TR_SIG_MAX_INPUTS];
   const tr_tensor_spec *ptrs[TR_SIG_MAX_INPUTS];
   tr_validated check;
-  TR_RETURN_IF_ERROR(validate_call(op, inputs, n_inputs, specs, ptrs, &check));
-  tr_status *settled = op->target == NULL ? settle_call(op, &check.device) : NULL;
+  TR_RETURN_IF_ERROR(validate_and_settle(op, inputs, n_inputs, specs, ptrs, &check));
   tr_validated_clear(&check); /* the op keeps its own settled params */
-  TR_RETURN_IF_ERROR(settled);
   int builtin = strcmp(op->target, TR_BUILTIN) == 0;
   tr_build_kernel_fn build = NULL;
   void *ctx = NULL;

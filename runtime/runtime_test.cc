@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "platform/test_support.h"
 #include "runtime/runtime_testing.h"
 
 using tr_test::HostTensor;
@@ -116,6 +117,7 @@ static tr_status *init_testcpu(const tr_backend_api *api) {
 
 static tr_status *claim_cuda(void *, const tr_device *d, int *claims) {
   *claims = std::string(d->type) == "cuda";
+  if (*claims && d->index == 7) return TR_STATUS(TR_VALUE, "cuda:7 is out of order");  // settle fails there
   return nullptr;
 }
 
@@ -137,7 +139,7 @@ static tr_status *init_broken(const tr_backend_api *api) {
 struct Env {
   tr_test::Warnings warnings;
   tr_runtime *rt = nullptr;
-  explicit Env(bool with_broken = false) {
+  explicit Env(bool with_broken = false, const char *pipeline_file = nullptr) {
     g_builds = 0;
     g_tunes = 0;
     g_seen.clear();
@@ -155,6 +157,7 @@ struct Env {
     o.n_builtins = with_broken ? 4 : 3;
     o.warn = tr_test::Warnings::sink;
     o.warn_ctx = &warnings;
+    o.pipeline_file = pipeline_file;
     tr_test::ok(tr_runtime_new(&o, &rt));
   }
   ~Env() { tr_runtime_destroy(&rt); }
@@ -583,4 +586,36 @@ TEST_CASE("two devices of one target: one build per device, no cross-device laun
   CHECK(tr_op_memo_count(op) == 2);
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("validate and settle in threads: asked together at a miss; validate's error comes first") {
+  tr_test::TempDir dir;
+  std::string file = dir.write("p.yaml", "components:\n  validate: {placement: thread}\n  settle: {placement: thread}\n");
+  Env env(false, file.c_str());
+  HostTensor a({4}), b({4}, {kDLCPU, 0}, 2.0f), wrong({5});
+  Outputs out;
+  tr_op *op = env.op("AddFwdOp");
+  const DLTensor *bad[] = {&a.t, &wrong.t};
+  CHECK(tr_test::error_of(tr_op_call(op, bad, 2, out.items, 1)).rfind("SignatureError(shape): AddFwdOp: input 'b'", 0) == 0);
+  CHECK(tr_op_target(op) == nullptr);  // settle's answer to a call that failed is not kept
+  CHECK(g_builds == 0);
+  const DLTensor *in[] = {&a.t, &b.t};
+  tr_test::ok(tr_op_call(op, in, 2, out.items, 1));
+  CHECK(std::string(tr_op_target(op)) == "testcpu");
+  const float *c = (const float *)out.items[0]->dl_tensor.data;
+  for (int i = 0; i < 4; i++) CHECK(c[i] == a.data[i] + b.data[i]);
+  tr_op_destroy(&op);
+
+  tr_op *fails = env.op("AddFwdOp");  // settle fails on cuda:7; validate passes
+  HostTensor a7({4}, {kDLCUDA, 7}), b7({4}, {kDLCUDA, 7});
+  const DLTensor *in7[] = {&a7.t, &b7.t};
+  out.reset();
+  CHECK(tr_test::error_of(tr_op_call(fails, in7, 2, out.items, 1)) ==
+        "BackendError: the detector of target 'testgpu' failed on device cuda:7: ValueError: cuda:7 is out "
+        "of order");
+  CHECK(tr_op_target(fails) == nullptr);
+  out.reset();
+  tr_test::ok(tr_op_call(fails, in, 2, out.items, 1));  // settled afresh by the next call
+  CHECK(std::string(tr_op_target(fails)) == "testcpu");
+  tr_op_destroy(&fails);
 }

@@ -208,3 +208,31 @@ tr_status *tr_pipeline_call(tr_pipeline *p, tr_component_id id, const uint8_t *r
 }
 
 tr_placement tr_pipeline_placement(const tr_pipeline *p, tr_component_id id) { return p->channels[id].placement; }
+
+void tr_pipeline_call_each(tr_pipeline *p, tr_pipeline_exchange *x, size_t n) {
+  enum { MAX_SENT = TR_COMPONENT_COUNT };
+  tr_client_pending sent[MAX_SENT];
+  size_t sent_of[MAX_SENT], n_sent = 0;
+  for (size_t i = 0; i < n; i++) { /* requests to other threads and processes: sent now */
+    channel *ch = &p->channels[x[i].id];
+    x[i].reply_size = 0;
+    x[i].status = NULL;
+    if (ch->trace != NULL || ch->placement == TR_PLACE_INLINE || ch->client == NULL || n_sent == MAX_SENT) continue;
+    x[i].status = tr_client_send(ch->client, x[i].request, x[i].request_size, &sent[n_sent]);
+    sent_of[n_sent] = i;
+    if (x[i].status == NULL) n_sent++;
+  }
+  for (size_t i = 0, k = 0; i < n; i++) { /* the rest, in order, while those are answered */
+    if (k < n_sent && sent_of[k] == i) {
+      k++;
+      continue;
+    }
+    if (x[i].status != NULL) continue; /* a send that failed */
+    x[i].status = tr_pipeline_call(p, x[i].id, x[i].request, x[i].request_size, x[i].reply, x[i].reply_cap,
+                                   &x[i].reply_size);
+  }
+  for (size_t k = 0; k < n_sent; k++) {
+    tr_pipeline_exchange *e = &x[sent_of[k]];
+    e->status = tr_client_receive(&sent[k], e->reply, e->reply_cap, &e->reply_size);
+  }
+}

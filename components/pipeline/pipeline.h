@@ -81,6 +81,26 @@ tr_status *tr_pipeline_call(tr_pipeline *pipeline, tr_component_id id, const uin
                             size_t request_size, uint8_t *reply, size_t reply_cap,
                             size_t *reply_size) TR_MUST_USE;
 
+/* One exchange of tr_pipeline_call_each: the component, its request, room for its reply; the
+ * call fills reply_size and status (NULL on success; the caller frees it). */
+typedef struct tr_pipeline_exchange {
+  tr_component_id id;
+  const uint8_t *request;
+  size_t request_size;
+  uint8_t *reply;
+  size_t reply_cap;
+  size_t reply_size;
+  tr_status *status;
+} tr_pipeline_exchange;
+
+/* Makes every exchange of x[0..n) as tr_pipeline_call would, with the out-of-process and
+ * thread components' requests all in flight at once: those are sent first, then the inline
+ * (and traced) components are called in order, then the replies are awaited. So a caller
+ * whose requests do not depend on one another waits for the slowest round trip, not for their
+ * sum. Each exchange gets its own status; every exchange is made even when another fails.
+ * Thread-safe as tr_pipeline_call. */
+void tr_pipeline_call_each(tr_pipeline *pipeline, tr_pipeline_exchange *x, size_t n);
+
 tr_placement tr_pipeline_placement(const tr_pipeline *pipeline, tr_component_id id);
 
 #ifdef __cplusplus

@@ -260,3 +260,97 @@ TEST_CASE("the shipped pipeline files load") {
   ok(tr_pins_load("pipelines/pins.yaml", &pins));
   tr_pins_destroy(&pins);
 }
+
+namespace {
+
+// Each waits (up to 2 s) for the other to have started, and answers "together" only when both
+// requests were in flight at once; an empty request fails.
+std::atomic<int> g_validate_started{0}, g_settle_started{0};
+
+tr_status *latched(std::atomic<int> *mine, std::atomic<int> *other, const uint8_t *request, size_t n, uint8_t *reply,
+                   size_t cap, size_t *size) {
+  if (n == 0) return TR_STATUS(TR_VALUE, "an empty request");
+  mine->store(1);
+  uint64_t start = tr_plat_now_ns();
+  while (other->load() == 0 && tr_plat_now_ns() - start < 2000000000ull) tr_plat_sleep_ns(100000);
+  std::string text = std::string(reinterpret_cast<const char *>(request), n) + (other->load() ? ":together" : ":alone");
+  REQUIRE(text.size() <= cap);
+  memcpy(reply, text.data(), text.size());
+  *size = text.size();
+  return nullptr;
+}
+
+tr_status *latched_validate(void *, const uint8_t *request, size_t n, uint8_t *reply, size_t cap, size_t *size) {
+  return latched(&g_validate_started, &g_settle_started, request, n, reply, cap, size);
+}
+
+tr_status *latched_settle(void *, const uint8_t *request, size_t n, uint8_t *reply, size_t cap, size_t *size) {
+  return latched(&g_settle_started, &g_validate_started, request, n, reply, cap, size);
+}
+
+// Answers "inline:" + the request, and records that it ran.
+int g_inline_calls = 0;
+tr_status *inline_echo(void *, const uint8_t *request, size_t n, uint8_t *reply, size_t cap, size_t *size) {
+  g_inline_calls++;
+  std::string text = "inline:" + std::string(reinterpret_cast<const char *>(request), n);
+  REQUIRE(text.size() <= cap);
+  memcpy(reply, text.data(), text.size());
+  *size = text.size();
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("tr_pipeline_call_each has thread and process components' requests in flight at once") {
+  Where where = GENERATE(Where::kThread, Where::kIpc);
+  INFO(where_name(where));
+  tr_pipeline_config config;
+  tr_pipeline_config_default(&config);
+  tr_component_handler handlers[TR_COMPONENT_COUNT] = {latched_validate, latched_settle, inline_echo};
+  void *contexts[TR_COMPONENT_COUNT] = {nullptr};
+  TempDir dir("each");
+  tr_server *servers[2] = {nullptr, nullptr};
+  for (int c = 0; c < 2; c++) {
+    tr_component_config &cc = config.components[c];
+    if (where == Where::kThread) {
+      cc.placement = TR_PLACE_THREAD;
+    } else {  // a server thread here, reached over ipc as a process component would be
+      cc.placement = TR_PLACE_PROCESS;
+      std::string ep = std::string("ipc://") + dir.path + (c ? "/s.sock" : "/v.sock");
+      snprintf(cc.endpoint, sizeof(cc.endpoint), "%s", ep.c_str());
+      ok(tr_server_start(cc.endpoint, handlers[c], nullptr, nullptr, &servers[c]));
+    }
+  }
+  tr_pipeline *p = nullptr;
+  ok(tr_pipeline_new(&config, handlers, contexts, &p));
+  g_validate_started = 0;
+  g_settle_started = 0;
+  g_inline_calls = 0;
+  uint8_t replies[3][64];
+  tr_pipeline_exchange x[3] = {
+      {TR_COMPONENT_VALIDATE, reinterpret_cast<const uint8_t *>("v"), 1, replies[0], 64, 0, nullptr},
+      {TR_COMPONENT_SELECT, reinterpret_cast<const uint8_t *>("s"), 1, replies[2], 64, 0, nullptr},
+      {TR_COMPONENT_SETTLE, reinterpret_cast<const uint8_t *>("t"), 1, replies[1], 64, 0, nullptr}};
+  tr_pipeline_call_each(p, x, 3);
+  for (auto &e : x) CHECK(e.status == nullptr);
+  CHECK(std::string(reinterpret_cast<char *>(replies[0]), x[0].reply_size) == "v:together");
+  CHECK(std::string(reinterpret_cast<char *>(replies[2]), x[1].reply_size) == "inline:s");
+  CHECK(std::string(reinterpret_cast<char *>(replies[1]), x[2].reply_size) == "t:together");
+  CHECK(g_inline_calls == 1);
+
+  SECTION("each exchange has its own status; the others are still made") {
+    g_validate_started = 1;  // nothing to wait for
+    g_settle_started = 1;
+    x[0].request_size = 0;  // validate fails
+    tr_pipeline_call_each(p, x, 3);
+    CHECK(error_of(x[0].status).find("an empty request") != std::string::npos);
+    CHECK(x[0].reply_size == 0);
+    CHECK(x[1].status == nullptr);
+    CHECK(x[2].status == nullptr);
+    CHECK(std::string(reinterpret_cast<char *>(replies[1]), x[2].reply_size) == "t:together");
+    CHECK(g_inline_calls == 2);
+    for (auto &e : x) tr_status_destroy(&e.status);
+  }
+  tr_pipeline_destroy(&p);
+  for (auto &s : servers) tr_server_stop(&s);
+}

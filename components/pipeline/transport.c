@@ -767,12 +767,21 @@ static int tr__recv_by(void *sock, uint64_t id, uint64_t deadline_ns, zmq_msg_t 
   }
 }
 
-tr_status *tr_client_call(tr_client *client, const uint8_t *request, size_t request_size,
-                          uint8_t *reply, size_t reply_cap, size_t *reply_size) {
-  assert(client != NULL && reply_size != NULL);
+/* Ends a call that failed on its socket: closing it (linger 0) drops whatever the server may
+ * still send there, so a late reply never reaches another call. rc as tr__send_by's. */
+static tr_status *tr__call_failed(tr_client *c, tr__slot *slot, int rc, int err) {
+  tr__slot_close(slot);
+  tr__client_give(c, NULL);
+  if (rc == 1) return tr__deadline_error(c);
+  return TR_STATUS(TR_TRANSPORT, "cannot reach component '%s' at %s: %s", c->cfg.component,
+                   c->endpoint, zmq_strerror(err));
+}
+
+tr_status *tr_client_send(tr_client *client, const uint8_t *request, size_t request_size,
+                          tr_client_pending *pending) {
+  assert(client != NULL && pending != NULL);
   assert(request != NULL || request_size == 0);
-  assert(reply != NULL || reply_cap == 0);
-  *reply_size = 0;
+  memset(pending, 0, sizeof(*pending));
   tr_client *c = client;
   if (request_size > c->cfg.max_message) {
     return TR_STATUS(TR_TRANSPORT, "a request of %zu bytes for component '%s' at %s is larger "
@@ -809,17 +818,30 @@ tr_status *tr_client_call(tr_client *client, const uint8_t *request, size_t requ
   int err = 0;
   int rc = tr__send_by(slot->socket, &msg, deadline_ns, &err);
   zmq_msg_close(&msg); /* a no-op once sent */
+  if (rc != 0) return tr__call_failed(c, slot, rc, err);
+  pending->client = c;
+  pending->slot = slot;
+  pending->id = id;
+  pending->deadline_ns = deadline_ns;
+  return NULL;
+}
+
+tr_status *tr_client_receive(tr_client_pending *pending, uint8_t *reply, size_t reply_cap,
+                             size_t *reply_size) {
+  assert(pending != NULL && pending->client != NULL && reply_size != NULL);
+  assert(reply != NULL || reply_cap == 0);
+  *reply_size = 0;
+  tr_client *c = pending->client;
+  tr__slot *slot = pending->slot;
+  uint64_t id = pending->id, deadline_ns = pending->deadline_ns;
+  memset(pending, 0, sizeof(*pending)); /* received once */
+  int err = 0;
   zmq_msg_t in;
   zmq_msg_init(&in);
-  if (rc == 0) rc = tr__recv_by(slot->socket, id, deadline_ns, &in, &err);
+  int rc = tr__recv_by(slot->socket, id, deadline_ns, &in, &err);
   if (rc != 0) {
-    /* Closing (linger 0) drops whatever the server may still send to this socket. */
     zmq_msg_close(&in);
-    tr__slot_close(slot);
-    tr__client_give(c, NULL);
-    if (rc == 1) return tr__deadline_error(c);
-    return TR_STATUS(TR_TRANSPORT, "cannot reach component '%s' at %s: %s", c->cfg.component,
-                     c->endpoint, zmq_strerror(err));
+    return tr__call_failed(c, slot, rc, err);
   }
 
   /* The exchange is complete: the socket is clean and goes back to the pool. */
@@ -844,4 +866,13 @@ tr_status *tr_client_call(tr_client *client, const uint8_t *request, size_t requ
   }
   zmq_msg_close(&in);
   return status;
+}
+
+tr_status *tr_client_call(tr_client *client, const uint8_t *request, size_t request_size,
+                          uint8_t *reply, size_t reply_cap, size_t *reply_size) {
+  assert(reply_size != NULL);
+  *reply_size = 0;
+  tr_client_pending pending;
+  TR_RETURN_IF_ERROR(tr_client_send(client, request, request_size, &pending));
+  return tr_client_receive(&pending, reply, reply_cap, reply_size);
 }

@@ -165,6 +165,27 @@ tr_status *tr_client_new(const char *endpoint, const tr_transport_options *opts,
 tr_status *tr_client_call(tr_client *client, const uint8_t *request, size_t request_size,
                           uint8_t *reply, size_t reply_cap, size_t *reply_size) TR_MUST_USE;
 
+/* A request sent and not yet answered, between tr_client_send and tr_client_receive. Its fields
+ * are the transport's; it holds one of the client's sockets until received. */
+typedef struct tr_client_pending {
+  tr_client *client;
+  void *slot;
+  uint64_t id;
+  uint64_t deadline_ns;
+} tr_client_pending;
+
+/* tr_client_call in two halves, so that one thread can have requests to several components in
+ * flight at once: tr_client_send queues `request` (its deadline starts now) and fills *pending;
+ * tr_client_receive waits for that request's reply, as tr_client_call does, and must then be
+ * called exactly once for each successful send (the socket returns to the pool there, or is
+ * closed after a failure). A failed send leaves nothing pending and fails as tr_client_call
+ * does. Thread-safe as tr_client_call; a pending request is its caller's. The caller frees a
+ * returned status. */
+tr_status *tr_client_send(tr_client *client, const uint8_t *request, size_t request_size,
+                          tr_client_pending *pending) TR_MUST_USE;
+tr_status *tr_client_receive(tr_client_pending *pending, uint8_t *reply, size_t reply_cap,
+                             size_t *reply_size) TR_MUST_USE;
+
 /* The endpoint the client connects to (after tr_endpoint_resolve). Owned by the client. Cannot
  * fail. Thread-safe. */
 const char *tr_client_endpoint(const tr_client *client);

@@ -812,3 +812,89 @@ TEST_CASE("an ipc bind takes the path over, even from a live server (ZeroMQ's wa
         "TransportError: component 'taken' at " + endpoint +
             " failed: ValueError: op 'frobnicate' has no param 'eps'");
 }
+
+namespace {
+
+// Two handlers that each wait (up to 2 s) for the other to have started: both answer
+// "together" only when their requests were in flight at the same time.
+struct Latch {
+  std::atomic<int> *mine, *other;
+};
+
+tr_status *Latched(void *ctx, const uint8_t *, size_t, uint8_t *reply, size_t reply_cap, size_t *reply_size) {
+  Latch *l = static_cast<Latch *>(ctx);
+  l->mine->store(1);
+  const uint64_t start = tr_plat_now_ns();
+  while (l->other->load() == 0 && tr_plat_now_ns() - start < 2000 * kMs) tr_plat_sleep_ns(kMs / 10);
+  const char *text = l->other->load() ? "together" : "alone";
+  *reply_size = std::strlen(text);
+  REQUIRE(*reply_size <= reply_cap);
+  std::memcpy(reply, text, *reply_size);
+  return nullptr;
+}
+
+std::string Received(tr_client_pending *pending, tr_status **status) {
+  char reply[64];
+  size_t n = 0;
+  *status = tr_client_receive(pending, reinterpret_cast<uint8_t *>(reply), sizeof(reply), &n);
+  return std::string(reply, n);
+}
+
+}  // namespace
+
+TEST_CASE("tr_client_send and tr_client_receive keep requests to two servers in flight at once",
+          "[transport]") {
+  TempDir dir("transport");
+  std::string a_end, b_end;
+  SECTION("inproc") {
+    a_end = Inproc("latch-a");
+    b_end = Inproc("latch-b");
+  }
+  SECTION("ipc") {
+    a_end = Ipc(dir, "a.ipc");
+    b_end = Ipc(dir, "b.ipc");
+  }
+  std::atomic<int> a_started{0}, b_started{0};
+  Latch la = {&a_started, &b_started}, lb = {&b_started, &a_started};
+  Server a(a_end, Latched, &la), b(b_end, Latched, &lb);
+  tr_transport_options opts = {};
+  opts.deadline_ms = 3000;
+  Client ca(a_end, &opts), cb(b_end, &opts);
+  tr_client_pending pa, pb;
+  ok(tr_client_send(ca.c, reinterpret_cast<const uint8_t *>("x"), 1, &pa));
+  ok(tr_client_send(cb.c, reinterpret_cast<const uint8_t *>("y"), 1, &pb));
+  tr_status *sa = nullptr, *sb = nullptr;
+  CHECK(Received(&pb, &sb) == "together");  // received in the other order than sent
+  CHECK(Received(&pa, &sa) == "together");
+  CHECK(sa == nullptr);
+  CHECK(sb == nullptr);
+  tr_status_destroy(&sa);
+  tr_status_destroy(&sb);
+}
+
+TEST_CASE("two requests in flight on one client each get their own reply; a receive keeps the deadline",
+          "[transport]") {
+  uint64_t sleep_ns = 400 * kMs;
+  std::string endpoint = Inproc("pending");
+  Server server(endpoint, Sleepy, &sleep_ns);
+  tr_transport_options opts = {};
+  opts.component = "sleepy";
+  opts.deadline_ms = 150;
+  Client client(endpoint, &opts);
+  tr_client_pending p1, p2;
+  ok(tr_client_send(client.c, reinterpret_cast<const uint8_t *>("one"), 3, &p1));
+  ok(tr_client_send(client.c, reinterpret_cast<const uint8_t *>("two"), 3, &p2));
+  tr_status *s1 = nullptr, *s2 = nullptr;
+  CHECK(Received(&p2, &s2) == "echo:two");
+  CHECK(Received(&p1, &s1) == "echo:one");
+  CHECK(s1 == nullptr);
+  CHECK(s2 == nullptr);
+
+  tr_client_pending slow;
+  ok(tr_client_send(client.c, reinterpret_cast<const uint8_t *>("slow"), 4, &slow));
+  tr_status *late = nullptr;
+  CHECK(Received(&slow, &late).empty());
+  CHECK(error_of(late) == "TransportError: component 'sleepy' at " + endpoint + " did not answer within 150 ms");
+  tr_plat_sleep_ns(sleep_ns);  // the stale reply went to the closed socket; the next call is its own
+  CHECK(CallOk(client.c, "fast") == "echo:fast");
+}
