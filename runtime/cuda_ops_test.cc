@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -291,6 +292,47 @@ TEST_CASE("outputs made while the per-thread stream is captured never come from,
   ok(tr_op_call(op, in, 2, b.items, 1));
   CHECK(b.items[0]->dl_tensor.data == pooled);
   CHECK(b.items[0]->dl_tensor.data != in_graph);
+  cudaGraphDestroy(graph);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("an output made outside a capture and freed during it goes back to the pool, not into the graph") {
+  tr_runtime *rt = cuda_runtime();
+  tr_op *op = rms_op(rt, 4096);
+  CudaTensor x({2, 4096}, values(2 * 4096, 42)), w({4096}, values(4096, 43));
+  const DLTensor *in[] = {&x.t, &w.t};
+  auto eager = std::make_unique<tr_test::Outputs>();
+  ok(tr_op_call(op, in, 2, eager->items, 1));
+  void *made_eagerly = eager->items[0]->dl_tensor.data;
+  cudaGraph_t graph;
+  REQUIRE(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  eager.reset();  // freed while the stream is captured
+  tr_test::Outputs captured;
+  ok(tr_op_call(op, in, 2, captured.items, 1));
+  REQUIRE(cudaStreamEndCapture(cudaStreamPerThread, &graph) == cudaSuccess);
+  CHECK(captured.items[0]->dl_tensor.data != made_eagerly);  // the capture took no pooled block
+  size_t nodes = 0;
+  REQUIRE(cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess);
+  std::vector<cudaGraphNode_t> list(nodes);
+  REQUIRE(cudaGraphGetNodes(graph, list.data(), &nodes) == cudaSuccess);
+  for (cudaGraphNode_t n : list) {  // no free node for the eager block in the graph
+    cudaGraphNodeType type;
+    REQUIRE(cudaGraphNodeGetType(n, &type) == cudaSuccess);
+    CHECK(type != cudaGraphNodeTypeMemFree);
+  }
+  cudaGraphExec_t exec;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(exec, cudaStreamPerThread) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
+  std::vector<float> xv = values(2 * 4096, 42), wv = values(4096, 43);
+  near(host(captured.items[0]->dl_tensor), rms_ref(xv, wv, 4096), 1e-5);
+  tr_test::Outputs after;  // the next eager call gets the block back, and is right
+  ok(tr_op_call(op, in, 2, after.items, 1));
+  CHECK(after.items[0]->dl_tensor.data == made_eagerly);
+  near(host(after.items[0]->dl_tensor), rms_ref(xv, wv, 4096), 1e-5);
+  captured.reset();
+  cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);

@@ -794,8 +794,12 @@ static const void *stream_owner(tr_cu_stream stream) {
   return (const void *)t_thread_tag;
 }
 
-/* A stream being captured into a graph gets no pooled block, and gives none back: a captured
- * address would be replayed while the pool hands it to eager calls. */
+/* A stream being captured into a graph gets no pooled block, and the blocks it allocates never
+ * go back to the pool (`reusable` 0): a captured address would be replayed while the pool hands
+ * it to eager calls. A block allocated outside a capture goes back to the pool even when freed
+ * during one, with no driver call to ask: the capture's own allocations never take pooled
+ * blocks, and eager calls after the capture are ordered after the block's last eager use on
+ * its stream. (Freed on the capturing stream instead, the free would be captured into the graph.) */
 static int capturing(tr_cu_stream stream) {
   return stream != (tr_cu_stream)0x1 && tr_cu_stream_capturing(stream); /* the legacy stream cannot be captured */
 }
@@ -840,7 +844,7 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, int reusable) {
   if (bytes == 0) bytes = 1;
   tr_plat_once_run(&g_pool_once, pools_init);
   pool *p = &g_pools[index];
-  if (status == NULL && reusable && poolable(stream) && p->ready && !capturing(stream)) {
+  if (status == NULL && reusable && poolable(stream) && p->ready) {
     tr_plat_mutex_lock(&p->lock);
     int kept = p->n < POOL_BLOCKS && p->held + bytes <= POOL_MAX_BYTES;
     if (kept) {
