@@ -147,6 +147,13 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
   return NULL;
 }
 
+tr_status *tr_runtime_empty(tr_runtime *rt, const DLTensor *like, DLManagedTensor **out) {
+  *out = NULL;
+  tr_tensor_spec spec;
+  TR_RETURN_IF_ERROR(tr_registry_spec_from_dl(rt->registry, like, &spec));
+  return tr__alloc_tensor(rt, &spec, &like->device, out);
+}
+
 /* Copies elements between two layouts of one shape (strides in elements; NULL: compact). */
 static void strided_copy(char *dst, const int64_t *dst_strides, const char *src,
                          const int64_t *src_strides, const int64_t *shape, int32_t rank, size_t elem) {

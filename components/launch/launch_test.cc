@@ -444,6 +444,33 @@ TEST_CASE("the runtime launches through the launch component placed in a thread 
     c = static_cast<const float *>(out[0]->dl_tensor.data);
     for (size_t i = 0; i < 6; i++) CHECK(c[i] == 100.0f + b.data[i]);
     out[0]->deleter(out[0]);
+    // Inputs made by tr_runtime_empty: shared memory exactly when launch is in a process.
+    int64_t shape[2] = {2, 3};
+    DLTensor like = {nullptr, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, nullptr, 0};
+    DLManagedTensor *e1 = nullptr, *e2 = nullptr;
+    ok(tr_runtime_empty(rt, &like, &e1));
+    ok(tr_runtime_empty(rt, &like, &e2));
+    CHECK(tr_share_owns(e1->dl_tensor.data) == process);
+    CHECK(e1->dl_tensor.ndim == 2);
+    CHECK(e1->dl_tensor.shape[1] == 3);
+    CHECK(e1->dl_tensor.strides == nullptr);
+    float *d1 = static_cast<float *>(e1->dl_tensor.data), *d2 = static_cast<float *>(e2->dl_tensor.data);
+    for (int i = 0; i < 6; i++) {
+      d1[i] = (float)i;
+      d2[i] = 0.5f;
+    }
+    DLTensor *made[] = {&e1->dl_tensor, &e2->dl_tensor};
+    ok(tr_op_call(add, made, 2, out, 1));
+    c = static_cast<const float *>(out[0]->dl_tensor.data);
+    for (int i = 0; i < 6; i++) CHECK(c[i] == (float)i + 0.5f);
+    out[0]->deleter(out[0]);
+    e1->deleter(e1);
+    e2->deleter(e2);
+    DLTensor unknown = like;
+    unknown.device.device_type = (DLDeviceType)99;
+    DLManagedTensor *none = nullptr;
+    CHECK(error_of(tr_runtime_empty(rt, &unknown, &none)).find("99") != std::string::npos);
+    CHECK(none == nullptr);
     if (process) {
       // An input in ordinary memory: a clear error naming the op and the tensor, no crash.
       SharedTensor heap({2, 3}, 0.0f, 0, true);

@@ -78,6 +78,13 @@ tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_in
  * stream-ordered pool's). Other memory is a ValueError naming the tensor. Outputs tilerun makes
  * are made so. tr_runtime_launch_remote says whether this runtime launches that way. */
 int tr_runtime_launch_remote(const tr_runtime *runtime);
+/* A new, uninitialised, contiguous tensor of `like`'s shape, dtype and device (its data,
+ * strides and byte offset are not read), made as the runtime makes outputs: so a cpu tensor is
+ * in shared memory when the runtime launches in another process, and a cuda one in memory a
+ * launch process can open. For inputs: fill it, then pass its dl_tensor to a call. Sets *out to
+ * NULL first; free it with its deleter. Fails as an output's allocation would: an unknown
+ * device type or dtype (naming it), or memory refused (naming the size). */
+tr_status *tr_runtime_empty(tr_runtime *runtime, const DLTensor *like, DLManagedTensor **out) TR_MUST_USE;
 /* `bytes` of zero-filled cpu memory another process can map (64-byte aligned); free it with
  * tr_free_shared. Sets *out to NULL first. */
 tr_status *tr_alloc_shared(size_t bytes, void **out) TR_MUST_USE;

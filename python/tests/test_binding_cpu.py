@@ -342,5 +342,100 @@ class BindingCpuTest(unittest.TestCase):
         self.assertLess(grown, limit, "call_into: RSS grew by %d bytes" % grown)
 
 
+def _tilerun_binary():
+    srcdir = os.environ.get("TEST_SRCDIR")
+    workspace = os.environ.get("TEST_WORKSPACE", "tilerun")
+    if srcdir and os.path.isdir(os.path.join(srcdir, workspace)):
+        return os.path.join(srcdir, workspace, "tools", "tilerun")
+    return os.path.join(_REPO, "bazel-bin", "tools", "tilerun")
+
+
+class RemoteLaunchTest(unittest.TestCase):
+    """NumPy data through a launch in another process (`tilerun serve launch`): arrays from
+    Runtime.empty are in shared memory it maps; a plain array is refused by name."""
+
+    @classmethod
+    def setUpClass(cls):
+        import subprocess
+        import tempfile
+        binary = _tilerun_binary()
+        if not os.path.exists(binary):
+            raise FileNotFoundError("%s: build it first (bazel build //tools:tilerun)" % binary)
+        cls.dir = tempfile.mkdtemp(prefix="tr-pyremote")
+        endpoint = "ipc://%s/launch.sock" % cls.dir
+        cls.server = subprocess.Popen(
+            [binary, "serve", "launch", "--endpoint", endpoint, "--manifest",
+             os.environ["TILERUN_MANIFEST_DIR"]], stdout=subprocess.DEVNULL)
+        pipeline = os.path.join(cls.dir, "remote.yaml")
+        with open(pipeline, "w") as f:
+            f.write("deadline_ms: 20000\ncomponents:\n  launch: {placement: process, "
+                    "endpoint: \"%s\"}\n" % endpoint)
+        cls.rt = tilerun.Runtime(pipeline_file=pipeline)
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        cls.rt = None
+        gc.collect()
+        cls.server.terminate()
+        cls.server.wait(timeout=10)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def setUp(self):
+        self.rng = np.random.default_rng(7)
+
+    def shared(self, values):
+        a = np.asarray(self.rt.empty(values.shape, values.dtype))
+        self.assertTrue(a.flags.writeable)
+        self.assertTrue(a.flags.c_contiguous)
+        a[...] = values
+        return a
+
+    def test_numpy_arrays_from_empty_reach_the_launch_process(self):
+        self.assertTrue(self.rt.launches_remotely)
+        self.assertFalse(tilerun.default_runtime().launches_remotely)
+        op = self.rt.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
+        xv = self.rng.standard_normal((8, 64)).astype(np.float32)
+        wv = self.rng.standard_normal(64).astype(np.float32)
+        x, w = self.shared(xv), self.shared(wv)
+        y = op(x, w)
+        np.testing.assert_allclose(y.astype(np.float64), rms_norm_ref(xv, wv, 1e-6), rtol=1e-5,
+                                   atol=1e-6)
+        x[...] = 2 * xv  # a memo hit reads the new values
+        np.testing.assert_allclose(op(x, w).astype(np.float64), rms_norm_ref(2 * xv, wv, 1e-6),
+                                   rtol=1e-5, atol=1e-6)
+        self.assertEqual(op.memo_count, 1)
+        add = self.rt.op("AddFwdOp")
+        a, b = self.shared(np.arange(6, dtype=np.int64).reshape(2, 3)), self.shared(
+            np.full((2, 3), 10, np.int64))
+        np.testing.assert_array_equal(add(a, b), np.arange(6).reshape(2, 3) + 10)
+        t = self.rt.empty((2, 3), "float32")  # a Tensor passes as it is, too
+        np.asarray(t)[...] = 1.5
+        np.testing.assert_array_equal(np.asarray(add(t, t)), np.full((2, 3), 3.0, np.float32))
+
+    def test_a_plain_numpy_array_is_refused_by_name(self):
+        op = self.rt.op("AddFwdOp")
+        shared = self.shared(np.ones((2, 3), np.float32))
+        with self.assertRaises(tilerun.Error) as cm:
+            op(shared, np.ones((2, 3), np.float32))
+        self.assertEqual(cm.exception.code, "ValueError")
+        self.assertIn("input 1", str(cm.exception))
+        self.assertIn("AddFwdOp, launched in another process", str(cm.exception))
+        np.testing.assert_array_equal(op(shared, shared), np.full((2, 3), 2.0, np.float32))
+
+    def test_empty_checks_its_arguments(self):
+        for args, text in (((2, -1), "float32", "cpu"), "negative"), \
+                          (((2,), "float33", "cpu"), "unknown dtype"), \
+                          (((2,), "float32", "gpu:0"), "is not 'cpu' or 'cuda:N'"):
+            with self.assertRaises(ValueError) as cm:
+                self.rt.empty(*args)
+            self.assertIn(text, str(cm.exception))
+        local = np.asarray(tilerun.empty((3,), np.float64))  # the default runtime: plain memory
+        local[...] = 4.0
+        self.assertEqual(local.sum(), 12.0)
+        with self.assertRaises(AttributeError):
+            tilerun.empty((2,), "bfloat16").__array_interface__  # NumPy has no bfloat16
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -192,6 +192,9 @@ _tr_default_target = _bind("tr_default_target", _cp, [_vp], required=False)
 _tr_load_failure_count = _bind("tr_load_failure_count", _sz, [_vp], required=False)
 _tr_load_failure_backend = _bind("tr_load_failure_backend", _cp, [_vp, _sz], required=False)
 _tr_load_failure_reason = _bind("tr_load_failure_reason", _cp, [_vp, _sz], required=False)
+_tr_runtime_empty = _bind("tr_runtime_empty", _c_status_p,
+                          [_vp, ctypes.POINTER(DLTensor), ctypes.POINTER(_vp)], required=False)
+_tr_runtime_launch_remote = _bind("tr_runtime_launch_remote", ctypes.c_int, [_vp], required=False)
 # Streams: bound lazily (see _stream_fns), so that a library without them still loads.
 _stream_lock = threading.Lock()
 _stream_fns_cache = []
@@ -358,6 +361,9 @@ class dtype:
 
     def __str__(self):
         return self.name
+
+
+_dtype_class = dtype  # for functions whose `dtype` argument hides the class
 
 
 def _as_dtype_name(value):
@@ -576,8 +582,14 @@ _capsule_destructor_ptr = ctypes.cast(_capsule_destructor, ctypes.c_void_p).valu
 _immortal_runtimes = set()
 
 
+# NumPy's typestr per tilerun dtype (little-endian; NumPy has no bfloat16).
+_NUMPY_TYPESTR = {"bool": "|b1", "int8": "|i1", "uint8": "|u1", "int16": "<i2", "uint16": "<u2",
+                  "int32": "<i4", "uint32": "<u4", "int64": "<i8", "uint64": "<u8",
+                  "float16": "<f2", "float32": "<f4", "float64": "<f8"}
+
+
 class Tensor:
-    """An output tilerun allocated: a DLManagedTensor it owns until exported. A DLPack producer
+    """An output tilerun allocated (or :meth:`Runtime.empty` made): a DLManagedTensor it owns until exported. A DLPack producer
     (``__dlpack__``, ``__dlpack_device__``): ``torch.from_dlpack(t)``, ``numpy.from_dlpack(t)``,
     ``cupy.from_dlpack(t)`` take it without a copy. It can be exported once (DLPack's capsule
     holds the one DLManagedTensor); until then it can also be passed to another op's call.
@@ -622,6 +634,23 @@ class Tensor:
     def data_ptr(self):
         t = self._t()
         return (t.data or 0) + t.byte_offset
+
+    @property
+    def __array_interface__(self):
+        """NumPy's array interface for a cpu tensor: ``numpy.asarray(t)`` is a writable view
+        that keeps `t` (and so its memory) alive. Other devices, and dtypes NumPy lacks
+        (bfloat16), have none."""
+        t = self._t()
+        if t.device.device_type != kDLCPU:
+            raise AttributeError("tilerun.Tensor on %s has no NumPy array interface" % self.device)
+        typestr = _NUMPY_TYPESTR.get(self.dtype)
+        if typestr is None:
+            raise AttributeError("tilerun.Tensor of dtype %s has no NumPy array interface" % self.dtype)
+        shape = self.shape
+        strides = self.strides
+        bytes_per = t.dtype.bits * t.dtype.lanes // 8
+        return {"version": 3, "shape": shape, "typestr": typestr, "data": (self.data_ptr, False),
+                "strides": None if strides is None else tuple(x * bytes_per for x in strides)}
 
     def __dlpack_device__(self):
         d = self._t().device
@@ -738,6 +767,52 @@ class Runtime:
                     bool(_tr_op_def_is_composite(d)),
                     (_tr_op_def_doc(d) or b"").decode())
             return self._defs[name]
+
+    @property
+    def launches_remotely(self):
+        """True when this runtime's pipeline places launch in another process: its calls then
+        reach only tensors in memory that process can map (see :meth:`empty`)."""
+        return bool(_tr_runtime_launch_remote(self._handle()))
+
+    def empty(self, shape, dtype="float32", device="cpu"):
+        """A new, uninitialised, contiguous :class:`Tensor`, made as this runtime makes outputs:
+        with launch in another process, a cpu tensor is in shared memory that process maps. So
+        NumPy data reaches a launch process this way::
+
+            x = numpy.asarray(rt.empty((8, 4096), "float32"))  # writable, shared
+            x[...] = data
+            y = rt.op("RMSNormFwdOp", normalized_shape=(4096,))(x)
+
+        `dtype`: a name, tilerun.dtype, numpy or torch dtype. `device`: ``"cpu"`` or
+        ``"cuda:N"``. Raises Error for what tilerun cannot allocate, ValueError for a bad
+        shape, dtype or device."""
+        if _tr_runtime_empty is None:
+            raise ImportError("tilerun: %s has no tr_runtime_empty (rebuild //python:libtilerun.so)"
+                              % library_path)
+        shape = tuple(int(n) for n in shape)
+        if any(n < 0 for n in shape):
+            raise ValueError("tilerun: empty(): a negative size in shape %r" % (shape,))
+        name = _as_dtype_name(dtype) or (dtype if isinstance(dtype, str) else None)
+        if name is None:
+            raise ValueError("tilerun: empty(): %r is not a dtype" % (dtype,))
+        code, bits, lanes = _dtype_class(name).dl
+        kind, _, index = str(device).partition(":")
+        types = {"cpu": kDLCPU, "cuda": kDLCUDA}
+        if kind not in types or (index and not index.isdigit()) or (kind == "cpu" and index):
+            raise ValueError("tilerun: empty(): device %r is not 'cpu' or 'cuda:N'" % (device,))
+        dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        like = DLTensor()
+        like.data = None
+        like.device = DLDevice(types[kind], int(index or 0))
+        like.ndim = len(shape)
+        like.dtype = DLDataType(code, bits, lanes)
+        like.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
+        like.strides = None
+        like.byte_offset = 0
+        out = ctypes.c_void_p()
+        _check(_tr_runtime_empty(self._handle(), ctypes.byref(like), ctypes.byref(out)))
+        m = ctypes.cast(out, ctypes.POINTER(DLManagedTensor))
+        return Tensor(m, self, _dlpack_stream(int(index or 0)) if kind == "cuda" else None)
 
     def op(self, name, target=None, **params):
         """An op instance of this runtime: see :func:`tilerun.op`."""
@@ -1011,6 +1086,11 @@ def op(name, target=None, runtime=None, **params):
     manifest (OpNotAvailableError), a bad param (SignatureError(param)), an unregistered target
     (UnknownTargetError); a param of a type with no tilerun kind is a TypeError."""
     return Op(name, target=target, runtime=runtime, **params)
+
+
+def empty(shape, dtype="float32", device="cpu"):
+    """:meth:`Runtime.empty` on :func:`default_runtime`."""
+    return default_runtime().empty(shape, dtype, device)
 
 
 BUILTIN = "<builtin>"
