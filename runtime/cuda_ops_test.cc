@@ -337,3 +337,58 @@ TEST_CASE("an output made outside a capture and freed during it goes back to the
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
 }
+
+TEST_CASE("calls back to back, each reading the one before's output, are right with overlapped launches") {
+  // Add writes its output in a grid-stride loop; softmax over dim 0 then reads every column whole,
+  // so each of its threads reads what the add's last blocks write last: a launch that did not
+  // wait for the call before would read some of the old values, and a column would not be
+  // uniform.
+  tr_runtime *rt = cuda_runtime();
+  tr_op *add = nullptr, *softmax = nullptr;
+  ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &add));
+  tr_named_value dim0[] = {{"dim", tr_value_int(0)}};
+  ok(tr_op_new(rt, "SoftmaxFwdOp", dim0, 1, nullptr, &softmax));
+  const int64_t R = 2048, C = 4096;
+  const size_t n = (size_t)(R * C);  // 32 MB a tensor
+  CudaTensor one({R, C}, std::vector<float>(n, 1.0f)), p({R, C}, std::vector<float>(n, 0.0f)),
+      q({R, C}, std::vector<float>(n, 0.0f));
+  CudaTensor *x[2] = {&p, &q};
+  const int steps = 8;
+  std::vector<std::unique_ptr<CudaTensor>> ys;
+  for (int i = 0; i < steps; i++) ys.push_back(std::make_unique<CudaTensor>(std::vector<int64_t>{R, C}, std::vector<float>(n, -1.0f)));
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  for (int i = 0; i < steps; i++) {  // x[(i+1)%2] = x[i%2] + 1; ys[i] = softmax(x[(i+1)%2], dim 0)
+    const DLTensor *in[] = {&x[i % 2]->t, &one.t};
+    DLTensor *sum[] = {&x[(i + 1) % 2]->t};
+    ok(tr_op_call_into(add, in, 2, sum, 1));
+    const DLTensor *sin[] = {&x[(i + 1) % 2]->t};
+    DLTensor *sout[] = {&ys[i]->t};
+    ok(tr_op_call_into(softmax, sin, 1, sout, 1));
+  }
+  int major = 0;
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
+  for (tr_op *op : {add, softmax}) {
+    const tr_named_value *config = nullptr;
+    size_t n_config = tr_op_kernel_config(op, &config);
+    bool overlapped = false;
+    for (size_t i = 0; i < n_config; i++) {
+      if (std::string(config[i].name) == "overlap") overlapped = config[i].value.as.b;
+    }
+    CHECK(overlapped == (major >= 9));  // on from sm_90 (TILERUN_CUDA_OVERLAP unset)
+  }
+  REQUIRE(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
+  std::vector<float> last = host(x[steps % 2]->t);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; i++) wrong += last[i] != (float)steps;
+  CHECK(wrong == 0);
+  for (int s = 0; s < steps; s++) {
+    std::vector<float> y = host(ys[s]->t);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) off += std::fabs(y[i] * (float)R - 1.0f) > 1e-4f;
+    INFO("softmax of step " << s);
+    CHECK(off == 0);
+  }
+  tr_op_destroy(&add);
+  tr_op_destroy(&softmax);
+  tr_runtime_destroy(&rt);
+}

@@ -18,6 +18,24 @@ typedef int (*module_function_fn)(tr_cu_function *function, tr_cu_module module,
 typedef int (*func_attr_fn)(tr_cu_function function, int attribute, int value);
 typedef int (*launch_fn)(tr_cu_function f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                          unsigned bz, unsigned smem, tr_cu_stream stream, void **params, void **extra);
+/* cuLaunchKernelEx's config and one attribute (cuda.h's CUlaunchConfig and CUlaunchAttribute) */
+typedef struct launch_attribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int value;
+    void *align; /* the union holds pointers in cuda.h */
+  } value;
+} launch_attribute;
+typedef struct launch_config {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, smem;
+  tr_cu_stream stream;
+  launch_attribute *attrs;
+  unsigned n_attrs;
+} launch_config;
+enum { kLaunchAttrProgrammaticStreamSerialization = 6 }; /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */
+typedef int (*launch_ex_fn)(const launch_config *config, tr_cu_function f, void **params, void **extra);
 typedef int (*alloc_async_fn)(tr_cu_ptr *ptr, size_t bytes, tr_cu_stream stream);
 typedef int (*free_async_fn)(tr_cu_ptr ptr, tr_cu_stream stream);
 typedef int (*error_text_fn)(int code, const char **text);
@@ -51,6 +69,7 @@ static struct {
   module_function_fn module_function;
   func_attr_fn func_attr;
   launch_fn launch;
+  launch_ex_fn launch_ex; /* optional (CUDA 12.0 on) */
   alloc_async_fn alloc_async;
   free_async_fn free_async;
   error_text_fn error_name, error_string;
@@ -110,6 +129,8 @@ static void load_once(void) {
   BIND(module_function, "cuModuleGetFunction");
   BIND(func_attr, "cuFuncSetAttribute");
   BIND(launch, "cuLaunchKernel");
+  void *launch_ex = tr_plat_lib_symbol(g.lib, "cuLaunchKernelEx"); /* optional: NULL launches plainly */
+  memcpy(&g.launch_ex, &launch_ex, sizeof(g.launch_ex));
   BIND(alloc_async, "cuMemAllocAsync");
   BIND(free_async, "cuMemFreeAsync");
   BIND(error_name, "cuGetErrorName");
@@ -248,6 +269,21 @@ tr_status *tr_cu_launch(tr_cu_function function, const char *what, uint32_t grid
   char text[256];
   return TR_STATUS(TR_BACKEND, "launching kernel '%s' (grid %u x %u, block %u, %u B shared): %s", what,
                    grid_x, grid_y, block_x, smem, tr_cu_error_text(rc, text, sizeof(text)));
+}
+
+tr_status *tr_cu_launch_ex(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t grid_y,
+                           uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args, int overlap) {
+  if (!overlap || g.launch_ex == NULL) return tr_cu_launch(function, what, grid_x, grid_y, block_x, smem, stream, args);
+  launch_attribute attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.id = kLaunchAttrProgrammaticStreamSerialization;
+  attr.value.value = 1;
+  launch_config config = {grid_x, grid_y, 1, block_x, 1, 1, smem, stream, &attr, 1};
+  int rc = g.launch_ex(&config, function, args, NULL);
+  if (rc == 0) return NULL;
+  char text[256];
+  return TR_STATUS(TR_BACKEND, "launching kernel '%s' (grid %u x %u, block %u, %u B shared, overlapped with the "
+                   "previous kernel): %s", what, grid_x, grid_y, block_x, smem, tr_cu_error_text(rc, text, sizeof(text)));
 }
 
 tr_status *tr_cu_alloc_async(size_t bytes, tr_cu_stream stream, tr_cu_ptr *out) {

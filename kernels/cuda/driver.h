@@ -50,6 +50,13 @@ tr_status *tr_cu_function_set_smem(tr_cu_function function, int bytes) TR_MUST_U
 /* Launches on `stream` (an already current context). `what` names the kernel in errors. */
 tr_status *tr_cu_launch(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t grid_y,
                         uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args) TR_MUST_USE;
+/* The same with programmatic dependent launch (sm_90 and later) when `overlap` is nonzero: the
+ * kernel may begin launching while the kernel before it on the stream ends, so back-to-back
+ * calls hide a launch. The kernel must then wait for that kernel before it touches memory
+ * (await_previous_kernel in kernels/src/common.cuh: every in-tree kernel does). A driver
+ * without cuLaunchKernelEx launches plainly. */
+tr_status *tr_cu_launch_ex(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t grid_y,
+                           uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args, int overlap) TR_MUST_USE;
 
 /* Stream-ordered memory on `stream` (current context must be the device's). */
 tr_status *tr_cu_alloc_async(size_t bytes, tr_cu_stream stream, tr_cu_ptr *out) TR_MUST_USE;

@@ -391,6 +391,7 @@ typedef struct module_entry {
   tr_cu_module module;
   tr_cu_function function;
   tr_cu_function any; /* norms: the entry for pointers of any alignment ("<entry>_any"), else NULL */
+  int awaits;         /* its kernels wait for the previous kernel (the marker entry of common.cuh) */
   struct module_entry *next;
 } module_entry;
 
@@ -431,7 +432,11 @@ static tr_status *build_artifact(const char *arch, const tr_intree_source *src, 
 
 /* An artifact's function on device `index` (its context current), loaded once per device, and its
  * "<entry>_any" function when it has one (`any` may be NULL). */
-static tr_status *load_function(int32_t index, const tr_artifact *art, tr_cu_function *out, tr_cu_function *any) {
+/* Loads an artifact on device `index` once; *awaits (when asked) says whether its kernels begin
+ * with await_previous_kernel, and so may be launched overlapped (tr_cu_launch_ex): an artifact
+ * built from sources without it (another tilerun's build component) never is. */
+static tr_status *load_function(int32_t index, const tr_artifact *art, tr_cu_function *out, tr_cu_function *any,
+                                int *awaits) {
   tr_plat_mutex_lock(&g.lock);
   tr_status *status = NULL;
   module_entry *m = g.modules;
@@ -444,6 +449,8 @@ static tr_status *load_function(int32_t index, const tr_artifact *art, tr_cu_fun
       char entry[80];
       snprintf(entry, sizeof(entry), "%s_any", art->entry);
       tr_cu_module_entry(m->module, entry, &m->any);
+      tr_cu_function marker;
+      m->awaits = tr_cu_module_entry(m->module, "tr_awaits_previous_kernel", &marker);
       m->index = index;
       m->key[0] = art->key[0];
       m->key[1] = art->key[1];
@@ -457,6 +464,7 @@ static tr_status *load_function(int32_t index, const tr_artifact *art, tr_cu_fun
   }
   if (m != NULL) *out = m->function;
   if (m != NULL && any != NULL) *any = m->any;
+  if (awaits != NULL) *awaits = m != NULL && m->awaits;
   tr_plat_mutex_unlock(&g.lock);
   return status;
 }
@@ -464,7 +472,7 @@ static tr_status *load_function(int32_t index, const tr_artifact *art, tr_cu_fun
 static tr_status *function_for(int32_t index, const char *arch, const tr_intree_source *src, tr_cu_function *out) {
   tr_artifact art;
   TR_RETURN_IF_ERROR(build_artifact(arch, src, &art));
-  tr_status *status = load_function(index, &art, out, NULL);
+  tr_status *status = load_function(index, &art, out, NULL, NULL);
   tr_artifact_clear(&art);
   return status;
 }
@@ -505,8 +513,16 @@ typedef struct intree_kernel {
   int64_t row, inner;
   float eps;
   double alpha;
-  tr_named_value config[2]; /* implementation (the key), threads per block */
+  tr_named_value config[3]; /* implementation (the key), threads per block, overlap */
+  int overlap;               /* launched with programmatic dependent launch (sm_90 on) */
 } intree_kernel;
+
+/* Programmatic dependent launch for in-tree kernels on sm_90 and later, unless
+ * TILERUN_CUDA_OVERLAP=0 (read when a kernel is made). */
+static int overlap_enabled(void) {
+  const char *v = tr_plat_getenv("TILERUN_CUDA_OVERLAP");
+  return v == NULL || strcmp(v, "0") != 0;
+}
 
 static int64_t numel(const DLTensor *t) {
   int64_t n = 1;
@@ -522,7 +538,7 @@ static tr_status *launch_rows(const intree_kernel *k, tr_cu_function function, i
   if (blocks == 0) return NULL;
   uint32_t gx = blocks > INT32_MAX ? (1u << 30) : (uint32_t)blocks;
   uint32_t gy = (uint32_t)((blocks + gx - 1) / gx);
-  return tr_cu_launch(function, k->key, gx, gy, threads, 0, stream, args);
+  return tr_cu_launch_ex(function, k->key, gx, gy, threads, 0, stream, args, k->overlap);
 }
 
 static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTensor *const *out, size_t n_out) {
@@ -559,7 +575,7 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
       void *args[] = {&x, &y, &outer, &inner};
       if (k->info->kind == IMPL_STRIDED) {
         int64_t blocks = (outer * inner + k->block - 1) / k->block;
-        if (blocks > 0) status = tr_cu_launch(k->function, k->key, (uint32_t)blocks, 1, k->block, 0, stream, args);
+        if (blocks > 0) status = tr_cu_launch_ex(k->function, k->key, (uint32_t)blocks, 1, k->block, 0, stream, args, k->overlap);
       } else {
         status = launch_rows(k, k->function, outer, k->info->kind == IMPL_WARP ? k->block / 32 : 1, k->block, stream,
                              args);
@@ -574,7 +590,7 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
       int64_t per_block = (int64_t)k->block * (int64_t)(16 / (in[0]->dtype.bits / 8));
       int64_t blocks = (n + per_block - 1) / per_block, cap = (int64_t)k->sm_count * 16;
       if (blocks > cap) blocks = cap;
-      if (blocks > 0) status = tr_cu_launch(k->function, k->key, (uint32_t)blocks, 1, k->block, 0, stream, args);
+      if (blocks > 0) status = tr_cu_launch_ex(k->function, k->key, (uint32_t)blocks, 1, k->block, 0, stream, args, k->overlap);
       break;
     }
   }
@@ -585,7 +601,7 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
 static size_t kernel_config(void *self, const tr_named_value **out) {
   intree_kernel *k = self;
   *out = k->config;
-  return 2;
+  return 3;
 }
 
 static void kernel_release(void *self) {
@@ -677,8 +693,9 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   atomic_store(&g.contexts[index], ctx);
   tr_cu_function f = NULL, wide = NULL;
   tr_cu_function f_any = NULL, wide_any = NULL;
-  tr_status *status = load_function(index, &arts[0], &f, &f_any);
-  if (status == NULL && n > 1) status = load_function(index, &arts[1], &wide, &wide_any);
+  int awaits = 0, wide_awaits = 1;
+  tr_status *status = load_function(index, &arts[0], &f, &f_any, &awaits);
+  if (status == NULL && n > 1) status = load_function(index, &arts[1], &wide, &wide_any, &wide_awaits);
   const impl_info *info = self->ctx;
   if (status == NULL && (info->fam == FAM_RMS || info->fam == FAM_LAYER) && (f_any == NULL || (n > 1 && wide_any == NULL))) {
     status = TR_STATUS(TR_BACKEND, "kernel '%s' has no entry '%s_any' for unaligned tensors", arts[0].name, arts[0].entry);
@@ -690,6 +707,7 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   if (k == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "kernel '%s'", self->key);
   k->info = self->ctx;
   k->key = self->key;
+  k->overlap = call->facts.arch >= 90 && awaits && wide_awaits && overlap_enabled();
   k->function = f;
   k->ctx = ctx;
   k->index = index;
@@ -711,6 +729,8 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   }
   k->config[1].name = "block";
   k->config[1].value = tr_value_int(src.block);
+  k->config[2].name = "overlap"; /* launched with programmatic dependent launch */
+  k->config[2].value = tr_value_bool(k->overlap);
   out->self = k;
   out->call = kernel_call;
   out->config = kernel_config;

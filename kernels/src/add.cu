@@ -17,6 +17,7 @@ template <> __device__ __forceinline__ f16 down<f16>(float v) { return from_f32<
 template <> __device__ __forceinline__ bf16 down<bf16>(float v) { return from_f32<bf16>(v); }
 
 extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_add(const T *a, const T *b, T *c, i64 n, double alpha) {
+  await_previous_kernel();
   typedef typename math<T>::type M;
   const M al = (M)alpha;
   constexpr int V = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;

@@ -29,6 +29,22 @@ template <> __device__ __forceinline__ bf16 from_f32<bf16>(float f) {
 }
 template <> __device__ __forceinline__ float from_f32<float>(float f) { return f; }
 
+// Programmatic dependent launch (sm_90 and later). A kernel the runtime launches with it may be
+// started while the kernel before it on the stream still runs; it waits here, before its first
+// access to global memory, until that kernel has completed and its writes are visible, then lets
+// the next kernel start launching. So calls back to back overlap only a launch with the end of
+// the call before. Launched without it, or before sm_90, both instructions are nothing.
+__device__ __forceinline__ void await_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Marks a module whose kernels begin with await_previous_kernel: the runtime launches only
+// those overlapped.
+extern "C" __global__ void tr_awaits_previous_kernel() {}
+
 // V elements of T loaded or stored at once (16 bytes when V * sizeof(T) == 16).
 template <class T, int V> struct __align__(sizeof(T) * V) vec_t { T v[V]; };
 

@@ -20,6 +20,7 @@ struct layout_t {
 
 extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_copy(const E *src, E *dst, i64 n, layout_t layout,
                                                                int scatter) {
+  await_previous_kernel();
   const i64 stride = (i64)gridDim.x * TR_BLOCK;
   for (i64 j = (i64)blockIdx.x * TR_BLOCK + threadIdx.x; j < n; j += stride) {
     i64 rest = j, off = 0;

@@ -306,6 +306,7 @@ __device__ __forceinline__ void norm_row_looped(const T *x, const T *w, const T 
 template <bool ALIGNED>
 __device__ __forceinline__ void norm_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
                                             T *__restrict__ y, i64 rows, float eps) {
+  await_previous_kernel();
   constexpr int V = vec_width<T>::value;
   const bool vec = V > 1 && (ALIGNED || (aligned16(x) && aligned16(y) && (!TR_HAS_W || aligned16(w)) &&
                                          (!TR_HAS_B || aligned16(b))));

@@ -113,6 +113,7 @@ __device__ __forceinline__ void softmax_row_looped(const T *x, O *y, float *scra
 
 extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_softmax(const T *__restrict__ x, O *__restrict__ y, i64 outer,
                                                                   i64 inner) {
+  await_previous_kernel();
   __shared__ float scratch[64];
   // a vector must fit both types' 16-byte accesses
   constexpr int VT = vec_width<T>::value, VO = vec_width<O>::value;
