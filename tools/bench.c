@@ -205,7 +205,8 @@ int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FI
   fprintf(out, "hit path: %.3f to %.3f us across placements (it never crosses a component)\n",
           hit[0] < hit[1] ? hit[0] : hit[1], hit[2] > hit[3] ? hit[2] : hit[3]);
   fprintf(out, "(the miss includes the CPU backend's build and one launch; goal through thread or process: "
-          "the inline miss plus one round trip per hop (2) plus 10 us)\n");
+          "the inline miss plus one round trip per hop (2) plus 10 us; validate and settle are asked at once, so "
+          "such a miss waits for the slower of the two round trips)\n");
   tr_status *rm = tr_plat_remove_tree(dir);
   tr_status_destroy(&rm);
   free(dir);
