@@ -343,7 +343,8 @@ TEST_CASE("tr_pipeline_call_each has thread and process components' requests in 
     g_settle_started = 1;
     x[0].request_size = 0;  // validate fails
     tr_pipeline_call_each(p, x, 3);
-    CHECK(error_of(x[0].status).find("an empty request") != std::string::npos);
+    CHECK(error_of(x[0].status).find("an empty request") != std::string::npos);  // error_of frees it
+    x[0].status = nullptr;
     CHECK(x[0].reply_size == 0);
     CHECK(x[1].status == nullptr);
     CHECK(x[2].status == nullptr);
