@@ -149,6 +149,11 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
 
 tr_status *tr_runtime_empty(tr_runtime *rt, const DLTensor *like, DLManagedTensor **out) {
   *out = NULL;
+  if (like == NULL) return TR_STATUS(TR_VALUE, "tr_runtime_empty: no tensor to take the shape, dtype and device of");
+  if (tr_dtype_name(like->dtype) == NULL) {
+    return TR_STATUS(TR_VALUE, "tr_runtime_empty: dtype (code %u, bits %u, lanes %u) is not one tilerun knows",
+                     (unsigned)like->dtype.code, (unsigned)like->dtype.bits, (unsigned)like->dtype.lanes);
+  }
   tr_tensor_spec spec;
   TR_RETURN_IF_ERROR(tr_registry_spec_from_dl(rt->registry, like, &spec));
   return tr__alloc_tensor(rt, &spec, &like->device, out);

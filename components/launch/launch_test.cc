@@ -471,6 +471,16 @@ TEST_CASE("the runtime launches through the launch component placed in a thread 
     DLManagedTensor *none = nullptr;
     CHECK(error_of(tr_runtime_empty(rt, &unknown, &none)).find("99") != std::string::npos);
     CHECK(none == nullptr);
+    DLTensor odd = like;
+    odd.dtype = {(uint8_t)77, 32, 1};
+    CHECK(error_of(tr_runtime_empty(rt, &odd, &none)) ==
+          "ValueError: tr_runtime_empty: dtype (code 77, bits 32, lanes 1) is not one tilerun knows");
+    CHECK(error_of(tr_runtime_empty(rt, nullptr, &none)).find("no tensor") != std::string::npos);
+    DLTensor negative = like;
+    int64_t bad_shape[2] = {2, -3};
+    negative.shape = bad_shape;
+    CHECK(error_of(tr_runtime_empty(rt, &negative, &none)).find("axis 1 has extent -3") != std::string::npos);
+    CHECK(none == nullptr);
     if (process) {
       // An input in ordinary memory: a clear error naming the op and the tensor, no crash.
       SharedTensor heap({2, 3}, 0.0f, 0, true);
