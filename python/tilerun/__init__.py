@@ -638,14 +638,15 @@ class Tensor:
     @property
     def __array_interface__(self):
         """NumPy's array interface for a cpu tensor: ``numpy.asarray(t)`` is a writable view
-        that keeps `t` (and so its memory) alive. Other devices, and dtypes NumPy lacks
-        (bfloat16), have none."""
+        that keeps `t` (and so its memory) alive. Other devices have none (AttributeError); a
+        cpu dtype NumPy lacks (bfloat16, float8) is a TypeError, so that ``numpy.asarray`` says
+        so rather than making an object array."""
         t = self._t()
         if t.device.device_type != kDLCPU:
             raise AttributeError("tilerun.Tensor on %s has no NumPy array interface" % self.device)
         typestr = _NUMPY_TYPESTR.get(self.dtype)
         if typestr is None:
-            raise AttributeError("tilerun.Tensor of dtype %s has no NumPy array interface" % self.dtype)
+            raise TypeError("tilerun.Tensor of dtype %s: NumPy has no such dtype" % self.dtype)
         shape = self.shape
         strides = self.strides
         bytes_per = t.dtype.bits * t.dtype.lanes // 8
