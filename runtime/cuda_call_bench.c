@@ -165,7 +165,7 @@ int main(int argc, char **argv) {
   printf("| tr_op_call (memo hit, output allocated and freed) | %.2f | %+.2f us |\n", med[P_CALL], med[P_CALL] - bare);
   printf("| (part of tr_op_call: the output's block from the pool and back, tr_intree_alloc + tr_intree_free) | %.3f | - |\n",
          med[P_POOL]);
-  printf("| (part of that: one cuStreamIsCapturing, asked at allocation) | %.3f | - |\n", med[P_CAPT]);
+  printf("| (part of that: one cuStreamIsCapturing, asked at allocation and again at free) | %.3f | - |\n", med[P_CAPT]);
   printf("goal: tr_op_call at most 0.5 us over the bare launch: %s (%+.2f us); over the bare launch made the same way "
          "as the op's: %+.2f us\n", med[P_CALL] - bare <= 0.5 ? "met" : "NOT met", med[P_CALL] - bare,
          med[P_CALL] - med[P_BARE_EX]);

@@ -276,8 +276,8 @@ static tr_status *validate_and_settle(tr_op *op, const DLTensor *const *inputs, 
   TR_RETURN_IF_ERROR(tr__specs_from_dl(op, inputs, n_inputs, specs, ptrs));
   uint8_t *request = malloc(2 * (size_t)TR_VALIDATE_MAX), *reply = request + TR_VALIDATE_MAX;
   uint8_t settle_request[512], settle_reply[4096];
-  tr_pipeline_exchange x[2] = {{TR_COMPONENT_VALIDATE, request, 0, reply, TR_VALIDATE_MAX, 0, NULL},
-                               {TR_COMPONENT_SETTLE, settle_request, 0, settle_reply, sizeof(settle_reply), 0, NULL}};
+  tr_pipeline_exchange x[2] = {{TR_COMPONENT_VALIDATE, request, 0, reply, TR_VALIDATE_MAX, 0, NULL, 0},
+                               {TR_COMPONENT_SETTLE, settle_request, 0, settle_reply, sizeof(settle_reply), 0, NULL, 0}};
   int settle = op->target == NULL;
   tr_device device;
   tr_status *status = request ? NULL : TR_STATUS(TR_OUT_OF_MEMORY, "%s: a validate request", tr_op_def_name(def));
@@ -285,19 +285,23 @@ static tr_status *validate_and_settle(tr_op *op, const DLTensor *const *inputs, 
     status = tr_validate_encode(tr_op_def_name(def), op->named, op->n_params, ptrs, n_decl, request,
                                 TR_VALIDATE_MAX, &x[0].request_size);
   }
+  int together = settle; /* settle asked with validate */
   if (status == NULL && settle) {
     tr_op_def_call_device(def, ptrs, n_decl, &device);
-    status = tr_settle_encode(tr_op_def_name(def), op->requested, tr_default_target(op->rt), &device,
-                              settle_request, sizeof(settle_request), &x[1].request_size);
+    tr_status *encoded = tr_settle_encode(tr_op_def_name(def), op->requested, tr_default_target(op->rt), &device,
+                                          settle_request, sizeof(settle_request), &x[1].request_size);
+    together = encoded == NULL; /* else asked alone after validate, which says why first */
+    tr_status_destroy(&encoded);
   }
   if (status == NULL) {
-    tr_pipeline_call_each(op->rt->pipeline, x, settle ? 2 : 1);
-    status = x[0].status; /* validate's failure first, as when one followed the other */
+    /* a call validate refuses waits for no settle reply (nor asks an inline settle) */
+    tr_pipeline_call_each(op->rt->pipeline, x, together ? 2 : 1, 1);
+    status = x[0].status;
     x[0].status = NULL;
   }
   if (status == NULL) status = tr_validate_decode(reply, x[0].reply_size, out);
   if (status == NULL && settle) {
-    if (!tr_device_equal(&device, &out->device)) { /* never for a valid call; asked again if so */
+    if (!together || !tr_device_equal(&device, &out->device)) { /* the device differs never for a valid call */
       status = settle_call(op, &out->device);
     } else {
       status = x[1].status;

@@ -614,6 +614,10 @@ TEST_CASE("validate and settle in threads: asked together at a miss; validate's 
         "BackendError: the detector of target 'testgpu' failed on device cuda:7: ValueError: cuda:7 is out "
         "of order");
   CHECK(tr_op_target(fails) == nullptr);
+  HostTensor wrong7({5}, {kDLCUDA, 7});  // both fail: validate's error is the one reported
+  const DLTensor *both[] = {&a7.t, &wrong7.t};
+  out.reset();
+  CHECK(tr_test::error_of(tr_op_call(fails, both, 2, out.items, 1)).rfind("SignatureError(shape): AddFwdOp: input 'b'", 0) == 0);
   out.reset();
   tr_test::ok(tr_op_call(fails, in, 2, out.items, 1));  // settled afresh by the next call
   CHECK(std::string(tr_op_target(fails)) == "testcpu");

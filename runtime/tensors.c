@@ -154,6 +154,7 @@ tr_status *tr_runtime_empty(tr_runtime *rt, const DLTensor *like, DLManagedTenso
     return TR_STATUS(TR_VALUE, "tr_runtime_empty: dtype (code %u, bits %u, lanes %u) is not one tilerun knows",
                      (unsigned)like->dtype.code, (unsigned)like->dtype.bits, (unsigned)like->dtype.lanes);
   }
+  TR_RETURN_IF_ERROR(tr__runtime_discover(rt)); /* the backends' device types and allocators */
   tr_tensor_spec spec;
   TR_RETURN_IF_ERROR(tr_registry_spec_from_dl(rt->registry, like, &spec));
   return tr__alloc_tensor(rt, &spec, &like->device, out);

@@ -209,30 +209,37 @@ tr_status *tr_pipeline_call(tr_pipeline *p, tr_component_id id, const uint8_t *r
 
 tr_placement tr_pipeline_placement(const tr_pipeline *p, tr_component_id id) { return p->channels[id].placement; }
 
-void tr_pipeline_call_each(tr_pipeline *p, tr_pipeline_exchange *x, size_t n) {
+void tr_pipeline_call_each(tr_pipeline *p, tr_pipeline_exchange *x, size_t n, int until_failure) {
   enum { MAX_SENT = TR_COMPONENT_COUNT };
   tr_client_pending sent[MAX_SENT];
-  size_t sent_of[MAX_SENT], n_sent = 0;
-  for (size_t i = 0; i < n; i++) { /* requests to other threads and processes: sent now */
-    channel *ch = &p->channels[x[i].id];
+  size_t sent_of[MAX_SENT], n_sent = 0; /* the indices of the requests sent, increasing */
+  for (size_t i = 0; i < n; i++) {
     x[i].reply_size = 0;
     x[i].status = NULL;
+    x[i].made = 0;
+  }
+  for (size_t i = 0; i < n; i++) { /* requests to other threads and processes: sent now */
+    channel *ch = &p->channels[x[i].id];
     if (ch->trace != NULL || ch->placement == TR_PLACE_INLINE || ch->client == NULL || n_sent == MAX_SENT) continue;
     x[i].status = tr_client_send(ch->client, x[i].request, x[i].request_size, &sent[n_sent]);
-    sent_of[n_sent] = i;
-    if (x[i].status == NULL) n_sent++;
-  }
-  for (size_t i = 0, k = 0; i < n; i++) { /* the rest, in order, while those are answered */
-    if (k < n_sent && sent_of[k] == i) {
-      k++;
+    if (x[i].status == NULL) {
+      sent_of[n_sent++] = i;
       continue;
     }
-    if (x[i].status != NULL) continue; /* a send that failed */
-    x[i].status = tr_pipeline_call(p, x[i].id, x[i].request, x[i].request_size, x[i].reply, x[i].reply_cap,
-                                   &x[i].reply_size);
+    x[i].made = 1; /* made, and failed */
+    if (until_failure) break;
   }
-  for (size_t k = 0; k < n_sent; k++) {
-    tr_pipeline_exchange *e = &x[sent_of[k]];
-    e->status = tr_client_receive(&sent[k], e->reply, e->reply_cap, &e->reply_size);
+  size_t k = 0; /* the next sent request to receive */
+  for (size_t i = 0; i < n; i++) { /* in order: the others called, the replies taken */
+    tr_pipeline_exchange *e = &x[i];
+    if (k < n_sent && sent_of[k] == i) {
+      e->status = tr_client_receive(&sent[k++], e->reply, e->reply_cap, &e->reply_size);
+      e->made = 1;
+    } else if (!e->made) {
+      e->status = tr_pipeline_call(p, e->id, e->request, e->request_size, e->reply, e->reply_cap, &e->reply_size);
+      e->made = 1;
+    }
+    if (until_failure && e->status != NULL) break;
   }
+  while (k < n_sent) tr_client_abandon(&sent[k++]); /* after a failure: no wait for their replies */
 }

@@ -82,7 +82,7 @@ tr_status *tr_pipeline_call(tr_pipeline *pipeline, tr_component_id id, const uin
                             size_t *reply_size) TR_MUST_USE;
 
 /* One exchange of tr_pipeline_call_each: the component, its request, room for its reply; the
- * call fills reply_size and status (NULL on success; the caller frees it). */
+ * call fills reply_size, status (NULL on success; the caller frees it) and made (0: skipped). */
 typedef struct tr_pipeline_exchange {
   tr_component_id id;
   const uint8_t *request;
@@ -91,15 +91,17 @@ typedef struct tr_pipeline_exchange {
   size_t reply_cap;
   size_t reply_size;
   tr_status *status;
+  int made;
 } tr_pipeline_exchange;
 
-/* Makes every exchange of x[0..n) as tr_pipeline_call would, with the out-of-process and
- * thread components' requests all in flight at once: those are sent first, then the inline
- * (and traced) components are called in order, then the replies are awaited. So a caller
- * whose requests do not depend on one another waits for the slowest round trip, not for their
- * sum. Each exchange gets its own status; every exchange is made even when another fails.
- * Thread-safe as tr_pipeline_call. */
-void tr_pipeline_call_each(tr_pipeline *pipeline, tr_pipeline_exchange *x, size_t n);
+/* Makes the exchanges x[0..n) as tr_pipeline_call would, with every request to a thread or
+ * process component sent first, so that they are in flight at once; then, in index order, calls
+ * each inline (or traced) component and takes each reply. So a caller whose requests do not
+ * depend on one another waits for the slowest round trip, not for their sum. Each exchange gets
+ * its own status. With `until_failure`, the first failure in index order ends the call: later
+ * exchanges are not made (made 0), and a request of theirs already sent is abandoned (its socket
+ * closed), so the failure waits for no other reply. Thread-safe as tr_pipeline_call. */
+void tr_pipeline_call_each(tr_pipeline *pipeline, tr_pipeline_exchange *x, size_t n, int until_failure);
 
 tr_placement tr_pipeline_placement(const tr_pipeline *pipeline, tr_component_id id);
 

@@ -331,7 +331,7 @@ TEST_CASE("tr_pipeline_call_each has thread and process components' requests in 
       {TR_COMPONENT_VALIDATE, reinterpret_cast<const uint8_t *>("v"), 1, replies[0], 64, 0, nullptr},
       {TR_COMPONENT_SELECT, reinterpret_cast<const uint8_t *>("s"), 1, replies[2], 64, 0, nullptr},
       {TR_COMPONENT_SETTLE, reinterpret_cast<const uint8_t *>("t"), 1, replies[1], 64, 0, nullptr}};
-  tr_pipeline_call_each(p, x, 3);
+  tr_pipeline_call_each(p, x, 3, 0);
   for (auto &e : x) CHECK(e.status == nullptr);
   CHECK(std::string(reinterpret_cast<char *>(replies[0]), x[0].reply_size) == "v:together");
   CHECK(std::string(reinterpret_cast<char *>(replies[2]), x[1].reply_size) == "inline:s");
@@ -342,7 +342,7 @@ TEST_CASE("tr_pipeline_call_each has thread and process components' requests in 
     g_validate_started = 1;  // nothing to wait for
     g_settle_started = 1;
     x[0].request_size = 0;  // validate fails
-    tr_pipeline_call_each(p, x, 3);
+    tr_pipeline_call_each(p, x, 3, 0);
     CHECK(error_of(x[0].status).find("an empty request") != std::string::npos);  // error_of frees it
     x[0].status = nullptr;
     CHECK(x[0].reply_size == 0);
@@ -351,6 +351,45 @@ TEST_CASE("tr_pipeline_call_each has thread and process components' requests in 
     CHECK(std::string(reinterpret_cast<char *>(replies[1]), x[2].reply_size) == "t:together");
     CHECK(g_inline_calls == 2);
     for (auto &e : x) tr_status_destroy(&e.status);
+  }
+  SECTION("until_failure: the first failure in index order ends the call; later exchanges are not made") {
+    g_validate_started = 1;
+    g_settle_started = 1;
+    x[0].request_size = 0;  // validate (index 0) fails; settle (index 2) was sent and is abandoned
+    tr_pipeline_call_each(p, x, 3, 1);
+    CHECK(error_of(x[0].status).find("an empty request") != std::string::npos);  // error_of frees it
+    x[0].status = nullptr;
+    CHECK(x[0].made == 1);
+    CHECK(x[1].made == 0);
+    CHECK(x[2].made == 0);
+    CHECK(x[1].status == nullptr);
+    CHECK(x[2].status == nullptr);
+    CHECK(g_inline_calls == 1);  // the inline select after it was not called
+    x[0].request_size = 1;       // the client still serves the next call (the abandoned socket is gone)
+    tr_pipeline_call_each(p, x, 3, 1);
+    for (auto &e : x) CHECK(e.status == nullptr);
+    CHECK(std::string(reinterpret_cast<char *>(replies[1]), x[2].reply_size) == "t:together");
+  }
+  SECTION("a request that cannot be sent fails alone; the others are made") {
+    g_validate_started = 1;
+    g_settle_started = 1;
+    std::vector<uint8_t> huge(TR_TRANSPORT_DEFAULT_MAX_MESSAGE + 1, 'v');
+    x[0].request = huge.data();
+    x[0].request_size = huge.size();
+    tr_pipeline_call_each(p, x, 3, 0);
+    CHECK(error_of(x[0].status).find("larger than the transport's max_message") != std::string::npos);
+    x[0].status = nullptr;
+    CHECK(x[0].made == 1);
+    CHECK(x[1].status == nullptr);
+    CHECK(x[2].status == nullptr);
+    CHECK(std::string(reinterpret_cast<char *>(replies[1]), x[2].reply_size) == "t:together");
+    CHECK(g_inline_calls == 2);
+    tr_pipeline_call_each(p, x, 3, 1);  // until_failure: a failed send ends it too
+    CHECK(error_of(x[0].status).find("larger than the transport's max_message") != std::string::npos);
+    x[0].status = nullptr;
+    CHECK(x[1].made == 0);
+    CHECK(x[2].made == 0);
+    CHECK(g_inline_calls == 2);
   }
   tr_pipeline_destroy(&p);
   for (auto &s : servers) tr_server_stop(&s);

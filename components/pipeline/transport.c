@@ -736,21 +736,22 @@ static int tr__send_by(void *sock, zmq_msg_t *msg, uint64_t deadline_ns, int *er
   }
 }
 
-/* Waits until deadline_ns for the reply to request `id`, discarding any other message.
- * Returns 0 with *reply holding the reply frame, 1 when the deadline passed, -1 on another
- * failure (*err set). */
+/* Waits until deadline_ns for the reply to request `id`, discarding any other message. A reply
+ * already queued counts even when the deadline has passed (the caller may have done other work
+ * since sending): with no time left the socket is still read without waiting. Returns 0 with
+ * *reply holding the reply frame, 1 when the deadline passed, -1 on another failure (*err set). */
 static int tr__recv_by(void *sock, uint64_t id, uint64_t deadline_ns, zmq_msg_t *reply,
                        int *err) {
   for (;;) {
     long left = tr__ms_left(deadline_ns);
-    if (left == 0) return 1;
     zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
-    int rc = zmq_poll(&item, 1, left);
+    int rc = zmq_poll(&item, 1, left); /* left 0: a look without waiting */
     if (rc < 0) {
       *err = zmq_errno();
       if (*err == EINTR) continue;
       return -1;
     }
+    if (rc == 0 && left == 0) return 1;
     if (rc == 0) continue; /* the loop's top decides whether time is up */
     if (zmq_msg_recv(reply, sock, ZMQ_DONTWAIT) < 0) {
       *err = zmq_errno();
@@ -866,6 +867,13 @@ tr_status *tr_client_receive(tr_client_pending *pending, uint8_t *reply, size_t 
   }
   zmq_msg_close(&in);
   return status;
+}
+
+void tr_client_abandon(tr_client_pending *pending) {
+  if (pending == NULL || pending->client == NULL) return;
+  tr__slot_close(pending->slot); /* linger 0: the late reply goes nowhere */
+  tr__client_give(pending->client, NULL);
+  memset(pending, 0, sizeof(*pending));
 }
 
 tr_status *tr_client_call(tr_client *client, const uint8_t *request, size_t request_size,

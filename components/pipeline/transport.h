@@ -176,15 +176,18 @@ typedef struct tr_client_pending {
 
 /* tr_client_call in two halves, so that one thread can have requests to several components in
  * flight at once: tr_client_send queues `request` (its deadline starts now) and fills *pending;
- * tr_client_receive waits for that request's reply, as tr_client_call does, and must then be
- * called exactly once for each successful send (the socket returns to the pool there, or is
- * closed after a failure). A failed send leaves nothing pending and fails as tr_client_call
- * does. Thread-safe as tr_client_call; a pending request is its caller's. The caller frees a
- * returned status. */
+ * tr_client_receive waits for that request's reply, as tr_client_call does (a reply already
+ * queued is taken even after the deadline), and tr_client_abandon drops the request (its socket
+ * is closed, so a late reply reaches no other call). Exactly one of the two ends each successful
+ * send. A failed send leaves nothing pending and fails as tr_client_call does. Thread-safe as
+ * tr_client_call; a pending request is its caller's, and is received or abandoned on the thread
+ * that sent it (a ZeroMQ socket may change threads only across a full memory barrier). The
+ * caller frees a returned status. */
 tr_status *tr_client_send(tr_client *client, const uint8_t *request, size_t request_size,
                           tr_client_pending *pending) TR_MUST_USE;
 tr_status *tr_client_receive(tr_client_pending *pending, uint8_t *reply, size_t reply_cap,
                              size_t *reply_size) TR_MUST_USE;
+void tr_client_abandon(tr_client_pending *pending);
 
 /* The endpoint the client connects to (after tr_endpoint_resolve). Owned by the client. Cannot
  * fail. Thread-safe. */

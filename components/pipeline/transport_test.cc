@@ -881,6 +881,7 @@ TEST_CASE("two requests in flight on one client each get their own reply; a rece
   opts.component = "sleepy";
   opts.deadline_ms = 150;
   Client client(endpoint, &opts);
+  CHECK(CallOk(client.c, "warm") == "echo:warm");
   tr_client_pending p1, p2;
   ok(tr_client_send(client.c, reinterpret_cast<const uint8_t *>("one"), 3, &p1));
   ok(tr_client_send(client.c, reinterpret_cast<const uint8_t *>("two"), 3, &p2));
@@ -890,11 +891,33 @@ TEST_CASE("two requests in flight on one client each get their own reply; a rece
   CHECK(s1 == nullptr);
   CHECK(s2 == nullptr);
 
+  // The deadline runs from the send: a receive 100 ms later waits only for what is left of it.
   tr_client_pending slow;
+  const uint64_t sent_at = tr_plat_now_ns();
   ok(tr_client_send(client.c, reinterpret_cast<const uint8_t *>("slow"), 4, &slow));
+  tr_plat_sleep_ns(100 * kMs);
+  const uint64_t receive_at = tr_plat_now_ns();
   tr_status *late = nullptr;
   CHECK(Received(&slow, &late).empty());
   CHECK(error_of(late) == "TransportError: component 'sleepy' at " + endpoint + " did not answer within 150 ms");
+  CHECK(MsSince(sent_at) >= 150.0);
+  CHECK(MsSince(receive_at) < 150.0);  // a fresh deadline would wait 150 ms from here
   tr_plat_sleep_ns(sleep_ns);  // the stale reply went to the closed socket; the next call is its own
   CHECK(CallOk(client.c, "fast") == "echo:fast");
+
+  // A reply that came in time is taken even when the receive comes after the deadline.
+  tr_client_pending quick;
+  ok(tr_client_send(client.c, reinterpret_cast<const uint8_t *>("quick"), 5, &quick));
+  tr_plat_sleep_ns(250 * kMs);
+  tr_status *taken = nullptr;
+  CHECK(Received(&quick, &taken) == "echo:quick");
+  CHECK(taken == nullptr);
+
+  // An abandoned request: its socket is closed, its late reply reaches no later call.
+  tr_client_pending dropped;
+  ok(tr_client_send(client.c, reinterpret_cast<const uint8_t *>("fast"), 4, &dropped));
+  tr_client_abandon(&dropped);
+  CHECK(dropped.client == nullptr);
+  tr_client_abandon(&dropped);  // a second time: nothing
+  CHECK(CallOk(client.c, "after") == "echo:after");
 }

@@ -3,6 +3,7 @@
  * own name and text for it. */
 #include "kernels/cuda/driver.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -271,19 +272,25 @@ tr_status *tr_cu_launch(tr_cu_function function, const char *what, uint32_t grid
                    grid_x, grid_y, block_x, smem, tr_cu_error_text(rc, text, sizeof(text)));
 }
 
+/* Set when an overlapped launch was refused and the plain one was not. */
+static atomic_int g_overlap_refused;
+
 tr_status *tr_cu_launch_ex(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t grid_y,
                            uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args, int overlap) {
-  if (!overlap || g.launch_ex == NULL) return tr_cu_launch(function, what, grid_x, grid_y, block_x, smem, stream, args);
+  if (!overlap || g.launch_ex == NULL || atomic_load(&g_overlap_refused)) {
+    return tr_cu_launch(function, what, grid_x, grid_y, block_x, smem, stream, args);
+  }
   launch_attribute attr;
   memset(&attr, 0, sizeof(attr));
   attr.id = kLaunchAttrProgrammaticStreamSerialization;
   attr.value.value = 1;
   launch_config config = {grid_x, grid_y, 1, block_x, 1, 1, smem, stream, &attr, 1};
-  int rc = g.launch_ex(&config, function, args, NULL);
-  if (rc == 0) return NULL;
-  char text[256];
-  return TR_STATUS(TR_BACKEND, "launching kernel '%s' (grid %u x %u, block %u, %u B shared, overlapped with the "
-                   "previous kernel): %s", what, grid_x, grid_y, block_x, smem, tr_cu_error_text(rc, text, sizeof(text)));
+  if (g.launch_ex(&config, function, args, NULL) == 0) return NULL;
+  /* A driver or setting that refuses the attribute: launched plainly, now and from now on (when
+   * the plain launch fails too, its error is the call's). */
+  tr_status *status = tr_cu_launch(function, what, grid_x, grid_y, block_x, smem, stream, args);
+  if (status == NULL) atomic_store(&g_overlap_refused, 1);
+  return status;
 }
 
 tr_status *tr_cu_alloc_async(size_t bytes, tr_cu_stream stream, tr_cu_ptr *out) {

@@ -54,7 +54,8 @@ tr_status *tr_cu_launch(tr_cu_function function, const char *what, uint32_t grid
  * kernel may begin launching while the kernel before it on the stream ends, so back-to-back
  * calls hide a launch. The kernel must then wait for that kernel before it touches memory
  * (await_previous_kernel in kernels/src/common.cuh: every in-tree kernel does). A driver
- * without cuLaunchKernelEx launches plainly. */
+ * without cuLaunchKernelEx launches plainly; one that refuses the attribute where a plain launch
+ * works does too, from then on. */
 tr_status *tr_cu_launch_ex(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t grid_y,
                            uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args, int overlap) TR_MUST_USE;
 

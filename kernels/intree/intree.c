@@ -783,11 +783,19 @@ typedef struct pool_block {
   const void *thread; /* the per-thread default stream is each thread's own: who freed it */
 } pool_block;
 
+/* A block made outside a capture and freed while its stream was captured: the graph may use it at
+ * every replay, so it is neither reused nor freed until tr_intree_trim. */
+typedef struct parked_block {
+  void *ptr;
+  struct parked_block *next;
+} parked_block;
+
 typedef struct pool {
   tr_plat_mutex lock;
   int ready;
   size_t n, held;
   pool_block blocks[POOL_BLOCKS];
+  parked_block *parked;
 } pool;
 
 static pool g_pools[TR_CUDA_MAX_DEVICES];
@@ -814,12 +822,12 @@ static const void *stream_owner(tr_cu_stream stream) {
   return (const void *)t_thread_tag;
 }
 
-/* A stream being captured into a graph gets no pooled block, and the blocks it allocates never
- * go back to the pool (`reusable` 0): a captured address would be replayed while the pool hands
- * it to eager calls. A block allocated outside a capture goes back to the pool even when freed
- * during one, with no driver call to ask: the capture's own allocations never take pooled
- * blocks, and eager calls after the capture are ordered after the block's last eager use on
- * its stream. (Freed on the capturing stream instead, the free would be captured into the graph.) */
+/* A stream being captured into a graph gets no pooled block, and gives none back. A block it
+ * allocates is the graph's (`reusable` 0): freed on the stream, during the capture (a free node)
+ * or after it. A block made outside the capture and freed during it may still be used by the
+ * captured work at every replay: pooled, it would be handed to an eager call before the graph
+ * runs; freed on the capturing stream, it would be a free node of memory the graph did not
+ * allocate, which CUDA refuses. So it is parked until tr_intree_trim. */
 static int capturing(tr_cu_stream stream) {
   return stream != (tr_cu_stream)0x1 && tr_cu_stream_capturing(stream); /* the legacy stream cannot be captured */
 }
@@ -833,7 +841,7 @@ tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, int *reusabl
   if (bytes == 0) bytes = 1;
   tr_plat_once_run(&g_pool_once, pools_init);
   pool *p = &g_pools[index];
-  int captured = poolable(stream) && capturing(stream);
+  int captured = capturing(stream);
   *reusable = !captured;
   if (poolable(stream) && p->ready && !captured) {
     tr_plat_mutex_lock(&p->lock);
@@ -864,6 +872,17 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, int reusable) {
   if (bytes == 0) bytes = 1;
   tr_plat_once_run(&g_pool_once, pools_init);
   pool *p = &g_pools[index];
+  int captured = status == NULL && reusable && capturing(stream);
+  if (captured) { /* made outside this capture, freed during it: parked */
+    parked_block *b = p->ready ? malloc(sizeof(*b)) : NULL;
+    if (b != NULL) {
+      tr_plat_mutex_lock(&p->lock);
+      *b = (parked_block){ptr, p->parked};
+      p->parked = b;
+      tr_plat_mutex_unlock(&p->lock);
+    }
+    return; /* with no room to note it, kept for good rather than freed under the graph */
+  }
   if (status == NULL && reusable && poolable(stream) && p->ready) {
     tr_plat_mutex_lock(&p->lock);
     int kept = p->n < POOL_BLOCKS && p->held + bytes <= POOL_MAX_BYTES;
@@ -890,11 +909,18 @@ void tr_intree_trim(void) {
     if (!p->ready) continue;
     tr_plat_mutex_lock(&p->lock);
     tr_cu_ctx ctx = atomic_load(&g.contexts[i]), previous;
-    tr_status *status = p->n > 0 && ctx != NULL ? tr_cu_enter_context(ctx, &previous) : NULL;
-    if (status == NULL && p->n > 0 && ctx != NULL) {
+    int some = p->n > 0 || p->parked != NULL;
+    tr_status *status = some && ctx != NULL ? tr_cu_enter_context(ctx, &previous) : NULL;
+    if (status == NULL && some && ctx != NULL) {
       /* on the legacy stream, which waits for every blocking stream: a block of another
        * thread's per-thread stream may still be in use there */
       for (size_t b = 0; b < p->n; b++) tr_cu_free_async((tr_cu_ptr)(uintptr_t)p->blocks[b].ptr, (tr_cu_stream)0x1);
+      while (p->parked != NULL) {
+        parked_block *b = p->parked;
+        p->parked = b->next;
+        tr_cu_free_async((tr_cu_ptr)(uintptr_t)b->ptr, (tr_cu_stream)0x1);
+        free(b);
+      }
       tr_cu_restore_context(ctx, previous);
       p->n = 0;
       p->held = 0;

@@ -95,8 +95,11 @@ tr_intree_stats tr_intree_get_stats(void);
 /* cuda tensors for the runtime: stream-ordered allocation and free on device `index`'s current
  * stream (this thread's); `bytes` and `reusable` at free are what the allocation gave. Blocks
  * freed on the per-thread (by the same thread) or legacy default stream are kept (up to 64 per
- * device, 1 GiB) for the next allocation of that size on that stream, unless allocated while
- * the stream is captured into a graph (`reusable` 0); tr_intree_trim gives them back. A strided <-> contiguous
+ * device, 1 GiB) for the next allocation of that size on that stream. A block allocated while
+ * the stream is captured into a graph is the graph's (`reusable` 0, never pooled); one allocated
+ * outside a capture and freed during it is parked, neither reused nor freed, since the graph may
+ * use it at every replay. tr_intree_trim gives pooled and parked blocks back (call it when no
+ * graph that used a parked block will run again; tr_runtime_destroy calls it). A strided <-> contiguous
  * copy on the current stream (scatter 0: `src` strided into contiguous `dst`; 1: contiguous
  * `src` into strided `dst`). The copy kernels are loaded when the first in-tree kernel of the
  * device is built; before, a copy is a BackendError. Thread-safe. */

@@ -42,7 +42,8 @@ __device__ __forceinline__ void await_previous_kernel() {
 }
 
 // Marks a module whose kernels begin with await_previous_kernel: the runtime launches only
-// those overlapped.
+// those overlapped. Every source that includes this file is such a module, so every kernel entry
+// added here must begin with await_previous_kernel().
 extern "C" __global__ void tr_awaits_previous_kernel() {}
 
 // V elements of T loaded or stored at once (16 bytes when V * sizeof(T) == 16).

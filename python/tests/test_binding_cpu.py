@@ -366,6 +366,7 @@ class RemoteLaunchTest(unittest.TestCase):
         cls.server = subprocess.Popen(
             [binary, "serve", "launch", "--endpoint", endpoint, "--manifest",
              os.environ["TILERUN_MANIFEST_DIR"]], stdout=subprocess.DEVNULL)
+        cls.addClassCleanup(cls.server.kill)  # also when the rest of setUpClass fails
         pipeline = os.path.join(cls.dir, "remote.yaml")
         with open(pipeline, "w") as f:
             f.write("deadline_ms: 20000\ncomponents:\n  launch: {placement: process, "
@@ -436,6 +437,21 @@ class RemoteLaunchTest(unittest.TestCase):
         with self.assertRaises(TypeError) as cm:  # NumPy has no bfloat16: said, not an object array
             np.asarray(tilerun.empty((2,), "bfloat16"))
         self.assertIn("bfloat16", str(cm.exception))
+        self.assertEqual(np.asarray(tilerun.empty(5, "int32")).shape, (5,))  # an int is a shape
+
+    def test_a_viewed_tensor_is_not_exported(self):
+        t = tilerun.empty((4096,), "float32")
+        view = np.asarray(t)
+        view[:] = 1.0
+        with self.assertRaises(BufferError):
+            t.__dlpack__()  # the view would outlive the memory
+        other = np.asarray(tilerun.empty((4096,), "float32"))
+        other[:] = 7.0
+        self.assertTrue((view == 1.0).all())  # still its own memory
+        fresh = tilerun.empty((3,), "float32")
+        np.from_dlpack(fresh)  # an unviewed Tensor exports as before
+        with self.assertRaises(BufferError):
+            np.asarray(fresh)  # and once exported has nothing to view
 
 
 if __name__ == "__main__":

@@ -589,18 +589,21 @@ _NUMPY_TYPESTR = {"bool": "|b1", "int8": "|i1", "uint8": "|u1", "int16": "<i2", 
 
 
 class Tensor:
-    """An output tilerun allocated (or :meth:`Runtime.empty` made): a DLManagedTensor it owns until exported. A DLPack producer
-    (``__dlpack__``, ``__dlpack_device__``): ``torch.from_dlpack(t)``, ``numpy.from_dlpack(t)``,
-    ``cupy.from_dlpack(t)`` take it without a copy. It can be exported once (DLPack's capsule
-    holds the one DLManagedTensor); until then it can also be passed to another op's call.
-    Unexported, it is freed with the Tensor."""
+    """An output tilerun allocated (or :meth:`Runtime.empty` made): a DLManagedTensor it owns
+    until exported. A DLPack producer (``__dlpack__``, ``__dlpack_device__``):
+    ``torch.from_dlpack(t)``, ``numpy.from_dlpack(t)``, ``cupy.from_dlpack(t)`` take it without
+    a copy. It can be exported once (DLPack's capsule holds the one DLManagedTensor), and not
+    after ``numpy.asarray(t)`` made a view of it (the view relies on the Tensor for its memory);
+    until then it can also be passed to another op's call. Unexported, it is freed with the
+    Tensor."""
 
-    __slots__ = ("_managed", "_runtime", "_stream", "__weakref__")
+    __slots__ = ("_managed", "_runtime", "_stream", "_viewed", "__weakref__")
 
     def __init__(self, managed, runtime, producer_stream=None):
         self._managed = managed  # POINTER(DLManagedTensor), None once exported or freed
         self._runtime = runtime  # keeps the allocator's runtime alive while the Tensor owns it
         self._stream = producer_stream  # cuda: the stream the data was written on (1/2/handle)
+        self._viewed = False  # a NumPy view was made through __array_interface__
 
     def _t(self):
         if self._managed is None:
@@ -650,8 +653,14 @@ class Tensor:
         shape = self.shape
         strides = self.strides
         bytes_per = t.dtype.bits * t.dtype.lanes // 8
+        self._viewed = True  # the view keeps this Tensor, and so its memory: no export from now
         return {"version": 3, "shape": shape, "typestr": typestr, "data": (self.data_ptr, False),
                 "strides": None if strides is None else tuple(x * bytes_per for x in strides)}
+
+    def __array__(self, dtype=None, copy=None):
+        """Reached by NumPy only where the array interface is missing: a tensor on a device."""
+        raise TypeError("tilerun.Tensor on %s: NumPy reads cpu memory only (torch.from_dlpack or "
+                        "cupy.from_dlpack take it)" % self.device)
 
     def __dlpack_device__(self):
         d = self._t().device
@@ -663,6 +672,9 @@ class Tensor:
         default, 2 per-thread default, a handle; None read as 1; -1: no ordering) is made to
         wait for the stream tilerun wrote the data on, when it is another."""
         t = self._t()
+        if self._viewed:
+            raise BufferError("tilerun.Tensor: a NumPy view of it exists (numpy.asarray), which would "
+                              "outlive the memory once exported; export a copy instead")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError("tilerun.Tensor: cannot export to device %r (it is on %s)"
                               % (tuple(dl_device), self.device))
@@ -790,7 +802,7 @@ class Runtime:
         if _tr_runtime_empty is None:
             raise ImportError("tilerun: %s has no tr_runtime_empty (rebuild //python:libtilerun.so)"
                               % library_path)
-        shape = tuple(int(n) for n in shape)
+        shape = (int(shape),) if isinstance(shape, int) else tuple(int(n) for n in shape)
         if any(n < 0 for n in shape):
             raise ValueError("tilerun: empty(): a negative size in shape %r" % (shape,))
         name = _as_dtype_name(dtype) or (dtype if isinstance(dtype, str) else None)
