@@ -249,12 +249,20 @@ static tr_status *settle_answer(tr_op *op, const uint8_t *reply, size_t reply_si
   return NULL;
 }
 
+enum { SETTLE_REQUEST_MAX = 512, SETTLE_REPLY_MAX = 4096 };
+
+/* The settle request for the op's call on `device`. */
+static tr_status *settle_request(const tr_op *op, const tr_device *device, uint8_t request[SETTLE_REQUEST_MAX],
+                                 size_t *size) {
+  return tr_settle_encode(tr_op_def_name(op->def), op->requested, tr_default_target(op->rt), device, request,
+                          SETTLE_REQUEST_MAX, size);
+}
+
 /* The settle component asked alone, for `device`. */
 static tr_status *settle_call(tr_op *op, const tr_device *device) {
-  uint8_t request[512], reply[4096];
+  uint8_t request[SETTLE_REQUEST_MAX], reply[SETTLE_REPLY_MAX];
   size_t request_size = 0, reply_size = 0;
-  TR_RETURN_IF_ERROR(tr_settle_encode(tr_op_def_name(op->def), op->requested, tr_default_target(op->rt),
-                                      device, request, sizeof(request), &request_size));
+  TR_RETURN_IF_ERROR(settle_request(op, device, request, &request_size));
   TR_RETURN_IF_ERROR(tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_SETTLE, request, request_size, reply,
                                       sizeof(reply), &reply_size));
   return settle_answer(op, reply, reply_size);
@@ -275,9 +283,9 @@ static tr_status *validate_and_settle(tr_op *op, const DLTensor *const *inputs, 
   }
   TR_RETURN_IF_ERROR(tr__specs_from_dl(op, inputs, n_inputs, specs, ptrs));
   uint8_t *request = malloc(2 * (size_t)TR_VALIDATE_MAX), *reply = request + TR_VALIDATE_MAX;
-  uint8_t settle_request[512], settle_reply[4096];
+  uint8_t settle_req[SETTLE_REQUEST_MAX], settle_reply[SETTLE_REPLY_MAX];
   tr_pipeline_exchange x[2] = {{TR_COMPONENT_VALIDATE, request, 0, reply, TR_VALIDATE_MAX, 0, NULL, 0},
-                               {TR_COMPONENT_SETTLE, settle_request, 0, settle_reply, sizeof(settle_reply), 0, NULL, 0}};
+                               {TR_COMPONENT_SETTLE, settle_req, 0, settle_reply, sizeof(settle_reply), 0, NULL, 0}};
   int settle = op->target == NULL;
   tr_device device;
   tr_status *status = request ? NULL : TR_STATUS(TR_OUT_OF_MEMORY, "%s: a validate request", tr_op_def_name(def));
@@ -288,8 +296,7 @@ static tr_status *validate_and_settle(tr_op *op, const DLTensor *const *inputs, 
   int together = settle; /* settle asked with validate */
   if (status == NULL && settle) {
     tr_op_def_call_device(def, ptrs, n_decl, &device);
-    tr_status *encoded = tr_settle_encode(tr_op_def_name(def), op->requested, tr_default_target(op->rt), &device,
-                                          settle_request, sizeof(settle_request), &x[1].request_size);
+    tr_status *encoded = settle_request(op, &device, settle_req, &x[1].request_size);
     together = encoded == NULL; /* else asked alone after validate, which says why first */
     tr_status_destroy(&encoded);
   }

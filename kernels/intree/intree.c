@@ -343,9 +343,10 @@ tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *
   if (t == NULL) return TR_STATUS(TR_VALUE, "kernel '%s' has no specialisation for dtype %s", type->key, tr_dtype_name(dt));
   add_text(out, "-DTR_T=%s", t);
   int64_t row = tr_call_spec_int(call, "row");
-  size_t wider = tr_dtype_bytes(dt);
-  if (info->fam == FAM_SOFTMAX && tr_dtype_bytes(tr_call_spec_get(call, "out_dtype")->as.dtype) > wider) {
-    wider = tr_dtype_bytes(tr_call_spec_get(call, "out_dtype")->as.dtype);
+  size_t wider = tr_dtype_bytes(dt); /* softmax: the wider of its input and output elements */
+  if (info->fam == FAM_SOFTMAX) {
+    size_t out_bytes = tr_dtype_bytes(tr_call_spec_get(call, "out_dtype")->as.dtype);
+    if (out_bytes > wider) wider = out_bytes;
   }
   if (info->fam == FAM_ADD) {
     out->source = tr_src_add;
@@ -431,10 +432,10 @@ static tr_status *build_artifact(const char *arch, const tr_intree_source *src, 
 }
 
 /* An artifact's function on device `index` (its context current), loaded once per device, and its
- * "<entry>_any" function when it has one (`any` may be NULL). */
-/* Loads an artifact on device `index` once; *awaits (when asked) says whether its kernels begin
- * with await_previous_kernel, and so may be launched overlapped (tr_cu_launch_ex): an artifact
- * built from sources without it (another tilerun's build component) never is. */
+ * "<entry>_any" function when it has one (`any` may be NULL). *awaits (when asked) says whether
+ * its kernels begin with await_previous_kernel, and so may be launched overlapped
+ * (tr_cu_launch_ex): an artifact built from sources without it (another tilerun's build
+ * component) never is. */
 static tr_status *load_function(int32_t index, const tr_artifact *art, tr_cu_function *out, tr_cu_function *any,
                                 int *awaits) {
   tr_plat_mutex_lock(&g.lock);
