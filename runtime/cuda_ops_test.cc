@@ -251,6 +251,69 @@ TEST_CASE("softmax over long rows starting with -inf (masked logits) stays finit
   tr_runtime_destroy(&rt);
 }
 
+// The kernel config entry `name` of op's kernel (op has one memo entry), as text ("" when absent
+// or not text).
+std::string config_text(tr_op *op, const char *name) {
+  const tr_named_value *config = nullptr;
+  size_t n = tr_op_kernel_config(op, &config);
+  for (size_t i = 0; i < n; i++) {
+    if (std::string(config[i].name) == name && config[i].value.kind == TR_VALUE_STR) return config[i].value.as.str.data;
+  }
+  return "";
+}
+
+TEST_CASE("few long softmax rows are split over a cluster on sm_90 and match float64") {
+  // Rows of 16384 elements and more, fewer than the SMs: each row over a cluster of CTAs (sm_90
+  // on); as many rows as SMs: a block per row. Outputs poisoned first; row 0 masked (-inf) over
+  // its first 40%, so that whole CTAs of it hold nothing but -inf. Every output is compared
+  // relatively (most are 1e-5 and below, where an absolute tolerance would pass anything).
+  ok(tr_plat_setenv("TILERUN_CUDA_OVERLAP", "1"));
+  tr_runtime *rt = cuda_runtime();
+  tr_op *add = nullptr;
+  ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &add));
+  int major = 0, sms = 0;
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
+  for (int64_t row : {20000, 100003, 128256}) {  // the block kernel's; looped without and with vectors
+    tr_op *op = nullptr;  // one op per row length: its one kernel is the one the config describes
+    ok(tr_op_new(rt, "SoftmaxFwdOp", nullptr, 0, nullptr, &op));
+    for (int64_t rows : {(int64_t)1, (int64_t)3, (int64_t)64, (int64_t)sms - 1, (int64_t)sms}) {
+      std::vector<float> xv = values((size_t)(rows * row), (unsigned)(40 + rows));
+      for (auto &v : xv) v *= 4.0f;
+      for (int64_t i = 0; i < row * 2 / 5; i++) xv[(size_t)i] = -INFINITY;
+      if (rows > 1) xv[(size_t)row + 7] = -INFINITY;
+      // x = a + 0 by the add just before (overlapped): a softmax that did not wait for it would
+      // read x's old zeros
+      CudaTensor a({rows, row}, xv), zero({rows, row}, std::vector<float>(xv.size(), 0.0f)),
+          x({rows, row}, std::vector<float>(xv.size(), 0.0f)), y({rows, row}, std::vector<float>(xv.size(), NAN));
+      const DLTensor *add_in[] = {&a.t, &zero.t};
+      DLTensor *add_out[] = {&x.t};
+      const DLTensor *in[] = {&x.t};
+      DLTensor *out[] = {&y.t};
+      ok(tr_op_call_into(add, add_in, 2, add_out, 1));
+      uint64_t splits = tr_intree_get_stats().split_launches;
+      ok(tr_op_call_into(op, in, 1, out, 1));
+      INFO("rows " << rows << " of " << row);
+      CHECK(config_text(op, "few_rows") == (major >= 9 ? "split" : "none"));
+      CHECK(tr_intree_get_stats().split_launches - splits == (major >= 9 && rows < sms ? 1u : 0u));
+      std::vector<float> got = host(y.t);
+      std::vector<double> want = softmax_ref(xv, (size_t)row);
+      size_t bad = 0, first = want.size();
+      for (size_t i = 0; i < want.size(); i++) {
+        if (!(std::fabs(got[i] - want[i]) <= 1e-5 * std::fabs(want[i]) + 1e-30)) {
+          if (bad++ == 0) first = i;
+        }
+      }
+      INFO(bad << " outputs off by more than 1e-5 relative; first at " << first << ": got "
+                << (first < got.size() ? got[first] : 0.0f) << ", want " << (first < want.size() ? want[first] : 0.0));
+      CHECK(bad == 0);
+    }
+    tr_op_destroy(&op);
+  }
+  tr_op_destroy(&add);
+  tr_runtime_destroy(&rt);
+}
+
 TEST_CASE("an empty tensor is a call with nothing to compute, not a crash") {
   tr_runtime *rt = cuda_runtime();
   tr_named_value p[1] = {{"dim", tr_value_int(1)}};

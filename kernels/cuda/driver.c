@@ -26,7 +26,8 @@ typedef struct launch_attribute {
   union {
     char bytes[64];
     int value;
-    void *align; /* the union holds pointers in cuda.h */
+    unsigned dim[3]; /* a cluster's shape */
+    void *align;     /* the union holds pointers in cuda.h */
   } value;
 } launch_attribute;
 typedef struct launch_config {
@@ -35,7 +36,8 @@ typedef struct launch_config {
   launch_attribute *attrs;
   unsigned n_attrs;
 } launch_config;
-enum { kLaunchAttrProgrammaticStreamSerialization = 6 }; /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */
+/* CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */
+enum { kLaunchAttrClusterDimension = 4, kLaunchAttrProgrammaticStreamSerialization = 6 };
 typedef int (*launch_ex_fn)(const launch_config *config, tr_cu_function f, void **params, void **extra);
 typedef int (*alloc_async_fn)(tr_cu_ptr *ptr, size_t bytes, tr_cu_stream stream);
 typedef int (*free_async_fn)(tr_cu_ptr ptr, tr_cu_stream stream);
@@ -291,6 +293,34 @@ tr_status *tr_cu_launch_ex(tr_cu_function function, const char *what, uint32_t g
   tr_status *status = tr_cu_launch(function, what, grid_x, grid_y, block_x, smem, stream, args);
   if (status == NULL) atomic_store(&g_overlap_refused, 1);
   return status;
+}
+
+tr_status *tr_cu_launch_cluster(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t cluster_x,
+                                uint32_t block_x, tr_cu_stream stream, void **args, int overlap) {
+  if (g.launch_ex == NULL) {
+    return TR_STATUS(TR_BACKEND, "launching kernel '%s' in clusters of %u: the driver has no cuLaunchKernelEx", what,
+                     cluster_x);
+  }
+  launch_attribute attrs[2];
+  memset(attrs, 0, sizeof(attrs));
+  attrs[0].id = kLaunchAttrClusterDimension;
+  attrs[0].value.dim[0] = cluster_x;
+  attrs[0].value.dim[1] = 1;
+  attrs[0].value.dim[2] = 1;
+  attrs[1].id = kLaunchAttrProgrammaticStreamSerialization;
+  attrs[1].value.value = 1;
+  int with_overlap = overlap && !atomic_load(&g_overlap_refused);
+  launch_config config = {grid_x, 1, 1, block_x, 1, 1, 0, stream, attrs, with_overlap ? 2u : 1u};
+  int rc = g.launch_ex(&config, function, args, NULL);
+  if (rc != 0 && with_overlap) { /* as tr_cu_launch_ex: without the overlap, now and from now on */
+    config.n_attrs = 1;
+    rc = g.launch_ex(&config, function, args, NULL);
+    if (rc == 0) atomic_store(&g_overlap_refused, 1);
+  }
+  if (rc == 0) return NULL;
+  char text[256];
+  return TR_STATUS(TR_BACKEND, "launching kernel '%s' (grid %u in clusters of %u, block %u): %s", what, grid_x,
+                   cluster_x, block_x, tr_cu_error_text(rc, text, sizeof(text)));
 }
 
 tr_status *tr_cu_alloc_async(size_t bytes, tr_cu_stream stream, tr_cu_ptr *out) {

@@ -299,6 +299,10 @@ static const char *c_type(tr_dtype d) {
 }
 
 enum { ELEMENTWISE_BLOCK = 256, WARP_BLOCK = 128, LOOPED_BLOCK = 1024, COPY_MAX_BLOCKS = 4096 };
+/* Softmax rows this long or longer get a split build (a row over a cluster of up to
+ * SPLIT_MAX_CTAS CTAs of SPLIT_BLOCK threads) on sm_90 and later, launched for fewer rows than
+ * SMs. */
+enum { SPLIT_MIN_ROW = 16384, SPLIT_BLOCK = 512, SPLIT_MAX_CTAS = 8, SPLIT_MIN_ARCH = 90 };
 
 /* Threads for softmax's block-per-row kernel holding the row in registers: about four 16-byte
  * vectors per thread (vectors of the wider of the input and output elements), at least 64 and at
@@ -368,6 +372,12 @@ tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *
       out->wide_block = clamp_threads((nv + 1) / 2);
       if (out->wide_block == out->block) out->wide_block = 0;
     }
+    if (info->fam == FAM_SOFTMAX && (info->kind == IMPL_BLOCK || info->kind == IMPL_LOOPED) &&
+        row >= SPLIT_MIN_ROW) {
+      out->wide_block = SPLIT_BLOCK;
+      out->wide_split = 1;
+      out->wide_min_arch = SPLIT_MIN_ARCH;
+    }
     if (info->fam == FAM_SOFTMAX) {
       out->source = tr_src_softmax;
       out->entry = "tr_softmax";
@@ -401,7 +411,7 @@ static struct {
   module_entry *modules;
   _Atomic(tr_cu_ctx) contexts[TR_CUDA_MAX_DEVICES];
   _Atomic(tr_cu_function) copies[TR_CUDA_MAX_DEVICES][4]; /* element sizes 1, 2, 4, 8 */
-  atomic_uint_fast64_t compiled, from_cache, loaded, kernels;
+  atomic_uint_fast64_t compiled, from_cache, loaded, kernels, split_launches;
   tr_artifact_cache cache;
 } g;
 static tr_plat_once g_once = TR_PLAT_ONCE_INIT;
@@ -416,7 +426,7 @@ static void init_once(void) {
 
 tr_intree_stats tr_intree_get_stats(void) {
   tr_intree_stats s = {atomic_load(&g.compiled), atomic_load(&g.from_cache), atomic_load(&g.loaded),
-                       atomic_load(&g.kernels)};
+                       atomic_load(&g.kernels), atomic_load(&g.split_launches)};
   return s;
 }
 
@@ -507,14 +517,14 @@ typedef struct intree_kernel {
   tr_cu_ctx ctx;
   int32_t index;
   uint32_t block;
-  tr_cu_function wide_function; /* looped norms: the build for few rows (NULL: none) */
+  tr_cu_function wide_function; /* the build for fewer rows than SMs (wide norms, split softmax; NULL: none) */
   tr_cu_function function_any, wide_function_any; /* norms: for pointers not 16-byte aligned */
   uint32_t wide_threads;
   int32_t sm_count;
   int64_t row, inner;
   float eps;
   double alpha;
-  tr_named_value config[3]; /* implementation (the key), threads per block, overlap */
+  tr_named_value config[4]; /* implementation (the key), threads per block, overlap, few_rows */
   int overlap;               /* launched with programmatic dependent launch (sm_90 on) */
 } intree_kernel;
 
@@ -577,6 +587,23 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
       if (k->info->kind == IMPL_STRIDED) {
         int64_t blocks = (outer * inner + k->block - 1) / k->block;
         if (blocks > 0) status = tr_cu_launch_ex(k->function, k->key, (uint32_t)blocks, 1, k->block, 0, stream, args, k->overlap);
+      } else if (k->wide_function != NULL && outer < k->sm_count) {
+        /* few long rows: each over a cluster of the fewest CTAs (a power of two, at most
+         * SPLIT_MAX_CTAS) that make at least as many CTAs as SMs (measured on the H200 at
+         * 64 x 128256: asking for twice as many, 8 CTAs a row, was 20% slower). Where clusters
+         * cannot be launched (no cuLaunchKernelEx, or none fit: MPS, a partitioned GPU), a
+         * block per row as for many rows (such launch errors do not stick). */
+        uint32_t ctas = 1;
+        while (ctas < SPLIT_MAX_CTAS && outer * (int64_t)ctas < k->sm_count) ctas *= 2;
+        status = tr_cu_launch_cluster(k->wide_function, k->key, (uint32_t)outer * ctas, ctas, k->wide_threads, stream,
+                                      args, k->overlap);
+        if (status == NULL) {
+          atomic_fetch_add_explicit(&g.split_launches, 1, memory_order_relaxed);
+        } else {
+          tr_status_destroy(&status);
+          status = launch_rows(k, k->function, outer, k->info->kind == IMPL_WARP ? k->block / 32 : 1, k->block,
+                               stream, args);
+        }
       } else {
         status = launch_rows(k, k->function, outer, k->info->kind == IMPL_WARP ? k->block / 32 : 1, k->block, stream,
                              args);
@@ -602,12 +629,13 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
 static size_t kernel_config(void *self, const tr_named_value **out) {
   intree_kernel *k = self;
   *out = k->config;
-  return 3;
+  return 4;
 }
 
 static void kernel_release(void *self) {
   intree_kernel *k = self;
   tr_value_clear(&k->config[0].value);
+  tr_value_clear(&k->config[3].value);
   free(k);
 }
 
@@ -620,10 +648,21 @@ int tr_intree_owns(const tr_kernel_type *type) {
   return 0;
 }
 
+int tr_intree_has_wide(const tr_intree_source *src, int32_t arch) {
+  return src->wide_block > 0 && (src->wide_min_arch == 0 || arch >= src->wide_min_arch);
+}
+
+/* 90 for "sm_90a" (tr_intree_arch_name's form); -1 for another. */
+static int32_t arch_number(const char *arch) {
+  int n = -1;
+  return sscanf(arch, "sm_%d", &n) == 1 ? (int32_t)n : -1;
+}
+
 void tr_intree_wide_source(const tr_intree_source *src, tr_intree_source *w) {
   *w = *src;
   for (size_t i = 0; i < w->n_options; i++) w->options[i] = w->option_text[i];
   snprintf(w->option_text[w->n_options - 1], 64, "-DTR_BLOCK=%u", w->wide_block);
+  if (w->wide_split) add_text(w, "%s", "-DTR_SPLIT");
   for (size_t i = 0; i < w->n_options; i++) { /* no register cap: few rows, latency */
     if (strncmp(w->option_text[i], "-DTR_MINB=", 10) == 0) snprintf(w->option_text[i], 64, "-DTR_MINB=1");
   }
@@ -648,7 +687,7 @@ tr_status *tr_intree_build(const tr_kernel_type *type, const tr_call_spec *call,
   TR_RETURN_IF_ERROR(tr_intree_source_for(type, call, &src));
   TR_RETURN_IF_ERROR(build_artifact(arch, &src, &out[0]));
   *n_out = 1;
-  if (src.wide_block > 0) {
+  if (tr_intree_has_wide(&src, arch_number(arch))) {
     tr_intree_source w;
     tr_intree_wide_source(&src, &w);
     tr_status *status = build_artifact(arch, &w, &out[1]);
@@ -679,7 +718,7 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   tr_intree_arch_name(call->facts.arch, arch, sizeof(arch));
   tr_intree_source src;
   TR_RETURN_IF_ERROR(tr_intree_source_for(self, call, &src));
-  size_t want = src.wide_block > 0 ? 2 : 1;
+  size_t want = tr_intree_has_wide(&src, call->facts.arch) ? 2 : 1;
   for (size_t i = 0; i < n; i++) { /* artifacts from elsewhere must be this kernel's, for this card */
     if (strcmp(arts[i].name, self->key) != 0 || strcmp(arts[i].entry, src.entry) != 0 || strcmp(arts[i].arch, arch) != 0) {
       return TR_STATUS(TR_BACKEND, "kernel '%s' for %s was given an artifact of '%s' (entry %s) for %s", self->key,
@@ -732,6 +771,15 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   k->config[1].value = tr_value_int(src.block);
   k->config[2].name = "overlap"; /* launched with programmatic dependent launch */
   k->config[2].value = tr_value_bool(k->overlap);
+  /* the build launched for fewer rows than SMs: "split" (a row over a cluster), "wide" (more
+   * threads per row), or "none" */
+  k->config[3].name = "few_rows";
+  status = tr_value_str(wide == NULL ? "none" : src.wide_split ? "split" : "wide", &k->config[3].value);
+  if (status != NULL) {
+    tr_value_clear(&k->config[0].value);
+    free(k);
+    return status;
+  }
   out->self = k;
   out->call = kernel_call;
   out->config = kernel_config;

@@ -55,22 +55,30 @@ typedef struct tr_intree_source {
   const char *options[16];
   char option_text[16][64];
   uint32_t block; /* threads per block */
-  /* Looped norms are built a second time for calls of few rows: with this many threads
-   * (replacing the last option, -DTR_BLOCK=...); 0: no second build. */
+  /* Built a second time for calls of few rows, with this many threads (replacing the last
+   * option, -DTR_BLOCK=...); 0: no second build. Looped norms: the same kernel, wider. Softmax
+   * rows of at least 16384 elements (block and looped): split over a thread-block cluster
+   * (`wide_split`, -DTR_SPLIT), for architectures of `wide_min_arch` (90) and later only. */
   uint32_t wide_block;
+  int wide_split;
+  int32_t wide_min_arch;
 } tr_intree_source;
 tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *call,
                                 tr_intree_source *out) TR_MUST_USE;
-/* The source of the wide build of `src` (src->wide_block > 0): the same with more threads. `w`
- * points into itself: a copy of it must point its options at its own option_text again. */
+/* The source of the wide build of `src` (src->wide_block > 0): the same with more threads (and
+ * -DTR_SPLIT where src->wide_split). `w` points into itself: a copy of it must point its options
+ * at its own option_text again. */
 void tr_intree_wide_source(const tr_intree_source *src, tr_intree_source *w);
 
 /* 1 when `type` is one of the in-tree implementations above (it has a source to compile). */
 int tr_intree_owns(const tr_kernel_type *type);
 
+/* 1 when `src` has a wide build for architecture `arch` (90 for "sm_90a"). */
+int tr_intree_has_wide(const tr_intree_source *src, int32_t arch);
+
 /* The build step: the artifacts of an in-tree implementation for a call, compiled for `arch`
- * ("sm_90a") or taken from the disk cache; no GPU needed. One artifact, or two for the looped
- * norms (the second: the wide build). A type that is not in-tree, or that refuses the call, is a
+ * ("sm_90a") or taken from the disk cache; no GPU needed. One artifact, or two where the source
+ * has a wide build for the arch (the second). A type that is not in-tree, or that refuses the call, is a
  * SelectionError saying so; a compile error a CompileError with NVRTC's log. The caller clears
  * the artifacts (tr_artifact_clear). Thread-safe. */
 tr_status *tr_intree_build(const tr_kernel_type *type, const tr_call_spec *call, const char *arch,
@@ -89,6 +97,7 @@ typedef struct tr_intree_stats {
   uint64_t from_cache;  /* an artifact came from the disk cache */
   uint64_t loaded;      /* modules loaded (once per device and artifact) */
   uint64_t kernels;     /* kernels built (once per memo entry) */
+  uint64_t split_launches; /* softmax calls launched split over clusters (few long rows, sm_90 on) */
 } tr_intree_stats;
 tr_intree_stats tr_intree_get_stats(void);
 

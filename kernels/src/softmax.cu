@@ -5,6 +5,8 @@
 //            per thread), one merge of per-thread (max, sum) pairs;
 //   looped:  contiguous rows of any length: an online max and sum, then a second read;
 //   strided: any inner stride (the axis is not the last): a thread per (outer, inner) column.
+// The block and looped implementations are built again with TR_SPLIT for long rows on sm_90 and
+// later: a row over the CTAs of a cluster, launched for calls of few rows.
 // Entry: tr_softmax(const T *x, O *y, i64 outer, i64 inner): x is [outer, TR_N, inner].
 typedef TR_T T;
 typedef TR_OUT O;
@@ -19,6 +21,24 @@ __device__ __forceinline__ void warp_merge(float &m, float &s) {
   const float mw = warp_max(m);
   s = warp_sum(rescale(s, m, mw));
   m = mw;
+}
+
+// (max, sum) pairs merged over THREADS threads (a warp, or the block; tid in 0..THREADS-1): every
+// thread gets the merged pair. One exchange through `scratch` (64 floats, not read before).
+template <int THREADS>
+__device__ __forceinline__ void block_merge(float &m, float &s, int tid, float *scratch) {
+  warp_merge(m, s);
+  if (THREADS > 32) {
+    const int lane = tid & 31, warp = tid >> 5;
+    if (lane == 0) {
+      scratch[warp] = m;
+      scratch[32 + warp] = s;
+    }
+    __syncthreads();
+    m = lane < THREADS / 32 ? scratch[lane] : NEG_INF;
+    s = lane < THREADS / 32 ? scratch[32 + lane] : 0.f;
+    warp_merge(m, s);
+  }
 }
 
 // One row held in the registers of THREADS threads (a warp, or the block), tid in 0..THREADS-1:
@@ -54,18 +74,7 @@ __device__ __forceinline__ void softmax_row_regs(const T *x, O *y, int tid, floa
     }
   }
   float M = m, S = s;
-  warp_merge(M, S);
-  if (THREADS > 32) {
-    const int lane = tid & 31, warp = tid >> 5;
-    if (lane == 0) {
-      scratch[warp] = M;
-      scratch[32 + warp] = S;
-    }
-    __syncthreads();
-    M = lane < THREADS / 32 ? scratch[lane] : NEG_INF;
-    S = lane < THREADS / 32 ? scratch[32 + lane] : 0.f;
-    warp_merge(M, S);
-  }
+  block_merge<THREADS>(M, S, tid, scratch);
   const float f = s == 0.f ? 0.f : expf(m - M) / S;
 #pragma unroll
   for (int p = 0; p < PER; p++) {
@@ -111,6 +120,119 @@ __device__ __forceinline__ void softmax_row_looped(const T *x, O *y, float *scra
   }
 }
 
+#if defined(TR_SPLIT)
+// A row split over the C CTAs of a thread-block cluster (sm_90 on; C from the launch, at most 8):
+// CTA r takes the r-th of C equal runs of the row's vectors. Each thread keeps an online (max,
+// sum) over its vectors, U loads in flight at once; the block merges them, then every CTA reads
+// the C merged pairs from the cluster's shared memory and merges them alike (the same result in
+// every CTA), and writes its run with a second read (from L2). Exponentials by exp_neg. For few
+// long rows (a logits row of 128256): one block per row would leave all but a few SMs idle.
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned cluster_ctas() {
+  unsigned r;
+  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned cluster_index() {
+  unsigned r;
+  asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+  return r;
+}
+// Every thread of the cluster's CTAs: writes to shared memory before are seen by reads after.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+// The float at `p` (this CTA's shared memory) in CTA `rank`'s shared memory.
+__device__ __forceinline__ float load_cluster(const float *p, unsigned rank) {
+  unsigned local, remote;
+  float f;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(f) : "r"(remote) : "memory");
+  return f;
+}
+
+// e^d for d <= 0 (d = x - max) as 2^(d log2 e) by the approximate exp2 instruction (2 ulp;
+// results below float32's normal range are 0): three instructions against expf's eight, where
+// only a few SMs work on a row.
+__device__ __forceinline__ float exp_neg(float d) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.4426950408889634f));
+  return r;
+}
+
+template <int V>
+__device__ __forceinline__ void softmax_row_split(const T *x, O *y, float *scratch, float *part) {
+  constexpr int NV = TR_N / V, U = 8;
+  const int tid = threadIdx.x;
+  const unsigned rank = cluster_rank(), ctas = cluster_ctas();
+  const int run = (int)((NV + ctas - 1) / ctas), lo = (int)rank * run, hi = NV - lo < run ? NV : lo + run;
+  float m = NEG_INF, s = 0.f;
+  for (int i0 = lo + tid; i0 < hi; i0 += U * TR_BLOCK) {
+    float v[U][V];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (i0 + u * TR_BLOCK < hi) load_f32<T, V>(x + (i64)(i0 + u * TR_BLOCK) * V, v[u]);
+    }
+    float lm = NEG_INF;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (i0 + u * TR_BLOCK < hi) {
+#pragma unroll
+        for (int k = 0; k < V; k++) lm = fmaxf(lm, v[u][k]);
+      }
+    }
+    if (lm > m) {
+      s = rescale(s, m, lm);
+      m = lm;
+    }
+    if (m == NEG_INF) continue; /* all -inf so far: nothing to add (and -inf - -inf is NaN) */
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (i0 + u * TR_BLOCK < hi) {
+#pragma unroll
+        for (int k = 0; k < V; k++) s += exp_neg(v[u][k] - m);
+      }
+    }
+  }
+  block_merge<TR_BLOCK>(m, s, tid, scratch);
+  if (tid == 0) {
+    part[0] = m;
+    part[1] = s;
+  }
+  cluster_arrive();
+  cluster_wait();
+  /* lane r reads CTA r's pair (all at once); a warp merge gives every lane of every CTA the same
+   * (M, S): each merge step adds two values that both partners add alike */
+  const unsigned lane = tid & 31;
+  float M = lane < ctas ? load_cluster(&part[0], lane) : NEG_INF;
+  float S = lane < ctas ? load_cluster(&part[1], lane) : 0.f;
+  warp_merge(M, S);
+  cluster_arrive(); /* done with the other CTAs' parts: they may exit after their last wait */
+  const float inv = 1.f / S;
+  for (int i0 = lo + tid; i0 < hi; i0 += U * TR_BLOCK) {
+    float v[U][V];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (i0 + u * TR_BLOCK < hi) load_f32<T, V>(x + (i64)(i0 + u * TR_BLOCK) * V, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (i0 + u * TR_BLOCK < hi) {
+#pragma unroll
+        for (int k = 0; k < V; k++) v[u][k] = exp_neg(v[u][k] - M) * inv;
+        if constexpr (V * sizeof(O) == 16) store16_f32<O, V>(y + (i64)(i0 + u * TR_BLOCK) * V, v[u]);
+        else store_f32<O, V>(y + (i64)(i0 + u * TR_BLOCK) * V, v[u]);
+      }
+    }
+  }
+  cluster_wait(); /* this CTA's part stays until every CTA has read it */
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_softmax(const T *__restrict__ x, O *__restrict__ y, i64 outer,
                                                                   i64 inner) {
   await_previous_kernel();
@@ -119,7 +241,7 @@ extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_softmax(const T *__res
   constexpr int VT = vec_width<T>::value, VO = vec_width<O>::value;
   constexpr int V = VT < VO ? VT : VO;
   const bool vec = V > 1 && aligned16(x) && aligned16(y);
-#if defined(TR_IMPL_STRIDED)
+#if defined(TR_IMPL_STRIDED) && !defined(TR_SPLIT)
   (void)scratch;
   (void)vec;
   const i64 col = (i64)blockIdx.x * TR_BLOCK + threadIdx.x;
@@ -133,12 +255,19 @@ extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_softmax(const T *__res
   for (int k = 0; k < TR_N; k++) s += expf(to_f32(xr[(i64)k * inner]) - m);
   const float inv = 1.f / s;
   for (int k = 0; k < TR_N; k++) yr[(i64)k * inner] = from_f32<O>(expf(to_f32(xr[(i64)k * inner]) - m) * inv);
-#elif defined(TR_IMPL_WARP)
+#elif defined(TR_IMPL_WARP) && !defined(TR_SPLIT)
   const i64 row = (i64)blockIdx.x * (TR_BLOCK / 32) + (threadIdx.x >> 5);
   if (row >= outer) return;
   const int lane = threadIdx.x & 31;
   if (vec) softmax_row_regs<32, V>(x + row * TR_N, y + row * TR_N, lane, scratch);
   else softmax_row_regs<32, 1>(x + row * TR_N, y + row * TR_N, lane, scratch);
+#elif defined(TR_SPLIT)
+  (void)outer;
+  (void)inner;
+  __shared__ float part[2];
+  const i64 row = cluster_index(); /* the grid is outer clusters exactly: no CTA returns early */
+  if (vec) softmax_row_split<V>(x + row * TR_N, y + row * TR_N, scratch, part);
+  else softmax_row_split<1>(x + row * TR_N, y + row * TR_N, scratch, part);
 #else
   const i64 row = (i64)blockIdx.x + (i64)blockIdx.y * gridDim.x;
   if (row >= outer) return;
