@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
   tr_cu_ctx ctx = NULL, previous = NULL;
   if ((status = tr_cu_device_context(0, &ctx)) != NULL) return fail(status);
   if ((status = tr_cu_enter_context(ctx, &previous)) != NULL) return fail(status);
-  int reuse_x = 0, reuse_w = 0, reuse_y = 0;
+  tr_intree_origin reuse_x, reuse_w, reuse_y;
   if ((status = tr_intree_alloc(0, 4096 * 4, &x, &reuse_x)) != NULL ||
       (status = tr_intree_alloc(0, 4096 * 4, &w, &reuse_w)) != NULL ||
       (status = tr_intree_alloc(0, 4096 * 4, &y, &reuse_y)) != NULL) {
@@ -132,9 +132,9 @@ int main(int argc, char **argv) {
         else if (p == P_CAPT) sink += tr_cu_stream_capturing(stream);
         else if (p == P_POOL) { /* the output's block: from the pool and back */
           void *block = NULL;
-          int reusable = 0;
+          tr_intree_origin reusable;
           status = tr_intree_alloc(0, 4096 * 4, &block, &reusable);
-          tr_intree_free(0, block, 4096 * 4, reusable);
+          tr_intree_free(0, block, 4096 * 4, &reusable);
         }
         else {
           DLManagedTensor *o = NULL;
@@ -171,9 +171,9 @@ int main(int argc, char **argv) {
          med[P_CALL] - med[P_BARE_EX]);
   tr_artifact_clear(&art);
   tr_call_spec_clear(&call);
-  tr_intree_free(0, x, 4096 * 4, reuse_x);
-  tr_intree_free(0, w, 4096 * 4, reuse_w);
-  tr_intree_free(0, y, 4096 * 4, reuse_y);
+  tr_intree_free(0, x, 4096 * 4, &reuse_x);
+  tr_intree_free(0, w, 4096 * 4, &reuse_w);
+  tr_intree_free(0, y, 4096 * 4, &reuse_y);
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
   for (int p = 0; p < N_PATHS; p++) free(t[p]);

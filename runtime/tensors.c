@@ -15,7 +15,7 @@ typedef struct owned {
   DLManagedTensor managed;
   tr_free_fn free_fn; /* NULL: the data is in this block (CPU), or cuda memory (cuda_bytes) */
   size_t cuda_bytes;  /* cuda: the bytes allocated, for the in-tree allocator's pool */
-  int cuda_reusable;  /* cuda: the block may go back to the pool (not allocated during a capture) */
+  tr_intree_origin cuda_origin; /* cuda: where the block was made (its stream, thread, capture) */
   int shared;         /* launch in another process: cpu data from tr_share_alloc, cuda from cuMemAlloc */
   void *free_ctx;
   tr_device device;
@@ -52,7 +52,7 @@ static void delete_owned(DLManagedTensor *self) {
   } else if (o->free_fn != NULL) o->free_fn(o->free_ctx, &o->device, o->managed.dl_tensor.data);
   else if (o->cuda_bytes > 0) {
     tr_intree_free(o->device.index < 0 ? 0 : o->device.index, o->managed.dl_tensor.data, o->cuda_bytes,
-                   o->cuda_reusable);
+                   &o->cuda_origin);
   }
   free(o);
 }
@@ -90,7 +90,7 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
   if (o == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "allocating a tensor of %zu bytes on cpu", bytes);
   o->free_fn = NULL;
   o->cuda_bytes = 0;
-  o->cuda_reusable = 0;
+  memset(&o->cuda_origin, 0, sizeof(o->cuda_origin));
   o->shared = shared;
   DLTensor *t = &o->managed.dl_tensor;
   if (shared) {
@@ -107,7 +107,7 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
   } else if (is_cuda) {
     void *data = NULL;
     tr_status *status = tr_intree_alloc(spec->device.index < 0 ? 0 : spec->device.index, bytes ? bytes : 1, &data,
-                                        &o->cuda_reusable);
+                                        &o->cuda_origin);
     if (status != NULL) {
       free(o);
       return status;

@@ -99,7 +99,7 @@ typedef struct row_data {
   void *host[TR_SIG_MAX_INPUTS];
   void *dev[TR_SIG_MAX_INPUTS];
   size_t bytes[TR_SIG_MAX_INPUTS];
-  int reusable[TR_SIG_MAX_INPUTS];
+  tr_intree_origin origin[TR_SIG_MAX_INPUTS];
   DLTensor host_t[TR_SIG_MAX_INPUTS], dev_t[TR_SIG_MAX_INPUTS];
   int shared; /* launch in another process: inputs in memory it can map */
 } row_data;
@@ -122,7 +122,7 @@ static void row_release(const tr_op_def *def, row_data *d) {
     if (d->shared) tr_free_shared(d->host[i]);
     else free(d->host[i]);
     if (d->dev[i] != NULL && d->shared) tr_cu_free((tr_cu_ptr)(uintptr_t)d->dev[i]);
-    else if (d->dev[i] != NULL) tr_intree_free(0, d->dev[i], d->bytes[i], d->reusable[i]);
+    else if (d->dev[i] != NULL) tr_intree_free(0, d->dev[i], d->bytes[i], &d->origin[i]);
   }
   if (d->settled_ok) tr_op_params_clear(def, d->settled);
 }
@@ -153,7 +153,7 @@ static tr_status *row_inputs(const tr_op_def *def, row_data *d, int cuda) {
       TR_RETURN_IF_ERROR(tr_cu_alloc(d->bytes[i] ? d->bytes[i] : 1, &p));
       d->dev[i] = (void *)(uintptr_t)p;
     } else {
-      TR_RETURN_IF_ERROR(tr_intree_alloc(0, d->bytes[i], &d->dev[i], &d->reusable[i]));
+      TR_RETURN_IF_ERROR(tr_intree_alloc(0, d->bytes[i], &d->dev[i], &d->origin[i]));
     }
     TR_RETURN_IF_ERROR(tr_cu_stream_sync(tr_cu_current_stream(0)));
     TR_RETURN_IF_ERROR(tr_cu_copy_to_device((tr_cu_ptr)(uintptr_t)d->dev[i], d->host[i], d->bytes[i]));
@@ -325,7 +325,7 @@ static int run_row(job *j, const tr_op_def *def, size_t row, double bytes, doubl
 static tr_status *copy_rate(double *gbps) {
   size_t bytes = (size_t)256 << 20;
   void *a = NULL, *b = NULL;
-  int reuse_a = 0, reuse_b = 0;
+  tr_intree_origin reuse_a, reuse_b;
   tr_cu_stream s = tr_cu_current_stream(0);
   tr_status *status = tr_intree_alloc(0, bytes, &a, &reuse_a);
   if (status == NULL) status = tr_intree_alloc(0, bytes, &b, &reuse_b);
@@ -343,8 +343,8 @@ static tr_status *copy_rate(double *gbps) {
     qsort(best, 5, sizeof(double), compare);
     *gbps = best[2];
   }
-  if (a) tr_intree_free(0, a, bytes, reuse_a);
-  if (b) tr_intree_free(0, b, bytes, reuse_b);
+  if (a) tr_intree_free(0, a, bytes, &reuse_a);
+  if (b) tr_intree_free(0, b, bytes, &reuse_b);
   return status;
 }
 

@@ -424,9 +424,11 @@ static void init_once(void) {
   tr_artifact_cache_default(&g.cache);
 }
 
+static uint64_t pool_hits(void);
+
 tr_intree_stats tr_intree_get_stats(void) {
   tr_intree_stats s = {atomic_load(&g.compiled), atomic_load(&g.from_cache), atomic_load(&g.loaded),
-                       atomic_load(&g.kernels), atomic_load(&g.split_launches)};
+                       atomic_load(&g.kernels), atomic_load(&g.split_launches), pool_hits()};
   return s;
 }
 
@@ -817,11 +819,12 @@ static tr_status *device_ctx(int32_t index, tr_cu_ctx *ctx) {
   return NULL;
 }
 
-/* Blocks freed on the per-thread or legacy default stream, kept for the next allocation of the
- * same size on the same stream (stream order makes that safe without a sync, as in the driver's
- * own pool); a memo-hit tr_op_call then costs no driver allocation. Streams the caller made are
- * never cached (one may be destroyed, or captured into a graph): their blocks go back to the
- * driver. A block freed on the per-thread default stream goes back to the same thread only. */
+/* Blocks made on the per-thread or legacy default stream, kept when freed for the next
+ * allocation of the same size on the same stream (stream order makes that safe without a sync,
+ * as in the driver's own pool); a memo-hit tr_op_call then costs no driver allocation. Streams
+ * the caller made are never cached (one may be destroyed, or captured into a graph): their blocks
+ * go back to the driver, on the stream they were made on. A block made on the per-thread default
+ * stream goes back to the thread that made it, whichever thread frees it. */
 enum { POOL_BLOCKS = 64 };
 #define POOL_MAX_BYTES ((size_t)1 << 30)
 
@@ -829,7 +832,7 @@ typedef struct pool_block {
   void *ptr;
   size_t bytes;
   tr_cu_stream stream;
-  const void *thread; /* the per-thread default stream is each thread's own: who freed it */
+  const void *thread; /* the per-thread default stream is each thread's own: who made it */
 } pool_block;
 
 /* A block made outside a capture and freed while its stream was captured: the graph may use it at
@@ -843,6 +846,7 @@ typedef struct pool {
   tr_plat_mutex lock;
   int ready;
   size_t n, held;
+  uint64_t hits; /* allocations served from the pool */
   pool_block blocks[POOL_BLOCKS];
   parked_block *parked;
 } pool;
@@ -856,6 +860,18 @@ static void pools_init(void) {
     g_pools[i].ready = failed == NULL;
     tr_status_destroy(&failed);
   }
+}
+
+static uint64_t pool_hits(void) {
+  tr_plat_once_run(&g_pool_once, pools_init);
+  uint64_t n = 0;
+  for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) {
+    if (!g_pools[i].ready) continue;
+    tr_plat_mutex_lock(&g_pools[i].lock);
+    n += g_pools[i].hits;
+    tr_plat_mutex_unlock(&g_pools[i].lock);
+  }
+  return n;
 }
 
 static int poolable(tr_cu_stream stream) { return stream == TR_CU_PER_THREAD_STREAM || stream == (tr_cu_stream)0x1; }
@@ -872,7 +888,7 @@ static const void *stream_owner(tr_cu_stream stream) {
 }
 
 /* A stream being captured into a graph gets no pooled block, and gives none back. A block it
- * allocates is the graph's (`reusable` 0): freed on the stream, during the capture (a free node)
+ * allocates is the graph's (`origin->graph`): freed on the stream, during the capture (a free node)
  * or after it. A block made outside the capture and freed during it may still be used by the
  * captured work at every replay: pooled, it would be handed to an eager call before the graph
  * runs; freed on the capturing stream, it would be a free node of memory the graph did not
@@ -881,9 +897,9 @@ static int capturing(tr_cu_stream stream) {
   return stream != (tr_cu_stream)0x1 && tr_cu_stream_capturing(stream); /* the legacy stream cannot be captured */
 }
 
-tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, int *reusable) {
+tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_origin *origin) {
   *out = NULL;
-  *reusable = 0;
+  memset(origin, 0, sizeof(*origin));
   tr_cu_ctx ctx, previous;
   TR_RETURN_IF_ERROR(device_ctx(index, &ctx));
   tr_cu_stream stream = tr_cu_current_stream(index);
@@ -891,13 +907,16 @@ tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, int *reusabl
   tr_plat_once_run(&g_pool_once, pools_init);
   pool *p = &g_pools[index];
   int captured = capturing(stream);
-  *reusable = !captured;
+  origin->stream = (void *)stream;
+  origin->thread = (uintptr_t)stream_owner(stream);
+  origin->graph = captured;
   if (poolable(stream) && p->ready && !captured) {
     tr_plat_mutex_lock(&p->lock);
     for (size_t i = p->n; i-- > 0;) {
       if (p->blocks[i].bytes == bytes && p->blocks[i].stream == stream && p->blocks[i].thread == stream_owner(stream)) {
         *out = p->blocks[i].ptr;
         p->held -= bytes;
+        p->hits++;
         p->blocks[i] = p->blocks[--p->n];
         break;
       }
@@ -913,30 +932,40 @@ tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, int *reusabl
   return status;
 }
 
-void tr_intree_free(int32_t index, void *ptr, size_t bytes, int reusable) {
+void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_origin *origin) {
   if (ptr == NULL) return;
   tr_cu_ctx ctx, previous;
   tr_status *status = device_ctx(index, &ctx);
-  tr_cu_stream stream = tr_cu_current_stream(index);
+  tr_cu_stream current = tr_cu_current_stream(index);
   if (bytes == 0) bytes = 1;
   tr_plat_once_run(&g_pool_once, pools_init);
   pool *p = &g_pools[index];
-  int captured = status == NULL && reusable && capturing(stream);
-  if (captured) { /* made outside this capture, freed during it: parked */
-    parked_block *b = p->ready ? malloc(sizeof(*b)) : NULL;
-    if (b != NULL) {
-      tr_plat_mutex_lock(&p->lock);
-      *b = (parked_block){ptr, p->parked};
-      p->parked = b;
-      tr_plat_mutex_unlock(&p->lock);
+  /* the stream the block goes back on: its own (a graph's block: the current one, where the
+   * capture, or the code after it, frees it) */
+  tr_cu_stream home = origin->graph ? current : (tr_cu_stream)origin->stream;
+  uintptr_t me = (uintptr_t)stream_owner(TR_CU_PER_THREAD_STREAM);
+  int other_thread = home == TR_CU_PER_THREAD_STREAM && origin->thread != me; /* its stream: not ours to name */
+  if (status == NULL && !origin->graph) {
+    /* made outside a capture, freed while the current stream or its own is captured: parked */
+    int captured = capturing(current) || (home != current && !other_thread && capturing(home));
+    if (captured) {
+      parked_block *b = p->ready ? malloc(sizeof(*b)) : NULL;
+      if (b != NULL) {
+        tr_plat_mutex_lock(&p->lock);
+        *b = (parked_block){ptr, p->parked};
+        p->parked = b;
+        tr_plat_mutex_unlock(&p->lock);
+      }
+      return; /* with no room to note it, kept for good rather than freed under the graph */
     }
-    return; /* with no room to note it, kept for good rather than freed under the graph */
   }
-  if (status == NULL && reusable && poolable(stream) && p->ready) {
+  if (status == NULL && !origin->graph && poolable(home) && p->ready) {
+    /* kept for the next allocation on its stream: by the thread that made it, for the
+     * per-thread default stream, whichever thread frees it */
     tr_plat_mutex_lock(&p->lock);
     int kept = p->n < POOL_BLOCKS && p->held + bytes <= POOL_MAX_BYTES;
     if (kept) {
-      p->blocks[p->n++] = (pool_block){ptr, bytes, stream, stream_owner(stream)};
+      p->blocks[p->n++] = (pool_block){ptr, bytes, home, (const void *)origin->thread};
       p->held += bytes;
     }
     tr_plat_mutex_unlock(&p->lock);
@@ -947,7 +976,9 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, int reusable) {
     tr_status_destroy(&status);
     return;
   }
-  tr_cu_free_async((tr_cu_ptr)(uintptr_t)ptr, stream);
+  /* another thread's per-thread default stream cannot be named here: the legacy stream waits for
+   * it (and for every blocking stream) */
+  tr_cu_free_async((tr_cu_ptr)(uintptr_t)ptr, other_thread ? (tr_cu_stream)0x1 : home);
   tr_cu_restore_context(ctx, previous);
 }
 

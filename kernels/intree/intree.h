@@ -98,22 +98,36 @@ typedef struct tr_intree_stats {
   uint64_t loaded;      /* modules loaded (once per device and artifact) */
   uint64_t kernels;     /* kernels built (once per memo entry) */
   uint64_t split_launches; /* softmax calls launched split over clusters (few long rows, sm_90 on) */
+  uint64_t pool_hits;      /* cuda allocations served from the pool of freed blocks */
 } tr_intree_stats;
 tr_intree_stats tr_intree_get_stats(void);
 
-/* cuda tensors for the runtime: stream-ordered allocation and free on device `index`'s current
- * stream (this thread's); `bytes` and `reusable` at free are what the allocation gave. Blocks
- * freed on the per-thread (by the same thread) or legacy default stream are kept (up to 64 per
- * device, 1 GiB) for the next allocation of that size on that stream. A block allocated while
- * the stream is captured into a graph is the graph's (`reusable` 0, never pooled); one allocated
- * outside a capture and freed during it is parked, neither reused nor freed, since the graph may
- * use it at every replay. tr_intree_trim gives pooled and parked blocks back (call it when no
+/* Where a cuda block was made: the stream (device `index`'s current stream then), the thread that
+ * made it (the per-thread default stream is one handle for a stream per thread; 0 for other
+ * streams), and whether the stream was being captured into a graph. */
+typedef struct tr_intree_origin {
+  void *stream;
+  uintptr_t thread;
+  int graph;
+} tr_intree_origin;
+
+/* cuda tensors for the runtime: stream-ordered allocation on device `index`'s current stream
+ * (this thread's); `bytes` and `origin` at free are what the allocation gave. A block goes back
+ * in the order of the stream it was made on, whichever thread frees it and whatever stream is
+ * current then: made on the per-thread default stream, it is kept for the next allocation of
+ * that size by the thread that made it; on the legacy stream, for the next on that stream (up to
+ * 64 blocks per device, 1 GiB; beyond, freed on the legacy stream, which waits for every blocking
+ * stream); on a stream the caller made, freed on that stream, which must therefore outlive the
+ * outputs made on it. A block allocated while the stream is captured into a graph is the graph's
+ * (never pooled; freed on the current stream); one allocated outside a capture and freed while
+ * the current stream or its own is captured is parked, neither reused nor freed, since the graph
+ * may use it at every replay. tr_intree_trim gives pooled and parked blocks back (call it when no
  * graph that used a parked block will run again; tr_runtime_destroy calls it). A strided <-> contiguous
  * copy on the current stream (scatter 0: `src` strided into contiguous `dst`; 1: contiguous
  * `src` into strided `dst`). The copy kernels are loaded when the first in-tree kernel of the
  * device is built; before, a copy is a BackendError. Thread-safe. */
-tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, int *reusable) TR_MUST_USE;
-void tr_intree_free(int32_t index, void *ptr, size_t bytes, int reusable);
+tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_origin *origin) TR_MUST_USE;
+void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_origin *origin);
 void tr_intree_trim(void);
 tr_status *tr_intree_copy(const DLTensor *src, const DLTensor *dst, int scatter) TR_MUST_USE;
 
