@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <random>
+#include <mutex>
+#include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,18 +36,39 @@ void near(const std::vector<float> &got, const std::vector<double> &want, double
   CHECK(mismatches(got, want, 0, tol) == 0);
 }
 
-struct CacheDir {
+struct CacheDir {  // a fresh disk cache folder for the builds from now on
   char *path = nullptr;
   CacheDir() {
     ok(tr_plat_make_temp_dir("tilerun-cache", &path));
     ok(tr_plat_setenv("TILERUN_CACHE_DIR", path));
+    tr_intree_reload_cache();  // the process read the folder at its first build
   }
   ~CacheDir() {
+    tr_status *unset = tr_plat_setenv("TILERUN_CACHE_DIR", "");  // empty: as if not set
+    tr_status_destroy(&unset);
+    tr_intree_reload_cache();
     tr_status *s = tr_plat_remove_tree(path);
     tr_status_destroy(&s);
     free(path);
   }
 };
+
+// The data of an output tr_op_call makes on a new thread (so on that thread's per-thread default
+// stream), after `first` runs there; nullptr when the call fails. The output is freed there.
+void *output_on_another_thread(tr_op *op, const DLTensor *const *in, size_t n_in,
+                               const std::function<void()> &first = [] {}) {
+  void *data = nullptr;
+  std::thread t([&] {
+    first();
+    tr_test::Outputs c;
+    tr_status *s = tr_op_call(op, in, n_in, c.items, 1);
+    if (s == nullptr) data = c.items[0]->dl_tensor.data;
+    tr_status_destroy(&s);
+    cudaStreamSynchronize(cudaStreamPerThread);
+  });
+  t.join();
+  return data;
+}
 
 }  // namespace
 
@@ -73,15 +96,7 @@ TEST_CASE("a cuda call settles BUILTIN, builds once per signature, and matches f
     near(host(b.items[0]->dl_tensor), rms_ref(xv, wv, 4096), 1e-5);
     b.reset();
     // ... but not by another thread: its per-thread default stream is another stream
-    void *other = nullptr;
-    std::thread t([&] {
-      tr_test::Outputs c;
-      tr_status *s = tr_op_call(op, in, 2, c.items, 1);
-      if (s == nullptr) other = c.items[0]->dl_tensor.data;
-      tr_status_destroy(&s);
-      cudaStreamSynchronize(cudaStreamPerThread);
-    });
-    t.join();
+    void *other = output_on_another_thread(op, in, 2);
     CHECK(other != nullptr);
     CHECK(other != first);
   }
@@ -92,6 +107,7 @@ TEST_CASE("a cuda call settles BUILTIN, builds once per signature, and matches f
   tr_test::Outputs out2;
   ok(tr_op_call(op, in2, 2, out2.items, 1));
   CHECK(tr_op_memo_count(op) == 2);
+  out2.reset();  // before the runtime goes: its pool is trimmed then
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
 }
@@ -105,20 +121,12 @@ TEST_CASE("an output goes back in the order of the stream it was made on, whoeve
   std::vector<float> xv = values(5 * 4096, 11), wv = values(4096, 12);
   CudaTensor x({5, 4096}, xv), w({4096}, wv);
   const DLTensor *in[] = {&x.t, &w.t};
+  tr_intree_trim();  // an empty pool (an earlier test may have left blocks in it)
   {  // made by this thread, freed by another: the other thread does not get it; this one does
     tr_test::Outputs a;
     ok(tr_op_call(op, in, 2, a.items, 1));
     void *made = a.items[0]->dl_tensor.data;
-    void *other = nullptr;
-    std::thread t([&] {
-      a.reset();  // freed here, on this thread's per-thread default stream
-      tr_test::Outputs c;
-      tr_status *s = tr_op_call(op, in, 2, c.items, 1);
-      if (s == nullptr) other = c.items[0]->dl_tensor.data;
-      tr_status_destroy(&s);
-      cudaStreamSynchronize(cudaStreamPerThread);
-    });
-    t.join();
+    void *other = output_on_another_thread(op, in, 2, [&] { a.reset(); });  // freed on the other thread
     CHECK(other != nullptr);
     CHECK(other != made);
     tr_test::Outputs b;
@@ -132,7 +140,6 @@ TEST_CASE("an output goes back in the order of the stream it was made on, whoeve
     const DLTensor *in3[] = {&x3.t, &w.t};
     cudaStream_t stream;
     REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-    tr_intree_trim();  // no block of that size pooled (an earlier test may have left one)
     ok(tr_cuda_set_stream(0, stream));
     tr_test::Outputs a;
     ok(tr_op_call(op, in3, 2, a.items, 1));
@@ -153,16 +160,73 @@ TEST_CASE("an output goes back in the order of the stream it was made on, whoeve
   tr_runtime_destroy(&rt);
 }
 
+TEST_CASE("a full pool makes room for another thread's block with one of the freeing thread's own") {
+  // A worker makes an output and waits; this thread fills the pool with its own blocks, then
+  // frees the worker's output: one of its own blocks is freed to make room, and the worker's next
+  // allocation of that size gets its block back.
+  tr_runtime *rt = cuda_runtime();
+  tr_op *op = rms_op(rt, 4096);
+  std::vector<float> wv = values(4096, 21);
+  CudaTensor x1({1, 4096}, values(4096, 22)), x2({2, 4096}, values(2 * 4096, 23)), w({4096}, wv);
+  const DLTensor *in1[] = {&x1.t, &w.t}, *in2[] = {&x2.t, &w.t};
+  tr_intree_trim();
+  std::mutex m;
+  std::condition_variable cv;
+  int stage = 0;
+  void *made = nullptr, *again = nullptr;
+  tr_test::Outputs theirs;
+  auto advance = [&](int to) {
+    std::lock_guard<std::mutex> g(m);
+    stage = to;
+    cv.notify_all();
+  };
+  auto await = [&](int at) {
+    std::unique_lock<std::mutex> g(m);
+    cv.wait(g, [&] { return stage >= at; });
+  };
+  std::thread worker([&] {
+    tr_status *s = tr_op_call(op, in1, 2, theirs.items, 1);
+    if (s == nullptr) made = theirs.items[0]->dl_tensor.data;
+    tr_status_destroy(&s);
+    cudaStreamSynchronize(cudaStreamPerThread);
+    advance(1);
+    await(2);
+    tr_test::Outputs next;
+    s = tr_op_call(op, in1, 2, next.items, 1);
+    if (s == nullptr) again = next.items[0]->dl_tensor.data;
+    tr_status_destroy(&s);
+    cudaStreamSynchronize(cudaStreamPerThread);
+    advance(3);
+  });
+  await(1);
+  {
+    std::vector<tr_test::Outputs> mine(TR_INTREE_POOL_BLOCKS);
+    for (auto &o : mine) ok(tr_op_call(op, in2, 2, o.items, 1));
+  }  // freed: the pool is full of this thread's blocks
+  theirs.reset();  // the worker's block, freed here
+  uint64_t hits = tr_intree_get_stats().pool_hits;
+  advance(2);
+  await(3);
+  worker.join();
+  REQUIRE(made != nullptr);
+  CHECK(again == made);  // kept for the worker
+  CHECK(tr_intree_get_stats().pool_hits == hits + 1);
+  {  // this thread has one block fewer: of as many calls as the pool holds, one is not a hit
+    std::vector<tr_test::Outputs> mine(TR_INTREE_POOL_BLOCKS);
+    for (auto &o : mine) ok(tr_op_call(op, in2, 2, o.items, 1));
+    CHECK(tr_intree_get_stats().pool_hits == hits + 1 + TR_INTREE_POOL_BLOCKS - 1);
+    near(host(mine.back().items[0]->dl_tensor), rms_ref(values(2 * 4096, 23), wv, 4096), 1e-5);
+  }
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
 TEST_CASE("an artifact compiled by one runtime is loaded from the disk cache by the next") {
-  // The process takes its cache folder at its first build: run after other tests, this one uses
-  // the default folder, which an earlier run on this machine may have filled. So the row length
-  // (a warp kernel's, one artifact) is drawn at random, one no other test here uses.
   CacheDir cache;
-  const int64_t row = 513 + (int64_t)(std::random_device{}() % 480);  // 513..992
+  const int64_t row = 1000;  // a row length no other test uses (a warp kernel: one artifact)
   for (int round = 0; round < 2; round++) {
     tr_runtime *rt = cuda_runtime();
     tr_op *op = rms_op(rt, row);
-    INFO("row " << row);
     CudaTensor x({2, row}, values(2 * (size_t)row, 4)), w({row}, values((size_t)row, 5));
     const DLTensor *in[] = {&x.t, &w.t};
     tr_intree_stats before = tr_intree_get_stats();

@@ -328,9 +328,9 @@ TEST_CASE("tr_pipeline_call_each has thread and process components' requests in 
   g_inline_calls = 0;
   uint8_t replies[3][64];
   tr_pipeline_exchange x[3] = {
-      {TR_COMPONENT_VALIDATE, reinterpret_cast<const uint8_t *>("v"), 1, replies[0], 64, 0, nullptr},
-      {TR_COMPONENT_SELECT, reinterpret_cast<const uint8_t *>("s"), 1, replies[2], 64, 0, nullptr},
-      {TR_COMPONENT_SETTLE, reinterpret_cast<const uint8_t *>("t"), 1, replies[1], 64, 0, nullptr}};
+      {TR_COMPONENT_VALIDATE, reinterpret_cast<const uint8_t *>("v"), 1, replies[0], 64, 0, nullptr, 0},
+      {TR_COMPONENT_SELECT, reinterpret_cast<const uint8_t *>("s"), 1, replies[2], 64, 0, nullptr, 0},
+      {TR_COMPONENT_SETTLE, reinterpret_cast<const uint8_t *>("t"), 1, replies[1], 64, 0, nullptr, 0}};
   tr_pipeline_call_each(p, x, 3, 0);
   for (auto &e : x) CHECK(e.status == nullptr);
   CHECK(std::string(reinterpret_cast<char *>(replies[0]), x[0].reply_size) == "v:together");

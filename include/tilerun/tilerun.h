@@ -123,10 +123,14 @@ tr_status *tr_device_facts_of(tr_runtime *runtime, const tr_device *device,
                               tr_device_facts *out) TR_MUST_USE;
 
 /* The current stream of a cuda device, per calling thread: where tilerun launches in-tree
- * kernels, allocates outputs and frees them (stream-ordered). `stream` is a CUstream /
- * cudaStream_t; NULL selects the per-thread default stream (the default: tilerun never uses the
- * legacy default stream unless the caller sets it, as the handle 0x1). A device index outside
- * 0..63 is a ValueError naming it. */
+ * kernels and allocates outputs (stream-ordered). `stream` is a CUstream / cudaStream_t; NULL
+ * selects the per-thread default stream (the default: tilerun launches on the legacy default
+ * stream only where the caller sets it, as the handle 0x1). An output goes back, when freed, on
+ * the stream it was made on, whichever thread frees it and whatever stream is current then (for
+ * another thread's per-thread default stream: kept for that thread): a stream set here must
+ * outlive the outputs made on it, and work on another stream that reads an output must be
+ * ordered before its free by the caller. The legacy stream is also used when the runtime is
+ * destroyed, to give kept blocks back. A device index outside 0..63 is a ValueError naming it. */
 tr_status *tr_cuda_set_stream(int32_t device_index, void *stream) TR_MUST_USE;
 /* The calling thread's current stream for that device (NULL: the per-thread default stream). */
 void *tr_cuda_stream(int32_t device_index);

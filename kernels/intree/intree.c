@@ -432,12 +432,23 @@ tr_intree_stats tr_intree_get_stats(void) {
   return s;
 }
 
+void tr_intree_reload_cache(void) {
+  tr_plat_once_run(&g_once, init_once);
+  if (g_lock_ok) tr_plat_mutex_lock(&g.lock);
+  tr_artifact_cache_default(&g.cache);
+  if (g_lock_ok) tr_plat_mutex_unlock(&g.lock);
+}
+
 /* A specialisation's artifact: compiled, or taken from the disk cache. */
 static tr_status *build_artifact(const char *arch, const tr_intree_source *src, tr_artifact *out) {
   tr_artifact_source as = {src->name, src->source, arch, src->options, src->n_options, src->entry};
   int from_cache = 0;
   char *warning = NULL;
-  TR_RETURN_IF_ERROR(tr_artifact_build(&as, &g.cache, out, &from_cache, &warning));
+  tr_artifact_cache cache;
+  if (g_lock_ok) tr_plat_mutex_lock(&g.lock);
+  cache = g.cache;
+  if (g_lock_ok) tr_plat_mutex_unlock(&g.lock);
+  TR_RETURN_IF_ERROR(tr_artifact_build(&as, &cache, out, &from_cache, &warning));
   free(warning); /* the cache is best effort; the build went on */
   atomic_fetch_add(from_cache ? &g.from_cache : &g.compiled, 1);
   return NULL;
@@ -821,11 +832,12 @@ static tr_status *device_ctx(int32_t index, tr_cu_ctx *ctx) {
 
 /* Blocks made on the per-thread or legacy default stream, kept when freed for the next
  * allocation of the same size on the same stream (stream order makes that safe without a sync,
- * as in the driver's own pool); a memo-hit tr_op_call then costs no driver allocation. Streams
- * the caller made are never cached (one may be destroyed, or captured into a graph): their blocks
- * go back to the driver, on the stream they were made on. A block made on the per-thread default
- * stream goes back to the thread that made it, whichever thread frees it. */
-enum { POOL_BLOCKS = 64 };
+ * as in the driver's own pool); a memo-hit tr_op_call then costs no driver allocation. Blocks
+ * made on streams the caller made are not kept (such a stream may be captured into a graph, or
+ * destroyed once its outputs are freed): they go back to the driver, on the stream they were
+ * made on. A block made on the per-thread default stream goes back to the thread that made it,
+ * whichever thread frees it. */
+enum { POOL_BLOCKS = TR_INTREE_POOL_BLOCKS };
 #define POOL_MAX_BYTES ((size_t)1 << 30)
 
 typedef struct pool_block {
@@ -835,8 +847,9 @@ typedef struct pool_block {
   const void *thread; /* the per-thread default stream is each thread's own: who made it */
 } pool_block;
 
-/* A block made outside a capture and freed while its stream was captured: the graph may use it at
- * every replay, so it is neither reused nor freed until tr_intree_trim. */
+/* A block made outside a capture and freed while the current stream or its own was captured (the
+ * graph may use it at every replay), or made on another thread's per-thread stream and freed when
+ * the pool was full: neither reused nor freed until tr_intree_trim. */
 typedef struct parked_block {
   void *ptr;
   struct parked_block *next;
@@ -877,7 +890,7 @@ static uint64_t pool_hits(void) {
 static int poolable(tr_cu_stream stream) { return stream == TR_CU_PER_THREAD_STREAM || stream == (tr_cu_stream)0x1; }
 
 /* A tag of the calling thread: the per-thread default stream has one handle but a stream per
- * thread, so a block freed on it is reused by the same thread only (the legacy stream is one
+ * thread, so a block made on it is reused by the same thread only (the legacy stream is one
  * stream per device, shared). */
 static atomic_uintptr_t g_next_thread_tag = 1;
 static _Thread_local uintptr_t t_thread_tag; /* 0 until first asked; never reused by another thread */
@@ -944,7 +957,8 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_orig
    * capture, or the code after it, frees it) */
   tr_cu_stream home = origin->graph ? current : (tr_cu_stream)origin->stream;
   uintptr_t me = (uintptr_t)stream_owner(TR_CU_PER_THREAD_STREAM);
-  int other_thread = home == TR_CU_PER_THREAD_STREAM && origin->thread != me; /* its stream: not ours to name */
+  /* made on another thread's per-thread default stream: not ours to name */
+  int other_thread = !origin->graph && home == TR_CU_PER_THREAD_STREAM && origin->thread != me;
   if (status == NULL && !origin->graph) {
     /* made outside a capture, freed while the current stream or its own is captured: parked */
     int captured = capturing(current) || (home != current && !other_thread && capturing(home));
@@ -959,26 +973,55 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_orig
       return; /* with no room to note it, kept for good rather than freed under the graph */
     }
   }
+  void *evicted = NULL; /* a block of this thread's made room for another thread's */
   if (status == NULL && !origin->graph && poolable(home) && p->ready) {
     /* kept for the next allocation on its stream: by the thread that made it, for the
      * per-thread default stream, whichever thread frees it */
     tr_plat_mutex_lock(&p->lock);
     int kept = p->n < POOL_BLOCKS && p->held + bytes <= POOL_MAX_BYTES;
+    if (!kept && other_thread) {
+      /* full: make room by freeing one of this thread's own blocks (on its own stream), else park
+       * the block (freed by tr_intree_trim): another thread's stream cannot be named here, and
+       * the legacy stream, which would wait for it, must not be used while any stream is captured */
+      for (size_t i = 0; i < p->n && evicted == NULL; i++) {
+        if (p->blocks[i].stream == TR_CU_PER_THREAD_STREAM && (uintptr_t)p->blocks[i].thread == me &&
+            p->held - p->blocks[i].bytes + bytes <= POOL_MAX_BYTES) {
+          evicted = p->blocks[i].ptr;
+          p->held -= p->blocks[i].bytes;
+          p->blocks[i] = p->blocks[--p->n];
+        }
+      }
+      kept = evicted != NULL;
+      if (!kept) {
+        parked_block *b = malloc(sizeof(*b));
+        if (b != NULL) {
+          *b = (parked_block){ptr, p->parked};
+          p->parked = b;
+        }
+        tr_plat_mutex_unlock(&p->lock);
+        return; /* with no room to note it, kept for good */
+      }
+    }
     if (kept) {
       p->blocks[p->n++] = (pool_block){ptr, bytes, home, (const void *)origin->thread};
       p->held += bytes;
     }
     tr_plat_mutex_unlock(&p->lock);
-    if (kept) return;
+    if (kept && evicted == NULL) return;
+    if (kept) { /* this thread's evicted block goes back on its own stream */
+      ptr = evicted;
+      home = TR_CU_PER_THREAD_STREAM;
+      other_thread = 0;
+    }
   }
+  if (other_thread) return; /* no pool to keep it in: kept for good rather than freed out of order */
   if (status == NULL) status = tr_cu_enter_context(ctx, &previous);
   if (status != NULL) { /* nothing can be freed without the driver */
     tr_status_destroy(&status);
     return;
   }
-  /* another thread's per-thread default stream cannot be named here: the legacy stream waits for
-   * it (and for every blocking stream) */
-  tr_cu_free_async((tr_cu_ptr)(uintptr_t)ptr, other_thread ? (tr_cu_stream)0x1 : home);
+  /* a graph's block, or one whose stream this thread can name: freed on it */
+  tr_cu_free_async((tr_cu_ptr)(uintptr_t)ptr, home);
   tr_cu_restore_context(ctx, previous);
 }
 

@@ -91,6 +91,11 @@ tr_status *tr_intree_build(const tr_kernel_type *type, const tr_call_spec *call,
 tr_status *tr_intree_kernel(const tr_kernel_type *type, const tr_call_spec *call, const struct tr_artifact *arts,
                             size_t n, tr_kernel *out) TR_MUST_USE;
 
+/* The disk cache's folder is read from the environment (TILERUN_CACHE_DIR, ...) at the first
+ * build of the process; this reads it again, for builds from now on (for tests, and programs that
+ * change the variable later). Thread-safe unless another thread sets the environment meanwhile. */
+void tr_intree_reload_cache(void);
+
 /* Kernels, artifacts and modules made so far in this process (for tests and benchmarks). */
 typedef struct tr_intree_stats {
   uint64_t compiled;    /* NVRTC ran */
@@ -101,6 +106,9 @@ typedef struct tr_intree_stats {
   uint64_t pool_hits;      /* cuda allocations served from the pool of freed blocks */
 } tr_intree_stats;
 tr_intree_stats tr_intree_get_stats(void);
+
+/* Freed blocks kept per device for reuse, at most (and at most 1 GiB). */
+#define TR_INTREE_POOL_BLOCKS 64
 
 /* Where a cuda block was made: the stream (device `index`'s current stream then), the thread that
  * made it (the per-thread default stream is one handle for a stream per thread; 0 for other
@@ -116,9 +124,11 @@ typedef struct tr_intree_origin {
  * in the order of the stream it was made on, whichever thread frees it and whatever stream is
  * current then: made on the per-thread default stream, it is kept for the next allocation of
  * that size by the thread that made it; on the legacy stream, for the next on that stream (up to
- * 64 blocks per device, 1 GiB; beyond, freed on the legacy stream, which waits for every blocking
- * stream); on a stream the caller made, freed on that stream, which must therefore outlive the
- * outputs made on it. A block allocated while the stream is captured into a graph is the graph's
+ * TR_INTREE_POOL_BLOCKS per device, 1 GiB; beyond, freed on its stream, or, for another thread's per-thread
+ * stream, room is made by freeing one of the freeing thread's own, else it is parked); on a
+ * stream the caller made, freed on that stream, which must therefore outlive the outputs made on
+ * it. Work on another stream that uses a block must be ordered before its free by the caller
+ * (an event), as with any stream-ordered allocation. A block allocated while the stream is captured into a graph is the graph's
  * (never pooled; freed on the current stream); one allocated outside a capture and freed while
  * the current stream or its own is captured is parked, neither reused nor freed, since the graph
  * may use it at every replay. tr_intree_trim gives pooled and parked blocks back (call it when no

@@ -111,9 +111,9 @@ __device__ __forceinline__ void w4_f32(const w4 &w, float (&out)[V]) {
 
 // One row held in the registers of TR_BLOCK threads, PER 16-byte vectors each (V elements), read
 // once; one reduction of both sums. EARLY: weight and bias loaded with x (one memory latency for
-// a short row), else a vector at a time: the first thread's first with x, each next one before
-// the store of the one before, so that no store waits for its weight and bias (measured on the
-// H200: 0.1-0.5 us at 2048 rows against loading each after the store before); x and y streamed
+// a short row), else a vector at a time: each thread's first vector's with x, each next one
+// before the store of the one before, so that no store waits for its weight and bias (measured on
+// the H200: 0.15-0.57 us at 2048 rows against loading each after the store before); x and y streamed
 // past the caches (2-3 points of copy bandwidth at 2048 rows). `zero` is 0, from a kernel argument: XOR-ing the held
 // words with it keeps them packed across the reduction (unpacked early, they would be kept as
 // floats: twice the registers).

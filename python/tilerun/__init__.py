@@ -476,9 +476,12 @@ def _have_streams():
 
 def set_stream(device_index, handle):
     """Sets the calling thread's current stream for cuda device `device_index`: where tilerun
-    launches, allocates outputs and frees them. `handle` is a CUstream / cudaStream_t as an int
-    (torch: ``torch.cuda.current_stream().cuda_stream``; 0 means the legacy default stream and
-    is passed to tilerun as its handle 0x1), or None for the per-thread default stream."""
+    launches and allocates outputs. An output goes back, when freed, on the stream it was made
+    on, so that stream must outlive the outputs made on it (keep the torch Stream object alive),
+    and work on another stream that reads an output must be ordered before the output is freed.
+    `handle` is a CUstream / cudaStream_t as an int (torch:
+    ``torch.cuda.current_stream().cuda_stream``; 0 means the legacy default stream and is passed
+    to tilerun as its handle 0x1), or None for the per-thread default stream."""
     setter, _ = _stream_fns()
     if handle is not None:
         handle = int(handle)
