@@ -196,7 +196,7 @@ def main():
         if key.endswith("decode us"):
             print(f"  {key[:-10]}: decode row 1x4096 {v:.2f} us: {'met' if v <= 2.0 else 'NOT met'}")
         elif key != "AddFwdOp":
-            print(f"  {key}: lowest share of copy at >= 32 MB: {v:.0f}%: {'met' if v >= 85 else 'NOT met'}")
+            print(f"  {key}: lowest share of copy at >= 32 MB: {v:.1f}%: {'met' if v >= 85 else 'NOT met'}")
 
 
 if __name__ == "__main__":
