@@ -4,7 +4,9 @@ card's copy bandwidth measured in the same run.
 
 Every figure is the median device time of one call, timed as the replay of a CUDA graph of 20
 calls over rotating inputs and outputs (so host overhead is out of it), as
-../shared/anchors/torch_kernels.py times PyTorch. Bandwidth counts each tensor once (the
+../shared/anchors/torch_kernels.py times PyTorch. "tilerun" writes into the rotating outputs
+(Op.call_into); "tilerun alloc" lets tilerun allocate each output, as PyTorch's calls do (inside
+the graph: the graph's own allocation nodes). Bandwidth counts each tensor once (the
 manifest's roofline bytes) and is given as a percentage of the copy rate.
 
     python3 python/bench/bench_gpu.py [--ops SUBSTRING] [--no-compile] [--calls N]
