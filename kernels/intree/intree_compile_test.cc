@@ -41,7 +41,7 @@ void add(std::vector<Case> &cases, const tr_intree_op *op, const std::string &ke
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  const int64_t rows[] = {1, 3, 4095, 4096, 65536, 2048, 8192, 16384, 128256, 20000, 100003};
+  const int64_t rows[] = {1, 3, 64, 1000, 4095, 4096, 65536, 2048, 8192, 16384, 128256, 20000, 40000, 40001, 100003};
   const tr_dtype floats[] = {TR_FLOAT16, TR_BFLOAT16, TR_FLOAT32};
   for (const char *name : {"RMSNormFwdOp", "LayerNormFwdOp"}) {
     const tr_intree_op *op = tr_intree_find(name);
