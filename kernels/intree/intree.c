@@ -600,26 +600,26 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
       if (k->info->kind == IMPL_STRIDED) {
         int64_t blocks = (outer * inner + k->block - 1) / k->block;
         if (blocks > 0) status = tr_cu_launch_ex(k->function, k->key, (uint32_t)blocks, 1, k->block, 0, stream, args, k->overlap);
-      } else if (k->wide_function != NULL && outer < k->sm_count) {
-        /* few long rows: each over a cluster of the fewest CTAs (a power of two, at most
-         * SPLIT_MAX_CTAS) that make at least as many CTAs as SMs (measured on the H200 at
-         * 64 x 128256: asking for twice as many, 8 CTAs a row, was 20% slower). Where clusters
-         * cannot be launched (no cuLaunchKernelEx, or none fit: MPS, a partitioned GPU), a
-         * block per row as for many rows (such launch errors do not stick). */
-        uint32_t ctas = 1;
-        while (ctas < SPLIT_MAX_CTAS && outer * (int64_t)ctas < k->sm_count) ctas *= 2;
-        status = tr_cu_launch_cluster(k->wide_function, k->key, (uint32_t)outer * ctas, ctas, k->wide_threads, stream,
-                                      args, k->overlap);
-        if (status == NULL) {
-          atomic_fetch_add_explicit(&g.split_launches, 1, memory_order_relaxed);
-        } else {
-          tr_status_destroy(&status);
+      } else {
+        int split = 0;
+        if (k->wide_function != NULL && outer < k->sm_count) {
+          /* few long rows: each over a cluster of the fewest CTAs (a power of two, at most
+           * SPLIT_MAX_CTAS) that make at least as many CTAs as SMs (measured on the H200 at
+           * 64 x 128256: asking for twice as many, 8 CTAs a row, was 20% slower). Where clusters
+           * cannot be launched (no cuLaunchKernelEx, or none fit: MPS, a partitioned GPU), a
+           * block per row as for many rows (such launch errors do not stick). */
+          uint32_t ctas = 1;
+          while (ctas < SPLIT_MAX_CTAS && outer * (int64_t)ctas < k->sm_count) ctas *= 2;
+          tr_status *clustered = tr_cu_launch_cluster(k->wide_function, k->key, (uint32_t)outer * ctas, ctas,
+                                                      k->wide_threads, stream, args, k->overlap);
+          split = clustered == NULL;
+          tr_status_destroy(&clustered);
+          if (split) atomic_fetch_add_explicit(&g.split_launches, 1, memory_order_relaxed);
+        }
+        if (!split) {
           status = launch_rows(k, k->function, outer, k->info->kind == IMPL_WARP ? k->block / 32 : 1, k->block,
                                stream, args);
         }
-      } else {
-        status = launch_rows(k, k->function, outer, k->info->kind == IMPL_WARP ? k->block / 32 : 1, k->block, stream,
-                             args);
       }
       break;
     }
@@ -875,6 +875,15 @@ static void pools_init(void) {
   }
 }
 
+/* Parks `ptr` (p's lock held). With no room to note it, the block is kept for good rather than
+ * freed where that would be wrong. */
+static void park_locked(pool *p, void *ptr) {
+  parked_block *b = malloc(sizeof(*b));
+  if (b == NULL) return;
+  *b = (parked_block){ptr, p->parked};
+  p->parked = b;
+}
+
 static uint64_t pool_hits(void) {
   tr_plat_once_run(&g_pool_once, pools_init);
   uint64_t n = 0;
@@ -963,14 +972,12 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_orig
     /* made outside a capture, freed while the current stream or its own is captured: parked */
     int captured = capturing(current) || (home != current && !other_thread && capturing(home));
     if (captured) {
-      parked_block *b = p->ready ? malloc(sizeof(*b)) : NULL;
-      if (b != NULL) {
+      if (p->ready) {
         tr_plat_mutex_lock(&p->lock);
-        *b = (parked_block){ptr, p->parked};
-        p->parked = b;
+        park_locked(p, ptr);
         tr_plat_mutex_unlock(&p->lock);
       }
-      return; /* with no room to note it, kept for good rather than freed under the graph */
+      return; /* not freed under the graph */
     }
   }
   void *evicted = NULL; /* a block of this thread's made room for another thread's */
@@ -993,13 +1000,9 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_orig
       }
       kept = evicted != NULL;
       if (!kept) {
-        parked_block *b = malloc(sizeof(*b));
-        if (b != NULL) {
-          *b = (parked_block){ptr, p->parked};
-          p->parked = b;
-        }
+        park_locked(p, ptr);
         tr_plat_mutex_unlock(&p->lock);
-        return; /* with no room to note it, kept for good */
+        return;
       }
     }
     if (kept) {
