@@ -265,17 +265,42 @@ tr_status *tr_cu_function_set_smem(tr_cu_function function, int bytes) {
   return NULL;
 }
 
+static tr_status *launch_error(int rc, const char *what, uint32_t grid_x, uint32_t grid_y, uint32_t cluster_x,
+                               uint32_t block_x, uint32_t smem) {
+  char text[256], shape[64];
+  if (cluster_x > 0) snprintf(shape, sizeof(shape), "grid %u in clusters of %u", grid_x, cluster_x);
+  else snprintf(shape, sizeof(shape), "grid %u x %u", grid_x, grid_y);
+  return TR_STATUS(TR_BACKEND, "launching kernel '%s' (%s, block %u, %u B shared): %s", what, shape, block_x, smem,
+                   tr_cu_error_text(rc, text, sizeof(text)));
+}
+
 tr_status *tr_cu_launch(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t grid_y,
                         uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args) {
   int rc = g.launch(function, grid_x, grid_y, 1, block_x, 1, 1, smem, stream, args, NULL);
-  if (rc == 0) return NULL;
-  char text[256];
-  return TR_STATUS(TR_BACKEND, "launching kernel '%s' (grid %u x %u, block %u, %u B shared): %s", what,
-                   grid_x, grid_y, block_x, smem, tr_cu_error_text(rc, text, sizeof(text)));
+  return rc == 0 ? NULL : launch_error(rc, what, grid_x, grid_y, 0, block_x, smem);
 }
 
-/* Set when an overlapped launch was refused and the plain one was not. */
+/* Set when an overlapped launch was refused and the same launch without the overlap was not. */
 static atomic_int g_overlap_refused;
+
+/* cuLaunchKernelEx of `config`, with programmatic dependent launch added when `overlap` asks for
+ * it and no launch has had it refused (config->attrs has room for one more attribute). A driver
+ * or setting that refuses the attribute gets the launch without it, now and from now on; when
+ * that fails too, its error code is the result. */
+static int launch_config_overlapped(launch_config *config, tr_cu_function function, void **args, int overlap) {
+  const unsigned n = config->n_attrs;
+  if (!overlap || atomic_load(&g_overlap_refused)) return g.launch_ex(config, function, args, NULL);
+  memset(&config->attrs[n], 0, sizeof(config->attrs[n]));
+  config->attrs[n].id = kLaunchAttrProgrammaticStreamSerialization;
+  config->attrs[n].value.value = 1;
+  config->n_attrs = n + 1;
+  int rc = g.launch_ex(config, function, args, NULL);
+  config->n_attrs = n;
+  if (rc == 0) return 0;
+  rc = g.launch_ex(config, function, args, NULL);
+  if (rc == 0) atomic_store(&g_overlap_refused, 1);
+  return rc;
+}
 
 tr_status *tr_cu_launch_ex(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t grid_y,
                            uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args, int overlap) {
@@ -283,16 +308,9 @@ tr_status *tr_cu_launch_ex(tr_cu_function function, const char *what, uint32_t g
     return tr_cu_launch(function, what, grid_x, grid_y, block_x, smem, stream, args);
   }
   launch_attribute attr;
-  memset(&attr, 0, sizeof(attr));
-  attr.id = kLaunchAttrProgrammaticStreamSerialization;
-  attr.value.value = 1;
-  launch_config config = {grid_x, grid_y, 1, block_x, 1, 1, smem, stream, &attr, 1};
-  if (g.launch_ex(&config, function, args, NULL) == 0) return NULL;
-  /* A driver or setting that refuses the attribute: launched plainly, now and from now on (when
-   * the plain launch fails too, its error is the call's). */
-  tr_status *status = tr_cu_launch(function, what, grid_x, grid_y, block_x, smem, stream, args);
-  if (status == NULL) atomic_store(&g_overlap_refused, 1);
-  return status;
+  launch_config config = {grid_x, grid_y, 1, block_x, 1, 1, smem, stream, &attr, 0};
+  int rc = launch_config_overlapped(&config, function, args, 1);
+  return rc == 0 ? NULL : launch_error(rc, what, grid_x, grid_y, 0, block_x, smem);
 }
 
 tr_status *tr_cu_launch_cluster(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t cluster_x,
@@ -307,20 +325,9 @@ tr_status *tr_cu_launch_cluster(tr_cu_function function, const char *what, uint3
   attrs[0].value.dim[0] = cluster_x;
   attrs[0].value.dim[1] = 1;
   attrs[0].value.dim[2] = 1;
-  attrs[1].id = kLaunchAttrProgrammaticStreamSerialization;
-  attrs[1].value.value = 1;
-  int with_overlap = overlap && !atomic_load(&g_overlap_refused);
-  launch_config config = {grid_x, 1, 1, block_x, 1, 1, 0, stream, attrs, with_overlap ? 2u : 1u};
-  int rc = g.launch_ex(&config, function, args, NULL);
-  if (rc != 0 && with_overlap) { /* as tr_cu_launch_ex: without the overlap, now and from now on */
-    config.n_attrs = 1;
-    rc = g.launch_ex(&config, function, args, NULL);
-    if (rc == 0) atomic_store(&g_overlap_refused, 1);
-  }
-  if (rc == 0) return NULL;
-  char text[256];
-  return TR_STATUS(TR_BACKEND, "launching kernel '%s' (grid %u in clusters of %u, block %u): %s", what, grid_x,
-                   cluster_x, block_x, tr_cu_error_text(rc, text, sizeof(text)));
+  launch_config config = {grid_x, 1, 1, block_x, 1, 1, 0, stream, attrs, 1};
+  int rc = launch_config_overlapped(&config, function, args, overlap);
+  return rc == 0 ? NULL : launch_error(rc, what, grid_x, 1, cluster_x, block_x, 0);
 }
 
 tr_status *tr_cu_alloc_async(size_t bytes, tr_cu_stream stream, tr_cu_ptr *out) {
