@@ -283,13 +283,23 @@ tr_status *tr_cu_launch(tr_cu_function function, const char *what, uint32_t grid
 /* Set when an overlapped launch was refused and the same launch without the overlap was not. */
 static atomic_int g_overlap_refused;
 
-/* cuLaunchKernelEx of `config`, with programmatic dependent launch added when `overlap` asks for
- * it and no launch has had it refused (config->attrs has room for one more attribute). A driver
- * or setting that refuses the attribute gets the launch without it, now and from now on; when
- * that fails too, its error code is the result. */
+/* `config` launched without the overlap: by cuLaunchKernel where it has no attribute (the launch
+ * every driver takes), else by cuLaunchKernelEx. */
+static int launch_config_plain(const launch_config *config, tr_cu_function function, void **args) {
+  if (config->n_attrs == 0) {
+    return g.launch(function, config->grid_x, config->grid_y, config->grid_z, config->block_x, config->block_y,
+                    config->block_z, config->smem, config->stream, args, NULL);
+  }
+  return g.launch_ex(config, function, args, NULL);
+}
+
+/* `config` launched with programmatic dependent launch added when `overlap` asks for it and no
+ * launch has had it refused (config->attrs has room for one more attribute). A driver or setting
+ * that refuses the attribute gets the launch without it, now and, when that one succeeds, from
+ * now on; when it fails too, its error code is the result. */
 static int launch_config_overlapped(launch_config *config, tr_cu_function function, void **args, int overlap) {
   const unsigned n = config->n_attrs;
-  if (!overlap || atomic_load(&g_overlap_refused)) return g.launch_ex(config, function, args, NULL);
+  if (!overlap || atomic_load(&g_overlap_refused)) return launch_config_plain(config, function, args);
   memset(&config->attrs[n], 0, sizeof(config->attrs[n]));
   config->attrs[n].id = kLaunchAttrProgrammaticStreamSerialization;
   config->attrs[n].value.value = 1;
@@ -297,7 +307,7 @@ static int launch_config_overlapped(launch_config *config, tr_cu_function functi
   int rc = g.launch_ex(config, function, args, NULL);
   config->n_attrs = n;
   if (rc == 0) return 0;
-  rc = g.launch_ex(config, function, args, NULL);
+  rc = launch_config_plain(config, function, args);
   if (rc == 0) atomic_store(&g_overlap_refused, 1);
   return rc;
 }

@@ -111,37 +111,42 @@ __device__ __forceinline__ void w4_f32(const w4 &w, float (&out)[V]) {
 
 // One row held in the registers of TR_BLOCK threads, PER 16-byte vectors each (V elements), read
 // once; one reduction of both sums. EARLY: weight and bias loaded with x (one memory latency for
-// a short row), else AHEAD vectors ahead of the stores: each thread's first AHEAD vectors' with
-// x, each next one's before the store AHEAD vectors before it, so that no store waits for its
-// weight and bias (measured on the H200: 0.15-0.57 us at 2048 rows against loading each after the
-// store before). AHEAD is 2 where the registers allow it without spilling (16-bit rows of four
-// vectors per thread with only one of weight and bias; RMSNorm, three runs alternating in one
-// visit: 2048x4096 10.41-10.67 -> 10.24-10.36 us, 2048x8192 18.17-18.49 -> 18.15-18.38 us), else
-// 1 (two ahead, LayerNorm with both spilled at the register cap and ran 40% slower). x and y streamed past the caches (2-3 points of copy bandwidth at 2048
-// rows). `zero` is 0, from a kernel argument: XOR-ing the held words with it keeps them packed
-// across the reduction (unpacked early, they would be kept as floats: twice the registers).
+// a short row), else a vector ahead of the stores: each thread's first vector's with x, each next
+// one's before the store of the one before, so that no store waits for its weight and bias
+// (measured on the H200: 0.15-0.57 us at 2048 rows against loading each after the store before).
+// Two vectors ahead (AHEAD2) where only one of weight and bias is given and the registers allow
+// it without spilling (RMSNorm, three runs alternating in one visit: 2048x4096 10.53-10.65 ->
+// 10.21-10.34 us, 2048x8192 18.35-18.43 -> 18.21-18.33 us); LayerNorm with both spilled at the
+// register cap two ahead and ran 40% slower. x and y streamed past the caches (2-3 points of copy
+// bandwidth at 2048 rows). `zero` is 0, from a kernel argument: XOR-ing the held words with it
+// keeps them packed across the reduction (unpacked early, they would be kept as floats: twice the
+// registers).
 template <int V, int PER, bool EARLY>
 __device__ __forceinline__ void norm_row_held(const T *x, const T *w, const T *b, T *y, float eps, float *scratch,
                                               unsigned zero) {
   static_assert(V * sizeof(T) == 16, "16-byte vectors");
   constexpr int NV = TR_N / V;
   constexpr bool FULL = NV % TR_BLOCK == 0;
-  constexpr int AHEAD = EARLY ? PER : ((TR_HAS_W != TR_HAS_B) && sizeof(T) == 2 && PER == 4) ? 2 : 1;
+  /* two ahead only where measured and checked free of spills (ptxas, every dtype and row length
+   * of the sweep): one of weight and bias, 16-bit rows of exactly four vectors per thread of a
+   * power-of-two block */
+  constexpr bool AHEAD2 = !EARLY && (TR_HAS_W != TR_HAS_B) && sizeof(T) == 2 && PER == 4 && FULL &&
+                          (TR_BLOCK & (TR_BLOCK - 1)) == 0;
   const int tid = threadIdx.x;
   /* LayerNorm's shift x[0], loaded first and in order (a plain load placed after the vector
    * loads cost 0.15 us at 2048x8192 on the H200) */
   const float shift = TR_RMS ? 0.f : load_first(x);
-  /* wr[p], br[p]: vector p's weight and bias, live from their load to their store */
-  w4 xr[PER], wr[PER], br[PER];
-  if (!EARLY) {
-#pragma unroll
-    for (int p = 0; p < AHEAD && p < PER; p++) {
-      const int i = tid + p * TR_BLOCK;
-      if (FULL || i < NV) {
-        if (TR_HAS_W) wr[p] = load_in_order(w + (i64)i * V);
-        if (TR_HAS_B) br[p] = load_in_order(b + (i64)i * V);
-      }
-    }
+  w4 xr[PER], wr[EARLY ? PER : 1], br[EARLY ? PER : 1];
+  /* not EARLY: the next vector's weight and bias (wn, bn), and with AHEAD2 the one after (wn2,
+   * bn2), loaded before the store of the vector before */
+  w4 wn, bn, wn2, bn2;
+  if (!EARLY && (FULL || tid < NV)) {
+    if (TR_HAS_W) wn = load_in_order(w + (i64)tid * V);
+    if (TR_HAS_B) bn = load_in_order(b + (i64)tid * V);
+  }
+  if (AHEAD2) {
+    if (TR_HAS_W) wn2 = load_in_order(w + (i64)(tid + TR_BLOCK) * V);
+    if (TR_HAS_B) bn2 = load_in_order(b + (i64)(tid + TR_BLOCK) * V);
   }
 #pragma unroll
   for (int p = 0; p < PER; p++) {
@@ -178,17 +183,24 @@ __device__ __forceinline__ void norm_row_held(const T *x, const T *w, const T *b
   for (int p = 0; p < PER; p++) {
     const int i = tid + p * TR_BLOCK;
     if (!FULL && i >= NV) continue;
-    if (!EARLY && p + AHEAD < PER) {
-      const int q = p + AHEAD < PER ? p + AHEAD : 0, iq = i + AHEAD * TR_BLOCK;
-      if (FULL || iq < NV) {
-        if (TR_HAS_W) wr[q] = load_in_order(w + (i64)iq * V);
-        if (TR_HAS_B) br[q] = load_in_order(b + (i64)iq * V);
+    w4 wq, bq;
+    if (TR_HAS_W) wq = EARLY ? wr[p] : wn;
+    if (TR_HAS_B) bq = EARLY ? br[p] : bn;
+    if (AHEAD2) {
+      if (TR_HAS_W) wn = wn2;
+      if (TR_HAS_B) bn = bn2;
+      if (p + 2 < PER) {
+        if (TR_HAS_W) wn2 = load_in_order(w + (i64)(i + 2 * TR_BLOCK) * V);
+        if (TR_HAS_B) bn2 = load_in_order(b + (i64)(i + 2 * TR_BLOCK) * V);
       }
+    } else if (!EARLY && p + 1 < PER && (FULL || i + TR_BLOCK < NV)) {
+      if (TR_HAS_W) wn = load_in_order(w + (i64)(i + TR_BLOCK) * V);
+      if (TR_HAS_B) bn = load_in_order(b + (i64)(i + TR_BLOCK) * V);
     }
     float v[V], wv[V], bv[V];
     w4_f32<V>(xr[p], v);
-    if (TR_HAS_W) w4_f32<V>(wr[p], wv);
-    if (TR_HAS_B) w4_f32<V>(br[p], bv);
+    if (TR_HAS_W) w4_f32<V>(wq, wv);
+    if (TR_HAS_B) w4_f32<V>(bq, bv);
     /* 16-bit outputs: (v - mean) * rstd as one fma, v * rstd - mean * rstd (its rounding is far
      * below the output's); float32 keeps the subtraction first */
     const float nmr = -mean * rstd;
