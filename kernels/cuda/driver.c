@@ -314,12 +314,9 @@ static int launch_config_overlapped(launch_config *config, tr_cu_function functi
 
 tr_status *tr_cu_launch_ex(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t grid_y,
                            uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args, int overlap) {
-  if (!overlap || g.launch_ex == NULL || atomic_load(&g_overlap_refused)) {
-    return tr_cu_launch(function, what, grid_x, grid_y, block_x, smem, stream, args);
-  }
-  launch_attribute attr;
+  launch_attribute attr; /* room for the overlap's attribute; no other */
   launch_config config = {grid_x, grid_y, 1, block_x, 1, 1, smem, stream, &attr, 0};
-  int rc = launch_config_overlapped(&config, function, args, 1);
+  int rc = launch_config_overlapped(&config, function, args, overlap && g.launch_ex != NULL);
   return rc == 0 ? NULL : launch_error(rc, what, grid_x, grid_y, 0, block_x, smem);
 }
 
