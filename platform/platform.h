@@ -128,6 +128,18 @@ tr_status *tr_plat_thread_start(void (*fn)(void *arg), void *arg,
  * thread handle: one joiner only. */
 void tr_plat_thread_join(tr_plat_thread **t_p);
 
+/* Arranges for fn(arg) to run on the calling thread when it ends (returns from its function, or
+ * calls the system's thread exit; for the thread that ends the process, at exit()), before the
+ * per-thread clean-up other libraries register with the system: the CUDA driver's, for one, so
+ * that fn still finds the thread's current context and its per-thread default stream, with the
+ * work the thread queued there (checked on an H200: a hook registered so still saw a 200 ms
+ * kernel running there; a pthread key destructor made after the driver's found neither).
+ * Hooks of one thread run in the reverse order of their registration; fn's code must stay
+ * loaded until then (this layer's own object is kept loaded for it). Returns 1 when
+ * registered; 0 where the system offers no such hook (then nothing is registered and fn never
+ * runs) or has no memory for it. Thread-safe: each thread registers for itself. */
+int tr_plat_at_thread_exit(void (*fn)(void *arg), void *arg);
+
 /* ---- Files and directories --------------------------------------------------------------- */
 
 /* Reads the whole file at `path`. Sets *out_data to NULL and *out_size to 0 first; on success

@@ -2,12 +2,14 @@
 #include "platform/platform.h"
 
 #include <catch2/catch.hpp>
+#include <pthread.h>
 
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -218,6 +220,55 @@ TEST_CASE("a once runs its function exactly once and makes every caller wait", "
   for (const OnceResult &result : results) CHECK(result.calls_seen == 1);
   tr_plat_once_run(&g_once, SlowInit);
   CHECK(g_once_calls == 1);
+}
+
+namespace {
+
+// What happened as a thread ended, in order.
+struct ExitLog {
+  std::mutex mutex;
+  std::vector<std::string> events;
+  int registered = -1;
+  int key_set = -1;  // pthread_setspecific's result (Catch2's checks are for the test's thread)
+  void Add(const char *what) {
+    std::lock_guard<std::mutex> hold(mutex);
+    events.push_back(what);
+  }
+};
+
+pthread_key_t g_exit_key;  // a library's per-thread clean-up, made before the hooks are registered
+void KeyCleanup(void *log) { static_cast<ExitLog *>(log)->Add("key destructor"); }
+void HookA(void *log) { static_cast<ExitLog *>(log)->Add("hook a"); }
+void HookB(void *log) { static_cast<ExitLog *>(log)->Add("hook b"); }
+
+void RegisterAndReturn(void *arg) {
+  ExitLog *log = static_cast<ExitLog *>(arg);
+  log->key_set = pthread_setspecific(g_exit_key, log);
+  int a = tr_plat_at_thread_exit(HookA, log);
+  int b = tr_plat_at_thread_exit(HookB, log);
+  log->registered = a + b;
+  log->Add("function returned");
+}
+
+}  // namespace
+
+TEST_CASE("thread exit hooks run as the thread ends, last first, before pthread key destructors", "[thread]") {
+  REQUIRE(pthread_key_create(&g_exit_key, KeyCleanup) == 0);
+  ExitLog log;
+  tr_plat_thread *thread = nullptr;
+  REQUIRE_OK(tr_plat_thread_start(RegisterAndReturn, &log, &thread));
+  tr_plat_thread_join(&thread);  // returns once the thread, hooks included, has ended
+  pthread_key_delete(g_exit_key);
+  REQUIRE(log.key_set == 0);
+#if defined(__GLIBC__)
+  REQUIRE(log.registered == 2);  // glibc has the hook: it must be taken
+#endif
+  if (log.registered == 2) {
+    CHECK(log.events == std::vector<std::string>{"function returned", "hook b", "hook a", "key destructor"});
+  } else {  // none registered: none runs
+    CHECK(log.registered == 0);
+    CHECK(log.events == std::vector<std::string>{"function returned", "key destructor"});
+  }
 }
 
 TEST_CASE("list_dir returns the entries sorted byte-wise", "[fs]") {

@@ -221,6 +221,101 @@ TEST_CASE("a full pool makes room for another thread's block with one of the fre
   tr_runtime_destroy(&rt);
 }
 
+namespace {
+
+// What a thread exit hook registered before any call saw: it runs after the runtime's own (hooks
+// run last registered first), so it tells the state the runtime's hook left, and before the
+// driver's clean-up of the thread.
+struct AtExit {
+  cudaError_t stream_query = cudaErrorUnknown;  // the thread's per-thread default stream then
+  uint64_t kept = 0, released = 0;               // the pool's counts then
+};
+void record_at_exit(void *arg) {
+  AtExit *seen = static_cast<AtExit *>(arg);
+  seen->stream_query = cudaStreamQuery(cudaStreamPerThread);
+  tr_intree_stats s = tr_intree_get_stats();
+  seen->kept = s.pool_kept;
+  seen->released = s.pool_released;
+}
+
+}  // namespace
+
+TEST_CASE("the blocks the pool keeps for a thread go back on its stream as the thread ends") {
+  // A block kept for a thread's per-thread default stream is no other thread's to take; once the
+  // thread has ended nobody could, so it goes back to the driver then, on that stream, while the
+  // driver still has it (a hook run after the driver's clean-up finds no context: the query then
+  // fails). The thread waits for its work first: one that ends with work queued on its
+  // per-thread stream after a stream-ordered allocation there hung in the driver's clean-up on
+  // the H200 (driver 580), with or without this hook.
+  tr_runtime *rt = cuda_runtime();
+  const int64_t row = 8192, rows = 4096;  // 128 MiB in and out
+  tr_op *op = rms_op(rt, row);
+  std::vector<float> wv = values((size_t)row, 31), xv = values((size_t)(rows * row), 32);
+  CudaTensor x({rows, row}, xv), w({row}, wv);
+  CudaTensor small({2, row}, values(2 * (size_t)row, 33));
+  const DLTensor *in[] = {&x.t, &w.t}, *in_small[] = {&small.t, &w.t};
+  tr_intree_trim();
+  {  // this thread's own block, kept before and after the other thread
+    tr_test::Outputs mine;
+    ok(tr_op_call(op, in_small, 2, mine.items, 1));
+  }
+  tr_intree_stats before = tr_intree_get_stats();
+  REQUIRE(before.pool_kept == 1);
+  cudaMemPool_t pool;  // the driver's pool the outputs come from: what it has handed out
+  REQUIRE(cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess);
+  auto pool_used = [&] {
+    unsigned long long v = 0;  // the attribute is 64 bits
+    (void)cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v);
+    return (uint64_t)v;
+  };
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const uint64_t used_before = pool_used(), block = (uint64_t)(rows * row) * sizeof(float);
+  AtExit seen;
+  int hooked = 0, failed = 0;
+  uint64_t kept_inside = 0, used_inside = 0;
+  std::thread t([&] {
+    hooked = tr_plat_at_thread_exit(record_at_exit, &seen);
+    for (int i = 0; i < 10 && !failed; i++) {  // each output freed: kept, and the next call's
+      tr_test::Outputs out;
+      tr_status *s = tr_op_call(op, in, 2, out.items, 1);
+      failed = s != nullptr;
+      tr_status_destroy(&s);
+    }
+    kept_inside = tr_intree_get_stats().pool_kept;
+    cudaStreamSynchronize(cudaStreamPerThread);
+    used_inside = pool_used();
+  });
+  t.join();
+  REQUIRE(failed == 0);
+  REQUIRE(hooked == 1);
+  CHECK(kept_inside == before.pool_kept + 1);  // one block, reused by every call of the thread
+  // the thread's stream was still there after the runtime's hook (its free may still be queued)
+  CHECK((seen.stream_query == cudaSuccess || seen.stream_query == cudaErrorNotReady));
+  CHECK(seen.released == before.pool_released + 1);
+  CHECK(seen.kept == before.pool_kept);
+  tr_intree_stats after = tr_intree_get_stats();
+  CHECK(after.pool_kept == before.pool_kept);  // this thread's own block is still kept
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(used_inside >= used_before + block);  // the thread's block, kept while it ran ...
+  CHECK(pool_used() == used_before);           // ... is the driver's again
+  CHECK(after.pool_released == before.pool_released + 1);
+  {  // and this thread's next call of that size gets it
+    uint64_t hits = after.pool_hits;
+    tr_test::Outputs again;
+    ok(tr_op_call(op, in_small, 2, again.items, 1));
+    CHECK(tr_intree_get_stats().pool_hits == hits + 1);
+  }
+  {  // a call of the size the thread's block had gives the right result here
+    tr_test::Outputs out;
+    ok(tr_op_call(op, in, 2, out.items, 1));
+    std::vector<float> got = host(out.items[0]->dl_tensor);
+    std::vector<float> last_row(got.end() - row, got.end());
+    near(last_row, rms_ref(std::vector<float>(xv.end() - row, xv.end()), wv, row), 1e-5);
+  }
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
 TEST_CASE("an artifact compiled by one runtime is loaded from the disk cache by the next") {
   CacheDir cache;
   const int64_t row = 1000;  // a row length no other test uses (a warp kernel: one artifact)

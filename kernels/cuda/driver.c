@@ -346,8 +346,9 @@ tr_status *tr_cu_alloc_async(size_t bytes, tr_cu_stream stream, tr_cu_ptr *out) 
                    tr_cu_error_text(rc, text, sizeof(text)));
 }
 
-void tr_cu_free_async(tr_cu_ptr ptr, tr_cu_stream stream) {
-  if (ptr != 0 && g.free_async != NULL) g.free_async(ptr, stream);
+int tr_cu_free_async(tr_cu_ptr ptr, tr_cu_stream stream) {
+  if (ptr == 0) return 1;
+  return g.free_async != NULL && g.free_async(ptr, stream) == 0;
 }
 
 /* The streams this thread set, per device (NULL: the per-thread default). */

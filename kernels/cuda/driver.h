@@ -65,9 +65,10 @@ tr_status *tr_cu_launch_ex(tr_cu_function function, const char *what, uint32_t g
 tr_status *tr_cu_launch_cluster(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t cluster_x,
                                 uint32_t block_x, tr_cu_stream stream, void **args, int overlap) TR_MUST_USE;
 
-/* Stream-ordered memory on `stream` (current context must be the device's). */
+/* Stream-ordered memory on `stream` (current context must be the device's). The free returns 1
+ * when the driver took it (a 0 pointer included), else 0. */
 tr_status *tr_cu_alloc_async(size_t bytes, tr_cu_stream stream, tr_cu_ptr *out) TR_MUST_USE;
-void tr_cu_free_async(tr_cu_ptr ptr, tr_cu_stream stream);
+int tr_cu_free_async(tr_cu_ptr ptr, tr_cu_stream stream);
 
 /* CU_STREAM_PER_THREAD: the per-thread default stream's handle. */
 #define TR_CU_PER_THREAD_STREAM ((tr_cu_stream)0x2)

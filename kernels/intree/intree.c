@@ -424,11 +424,12 @@ static void init_once(void) {
   tr_artifact_cache_default(&g.cache);
 }
 
-static uint64_t pool_hits(void);
+static void pool_counts(uint64_t *hits, uint64_t *kept, uint64_t *released);
 
 tr_intree_stats tr_intree_get_stats(void) {
   tr_intree_stats s = {atomic_load(&g.compiled), atomic_load(&g.from_cache), atomic_load(&g.loaded),
-                       atomic_load(&g.kernels), atomic_load(&g.split_launches), pool_hits()};
+                       atomic_load(&g.kernels), atomic_load(&g.split_launches), 0, 0, 0};
+  pool_counts(&s.pool_hits, &s.pool_kept, &s.pool_released);
   return s;
 }
 
@@ -836,7 +837,7 @@ static tr_status *device_ctx(int32_t index, tr_cu_ctx *ctx) {
  * made on streams the caller made are not kept (such a stream may be captured into a graph, or
  * destroyed once its outputs are freed): they go back to the driver, on the stream they were
  * made on. A block made on the per-thread default stream goes back to the thread that made it,
- * whichever thread frees it. */
+ * whichever thread frees it, and to the driver as that thread ends (release_thread_blocks). */
 enum { POOL_BLOCKS = TR_INTREE_POOL_BLOCKS };
 #define POOL_MAX_BYTES ((size_t)1 << 30)
 
@@ -860,14 +861,17 @@ typedef struct pool {
   int ready;
   size_t n, held;
   uint64_t hits; /* allocations served from the pool */
+  uint64_t released; /* blocks given back as the thread that made them ended */
   pool_block blocks[POOL_BLOCKS];
   parked_block *parked;
 } pool;
 
 static pool g_pools[TR_CUDA_MAX_DEVICES];
 static tr_plat_once g_pool_once = TR_PLAT_ONCE_INIT;
+static int64_t g_pool_pid; /* the process the pools are of (a forked child's are its parent's) */
 
 static void pools_init(void) {
+  g_pool_pid = tr_plat_process_id();
   for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) {
     tr_status *failed = tr_plat_mutex_init(&g_pools[i].lock);
     g_pools[i].ready = failed == NULL;
@@ -884,16 +888,18 @@ static void park_locked(pool *p, void *ptr) {
   p->parked = b;
 }
 
-static uint64_t pool_hits(void) {
+/* The pools' counts, summed over the devices. */
+static void pool_counts(uint64_t *hits, uint64_t *kept, uint64_t *released) {
   tr_plat_once_run(&g_pool_once, pools_init);
-  uint64_t n = 0;
+  *hits = *kept = *released = 0;
   for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) {
     if (!g_pools[i].ready) continue;
     tr_plat_mutex_lock(&g_pools[i].lock);
-    n += g_pools[i].hits;
+    *hits += g_pools[i].hits;
+    *kept += g_pools[i].n;
+    *released += g_pools[i].released;
     tr_plat_mutex_unlock(&g_pools[i].lock);
   }
-  return n;
 }
 
 static int poolable(tr_cu_stream stream) { return stream == TR_CU_PER_THREAD_STREAM || stream == (tr_cu_stream)0x1; }
@@ -903,10 +909,63 @@ static int poolable(tr_cu_stream stream) { return stream == TR_CU_PER_THREAD_STR
  * stream per device, shared). */
 static atomic_uintptr_t g_next_thread_tag = 1;
 static _Thread_local uintptr_t t_thread_tag; /* 0 until first asked; never reused by another thread */
+static _Thread_local int t_thread_ended;     /* release_thread_blocks ran: keep none of its blocks now */
+static void release_thread_blocks(void *tag);
 static const void *stream_owner(tr_cu_stream stream) {
   if (stream != TR_CU_PER_THREAD_STREAM) return NULL;
-  if (t_thread_tag == 0) t_thread_tag = atomic_fetch_add(&g_next_thread_tag, 1);
+  if (t_thread_tag == 0) {
+    t_thread_tag = atomic_fetch_add(&g_next_thread_tag, 1);
+    /* where the system has no such hook, the thread's blocks stay until tr_intree_trim */
+    (void)tr_plat_at_thread_exit(release_thread_blocks, (void *)t_thread_tag);
+  }
   return (const void *)t_thread_tag;
+}
+
+/* Runs as the thread tagged `tag` ends, before the driver's own clean-up of the thread (so its
+ * context and per-thread default stream, with the work it queued there, are still there): the
+ * blocks the pool keeps for that thread, which no other thread may take, go back to the driver
+ * on that stream, in order after the work that used them. Blocks the driver does not take, or
+ * all of them while the stream is captured, are parked (freed by tr_intree_trim), as
+ * tr_intree_free would. What the thread frees later in its ending (other exit-time clean-up)
+ * is freed, not kept; a block another thread frees after its maker ended is kept under the
+ * maker's tag, out of reach, until tr_intree_trim. In a forked child (which inherits the
+ * hook), nothing: the blocks and the driver are the parent's. */
+static void release_thread_blocks(void *tag) {
+  t_thread_ended = 1;
+  tr_plat_once_run(&g_pool_once, pools_init);
+  if (tr_plat_process_id() != g_pool_pid) return;
+  for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) {
+    pool *p = &g_pools[i];
+    if (!p->ready) continue;
+    void *mine[POOL_BLOCKS];
+    size_t n = 0;
+    tr_plat_mutex_lock(&p->lock);
+    for (size_t b = p->n; b-- > 0;) {
+      if (p->blocks[b].stream == TR_CU_PER_THREAD_STREAM && p->blocks[b].thread == tag) {
+        mine[n++] = p->blocks[b].ptr;
+        p->held -= p->blocks[b].bytes;
+        p->blocks[b] = p->blocks[--p->n];
+      }
+    }
+    tr_plat_mutex_unlock(&p->lock);
+    if (n == 0) continue;
+    tr_cu_ctx ctx = atomic_load(&g.contexts[i]), previous;
+    tr_status *status = ctx != NULL ? tr_cu_enter_context(ctx, &previous) : NULL;
+    int usable = ctx != NULL && status == NULL;
+    int captured = usable && tr_cu_stream_capturing(TR_CU_PER_THREAD_STREAM);
+    size_t left = 0; /* not freed where it cannot be ordered, or where the driver refused */
+    for (size_t b = 0; b < n; b++) {
+      if (!(usable && !captured && tr_cu_free_async((tr_cu_ptr)(uintptr_t)mine[b], TR_CU_PER_THREAD_STREAM))) {
+        mine[left++] = mine[b];
+      }
+    }
+    if (usable) tr_cu_restore_context(ctx, previous);
+    tr_status_destroy(&status);
+    tr_plat_mutex_lock(&p->lock);
+    p->released += n - left;
+    for (size_t b = 0; b < left; b++) park_locked(p, mine[b]);
+    tr_plat_mutex_unlock(&p->lock);
+  }
 }
 
 /* A stream being captured into a graph gets no pooled block, and gives none back. A block it
@@ -985,7 +1044,9 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_orig
     /* kept for the next allocation on its stream: by the thread that made it, for the
      * per-thread default stream, whichever thread frees it */
     tr_plat_mutex_lock(&p->lock);
-    int kept = p->n < POOL_BLOCKS && p->held + bytes <= POOL_MAX_BYTES;
+    /* a block of this thread's own stream, freed after its blocks went back as it ended: freed */
+    int ending = home == TR_CU_PER_THREAD_STREAM && !other_thread && t_thread_ended;
+    int kept = !ending && p->n < POOL_BLOCKS && p->held + bytes <= POOL_MAX_BYTES;
     if (!kept && other_thread) {
       /* full: make room by freeing one of this thread's own blocks (on its own stream), else park
        * the block (freed by tr_intree_trim): another thread's stream cannot be named here, and

@@ -104,6 +104,8 @@ typedef struct tr_intree_stats {
   uint64_t kernels;     /* kernels built (once per memo entry) */
   uint64_t split_launches; /* softmax calls launched split over clusters (few long rows, sm_90 on) */
   uint64_t pool_hits;      /* cuda allocations served from the pool of freed blocks */
+  uint64_t pool_kept;      /* blocks the pool keeps for reuse now (not parked ones; not a count over time) */
+  uint64_t pool_released;  /* blocks given back to the driver as the thread they were kept for ended */
 } tr_intree_stats;
 tr_intree_stats tr_intree_get_stats(void);
 
@@ -123,7 +125,10 @@ typedef struct tr_intree_origin {
  * (this thread's); `bytes` and `origin` at free are what the allocation gave. A block goes back
  * in the order of the stream it was made on, whichever thread frees it and whatever stream is
  * current then: made on the per-thread default stream, it is kept for the next allocation of
- * that size by the thread that made it; on the legacy stream, for the next on that stream (up to
+ * that size by the thread that made it, and given back to the driver on that stream as the
+ * thread ends (where the platform has a thread exit hook: glibc; elsewhere they stay until
+ * tr_intree_trim; one another thread frees after its maker ended stays, out of reach, until
+ * tr_intree_trim too); on the legacy stream, for the next on that stream (up to
  * TR_INTREE_POOL_BLOCKS per device, 1 GiB; beyond, freed on its stream, or, for another thread's per-thread
  * stream, room is made by freeing one of the freeing thread's own, else it is parked); on a
  * stream the caller made, freed on that stream, which must therefore outlive the outputs made on

@@ -134,3 +134,24 @@ void tr_plat_thread_join(tr_plat_thread **t_p) {
   free(thread);
   *t_p = NULL;
 }
+
+/* ---- Thread exit hooks -------------------------------------------------------------------- */
+
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 18))
+/* glibc's hook for C++ thread_local destructors: they run as the thread ends, before any
+ * pthread key destructor (where the CUDA driver, among others, cleans up the thread), and a
+ * registration keeps this shared object loaded until its hooks have run. */
+extern int __cxa_thread_atexit_impl(void (*fn)(void *), void *arg, void *dso_symbol);
+extern void *__dso_handle;
+
+int tr_plat_at_thread_exit(void (*fn)(void *arg), void *arg) {
+  return __cxa_thread_atexit_impl(fn, arg, &__dso_handle) == 0;
+}
+#else
+/* No hook that runs before other libraries' per-thread clean-up: none is registered. */
+int tr_plat_at_thread_exit(void (*fn)(void *arg), void *arg) {
+  (void)fn;
+  (void)arg;
+  return 0;
+}
+#endif
