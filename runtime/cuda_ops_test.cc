@@ -243,10 +243,9 @@ void record_at_exit(void *arg) {
 TEST_CASE("the blocks the pool keeps for a thread go back on its stream as the thread ends") {
   // A block kept for a thread's per-thread default stream is no other thread's to take; once the
   // thread has ended nobody could, so it goes back to the driver then, on that stream, while the
-  // driver still has it (a hook run after the driver's clean-up finds no context: the query then
-  // fails). The thread waits for its work first: one that ends with work queued on its
-  // per-thread stream after a stream-ordered allocation there hung in the driver's clean-up on
-  // the H200 (driver 580), with or without this hook.
+  // driver still has it. The thread ends with its calls still queued: the runtime's hook also
+  // waits for the stream, since a thread that ended so after a stream-ordered allocation there
+  // never finished ending on the H200 (driver 580; this test then hangs).
   tr_runtime *rt = cuda_runtime();
   const int64_t row = 8192, rows = 4096;  // 128 MiB in and out
   tr_op *op = rms_op(rt, row);
@@ -273,24 +272,26 @@ TEST_CASE("the blocks the pool keeps for a thread go back on its stream as the t
   AtExit seen;
   int hooked = 0, failed = 0;
   uint64_t kept_inside = 0, used_inside = 0;
+  bool queued = false;
   std::thread t([&] {
     hooked = tr_plat_at_thread_exit(record_at_exit, &seen);
-    for (int i = 0; i < 10 && !failed; i++) {  // each output freed: kept, and the next call's
+    for (int i = 0; i < 100 && !failed; i++) {  // each output freed: kept, and the next call's
       tr_test::Outputs out;
       tr_status *s = tr_op_call(op, in, 2, out.items, 1);
       failed = s != nullptr;
       tr_status_destroy(&s);
     }
     kept_inside = tr_intree_get_stats().pool_kept;
-    cudaStreamSynchronize(cudaStreamPerThread);
     used_inside = pool_used();
-  });
+    queued = cudaStreamQuery(cudaStreamPerThread) == cudaErrorNotReady;
+  });  // ends with its calls queued
   t.join();
   REQUIRE(failed == 0);
   REQUIRE(hooked == 1);
+  CHECK(queued);  // the thread ended with work queued (100 calls of 256 MiB of traffic)
   CHECK(kept_inside == before.pool_kept + 1);  // one block, reused by every call of the thread
-  // the thread's stream was still there after the runtime's hook (its free may still be queued)
-  CHECK((seen.stream_query == cudaSuccess || seen.stream_query == cudaErrorNotReady));
+  // after the runtime's hook, the thread's stream was still there, and idle: it had waited
+  CHECK(seen.stream_query == cudaSuccess);
   CHECK(seen.released == before.pool_released + 1);
   CHECK(seen.kept == before.pool_kept);
   tr_intree_stats after = tr_intree_get_stats();

@@ -910,6 +910,9 @@ static int poolable(tr_cu_stream stream) { return stream == TR_CU_PER_THREAD_STR
 static atomic_uintptr_t g_next_thread_tag = 1;
 static _Thread_local uintptr_t t_thread_tag; /* 0 until first asked; never reused by another thread */
 static _Thread_local int t_thread_ended;     /* release_thread_blocks ran: keep none of its blocks now */
+/* the devices on whose per-thread default stream this thread made stream-ordered blocks */
+static _Thread_local uint64_t t_alloc_devices;
+_Static_assert(TR_CUDA_MAX_DEVICES <= 64, "t_alloc_devices has a bit per device");
 static void release_thread_blocks(void *tag);
 static const void *stream_owner(tr_cu_stream stream) {
   if (stream != TR_CU_PER_THREAD_STREAM) return NULL;
@@ -926,7 +929,10 @@ static const void *stream_owner(tr_cu_stream stream) {
  * blocks the pool keeps for that thread, which no other thread may take, go back to the driver
  * on that stream, in order after the work that used them. Blocks the driver does not take, or
  * all of them while the stream is captured, are parked (freed by tr_intree_trim), as
- * tr_intree_free would. What the thread frees later in its ending (other exit-time clean-up)
+ * tr_intree_free would. Then the thread waits for that stream, on every device where it made
+ * blocks there: on the H200 (driver 580) a thread that ended with a long kernel still queued on
+ * its per-thread stream after a stream-ordered allocation there never finished ending (the
+ * driver's clean-up hung), and one that waited first did. What the thread frees later in its ending (other exit-time clean-up)
  * is freed, not kept; a block another thread frees after its maker ended is kept under the
  * maker's tag, out of reach, until tr_intree_trim. In a forked child (which inherits the
  * hook), nothing: the blocks and the driver are the parent's. */
@@ -948,7 +954,7 @@ static void release_thread_blocks(void *tag) {
       }
     }
     tr_plat_mutex_unlock(&p->lock);
-    if (n == 0) continue;
+    if (n == 0 && !(t_alloc_devices >> i & 1)) continue;
     tr_cu_ctx ctx = atomic_load(&g.contexts[i]), previous;
     tr_status *status = ctx != NULL ? tr_cu_enter_context(ctx, &previous) : NULL;
     int usable = ctx != NULL && status == NULL;
@@ -958,6 +964,10 @@ static void release_thread_blocks(void *tag) {
       if (!(usable && !captured && tr_cu_free_async((tr_cu_ptr)(uintptr_t)mine[b], TR_CU_PER_THREAD_STREAM))) {
         mine[left++] = mine[b];
       }
+    }
+    if (usable && !captured) { /* a capture cannot be waited for; its end is the caller's */
+      tr_status *waited = tr_cu_stream_sync(TR_CU_PER_THREAD_STREAM);
+      tr_status_destroy(&waited);
     }
     if (usable) tr_cu_restore_context(ctx, previous);
     tr_status_destroy(&status);
@@ -991,6 +1001,7 @@ tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_or
   origin->stream = (void *)stream;
   origin->thread = (uintptr_t)stream_owner(stream);
   origin->graph = captured;
+  if (stream == TR_CU_PER_THREAD_STREAM && !captured) t_alloc_devices |= (uint64_t)1 << index;
   if (poolable(stream) && p->ready && !captured) {
     tr_plat_mutex_lock(&p->lock);
     for (size_t i = p->n; i-- > 0;) {
