@@ -932,7 +932,9 @@ static const void *stream_owner(tr_cu_stream stream) {
  * tr_intree_free would. Then the thread waits for that stream, on every device where it made
  * blocks there: on the H200 (driver 580) a thread that ended with a long kernel still queued on
  * its per-thread stream after a stream-ordered allocation there never finished ending (the
- * driver's clean-up hung), and one that waited first did. What the thread frees later in its ending (other exit-time clean-up)
+ * driver's clean-up hung), and one that waited first did. So the thread's end waits for the
+ * work queued on its per-thread streams (not on other streams, which outlive it); work it queues
+ * there later in its ending (exit-time code run after this hook) is not waited for. What the thread frees later in its ending (other exit-time clean-up)
  * is freed, not kept; a block another thread frees after its maker ended is kept under the
  * maker's tag, out of reach, until tr_intree_trim. In a forked child (which inherits the
  * hook), nothing: the blocks and the driver are the parent's. */
@@ -942,18 +944,19 @@ static void release_thread_blocks(void *tag) {
   if (tr_plat_process_id() != g_pool_pid) return;
   for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) {
     pool *p = &g_pools[i];
-    if (!p->ready) continue;
     void *mine[POOL_BLOCKS];
     size_t n = 0;
-    tr_plat_mutex_lock(&p->lock);
-    for (size_t b = p->n; b-- > 0;) {
-      if (p->blocks[b].stream == TR_CU_PER_THREAD_STREAM && p->blocks[b].thread == tag) {
-        mine[n++] = p->blocks[b].ptr;
-        p->held -= p->blocks[b].bytes;
-        p->blocks[b] = p->blocks[--p->n];
+    if (p->ready) {
+      tr_plat_mutex_lock(&p->lock);
+      for (size_t b = p->n; b-- > 0;) {
+        if (p->blocks[b].stream == TR_CU_PER_THREAD_STREAM && p->blocks[b].thread == tag) {
+          mine[n++] = p->blocks[b].ptr;
+          p->held -= p->blocks[b].bytes;
+          p->blocks[b] = p->blocks[--p->n];
+        }
       }
+      tr_plat_mutex_unlock(&p->lock);
     }
-    tr_plat_mutex_unlock(&p->lock);
     if (n == 0 && !(t_alloc_devices >> i & 1)) continue;
     tr_cu_ctx ctx = atomic_load(&g.contexts[i]), previous;
     tr_status *status = ctx != NULL ? tr_cu_enter_context(ctx, &previous) : NULL;
@@ -971,10 +974,12 @@ static void release_thread_blocks(void *tag) {
     }
     if (usable) tr_cu_restore_context(ctx, previous);
     tr_status_destroy(&status);
-    tr_plat_mutex_lock(&p->lock);
-    p->released += n - left;
-    for (size_t b = 0; b < left; b++) park_locked(p, mine[b]);
-    tr_plat_mutex_unlock(&p->lock);
+    if (n > 0) { /* then the pool is ready */
+      tr_plat_mutex_lock(&p->lock);
+      p->released += n - left;
+      for (size_t b = 0; b < left; b++) park_locked(p, mine[b]);
+      tr_plat_mutex_unlock(&p->lock);
+    }
   }
 }
 

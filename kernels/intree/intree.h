@@ -125,10 +125,11 @@ typedef struct tr_intree_origin {
  * (this thread's); `bytes` and `origin` at free are what the allocation gave. A block goes back
  * in the order of the stream it was made on, whichever thread frees it and whatever stream is
  * current then: made on the per-thread default stream, it is kept for the next allocation of
- * that size by the thread that made it, and given back to the driver on that stream as the
- * thread ends (where the platform has a thread exit hook: glibc; elsewhere they stay until
- * tr_intree_trim; one another thread frees after its maker ended stays, out of reach, until
- * tr_intree_trim too); on the legacy stream, for the next on that stream (up to
+ * that size by the thread that made it (as that thread ends, where the platform has a thread
+ * exit hook, glibc, its kept blocks go back to the driver on that stream and its end waits for
+ * that stream's work, so work queued there must not wait on what another thread does after
+ * that end; without the hook they stay until tr_intree_trim, as does one another thread frees
+ * after its maker ended); on the legacy stream, for the next on that stream (up to
  * TR_INTREE_POOL_BLOCKS per device, 1 GiB; beyond, freed on its stream, or, for another thread's per-thread
  * stream, room is made by freeing one of the freeing thread's own, else it is parked); on a
  * stream the caller made, freed on that stream, which must therefore outlive the outputs made on
