@@ -888,6 +888,14 @@ static void park_locked(pool *p, void *ptr) {
   p->parked = b;
 }
 
+/* Takes block i out of the pool (p's lock held) and returns it. */
+static void *take_locked(pool *p, size_t i) {
+  void *ptr = p->blocks[i].ptr;
+  p->held -= p->blocks[i].bytes;
+  p->blocks[i] = p->blocks[--p->n];
+  return ptr;
+}
+
 /* The pools' counts, summed over the devices. */
 static void pool_counts(uint64_t *hits, uint64_t *kept, uint64_t *released) {
   tr_plat_once_run(&g_pool_once, pools_init);
@@ -933,9 +941,9 @@ static const void *stream_owner(tr_cu_stream stream) {
  * blocks there: on the H200 (driver 580) a thread that ended with a long kernel still queued on
  * its per-thread stream after a stream-ordered allocation there never finished ending (the
  * driver's clean-up hung), and one that waited first did. So the thread's end waits for the
- * work queued on its per-thread streams (not on other streams, which outlive it); work it queues
- * there later in its ending (exit-time code run after this hook) is not waited for. What the thread frees later in its ending (other exit-time clean-up)
- * is freed, not kept; a block another thread frees after its maker ended is kept under the
+ * work queued on its per-thread streams (not on other streams, which outlive it). Exit-time code
+ * that runs after this hook: what it frees of the thread's is freed, not kept, and what it queues
+ * is not waited for. A block another thread frees after its maker ended is kept under the
  * maker's tag, out of reach, until tr_intree_trim. In a forked child (which inherits the
  * hook), nothing: the blocks and the driver are the parent's. */
 static void release_thread_blocks(void *tag) {
@@ -950,9 +958,7 @@ static void release_thread_blocks(void *tag) {
       tr_plat_mutex_lock(&p->lock);
       for (size_t b = p->n; b-- > 0;) {
         if (p->blocks[b].stream == TR_CU_PER_THREAD_STREAM && p->blocks[b].thread == tag) {
-          mine[n++] = p->blocks[b].ptr;
-          p->held -= p->blocks[b].bytes;
-          p->blocks[b] = p->blocks[--p->n];
+          mine[n++] = take_locked(p, b);
         }
       }
       tr_plat_mutex_unlock(&p->lock);
@@ -1011,10 +1017,8 @@ tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_or
     tr_plat_mutex_lock(&p->lock);
     for (size_t i = p->n; i-- > 0;) {
       if (p->blocks[i].bytes == bytes && p->blocks[i].stream == stream && p->blocks[i].thread == stream_owner(stream)) {
-        *out = p->blocks[i].ptr;
-        p->held -= bytes;
+        *out = take_locked(p, i);
         p->hits++;
-        p->blocks[i] = p->blocks[--p->n];
         break;
       }
     }
@@ -1070,9 +1074,7 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_orig
       for (size_t i = 0; i < p->n && evicted == NULL; i++) {
         if (p->blocks[i].stream == TR_CU_PER_THREAD_STREAM && (uintptr_t)p->blocks[i].thread == me &&
             p->held - p->blocks[i].bytes + bytes <= POOL_MAX_BYTES) {
-          evicted = p->blocks[i].ptr;
-          p->held -= p->blocks[i].bytes;
-          p->blocks[i] = p->blocks[--p->n];
+          evicted = take_locked(p, i);
         }
       }
       kept = evicted != NULL;

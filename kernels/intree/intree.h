@@ -130,16 +130,17 @@ typedef struct tr_intree_origin {
  * that stream's work, so work queued there must not wait on what another thread does after
  * that end; without the hook they stay until tr_intree_trim, as does one another thread frees
  * after its maker ended); on the legacy stream, for the next on that stream (up to
- * TR_INTREE_POOL_BLOCKS per device, 1 GiB; beyond, freed on its stream, or, for another thread's per-thread
- * stream, room is made by freeing one of the freeing thread's own, else it is parked); on a
- * stream the caller made, freed on that stream, which must therefore outlive the outputs made on
- * it. Work on another stream that uses a block must be ordered before its free by the caller
- * (an event), as with any stream-ordered allocation. A block allocated while the stream is captured into a graph is the graph's
- * (never pooled; freed on the current stream); one allocated outside a capture and freed while
- * the current stream or its own is captured is parked, neither reused nor freed, since the graph
- * may use it at every replay. tr_intree_trim gives pooled and parked blocks back (call it when no
- * graph that used a parked block will run again; tr_runtime_destroy calls it). A strided <-> contiguous
- * copy on the current stream (scatter 0: `src` strided into contiguous `dst`; 1: contiguous
+ * TR_INTREE_POOL_BLOCKS per device, 1 GiB; beyond, freed on its stream, or, for another
+ * thread's per-thread stream, room is made by freeing one of the freeing thread's own, else it
+ * is parked); on a stream the caller made, freed on that stream, which must therefore outlive
+ * the outputs made on it. Work on another stream that uses a block must be ordered before its
+ * free by the caller (an event), as with any stream-ordered allocation. A block allocated while
+ * the stream is captured into a graph is the graph's (never pooled; freed on the current
+ * stream); one allocated outside a capture and freed while the current stream or its own is
+ * captured is parked, neither reused nor freed, since the graph may use it at every replay.
+ * tr_intree_trim gives pooled and parked blocks back (call it when no graph that used a parked
+ * block will run again; tr_runtime_destroy calls it). A strided <-> contiguous copy on the
+ * current stream (scatter 0: `src` strided into contiguous `dst`; 1: contiguous
  * `src` into strided `dst`). The copy kernels are loaded when the first in-tree kernel of the
  * device is built; before, a copy is a BackendError. Thread-safe. */
 tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_origin *origin) TR_MUST_USE;
