@@ -240,6 +240,17 @@ pthread_key_t g_exit_key;  // a library's per-thread clean-up, made before the h
 void KeyCleanup(void *log) { static_cast<ExitLog *>(log)->Add("key destructor"); }
 void HookA(void *log) { static_cast<ExitLog *>(log)->Add("hook a"); }
 void HookB(void *log) { static_cast<ExitLog *>(log)->Add("hook b"); }
+// registers hook b while the thread's hooks run
+void HookRegisteringB(void *log) {
+  ExitLog *l = static_cast<ExitLog *>(log);
+  l->Add("hook registering b");
+  l->registered += tr_plat_at_thread_exit(HookB, log);
+}
+void RegisterAThenTheRegistering(void *arg) {
+  ExitLog *log = static_cast<ExitLog *>(arg);
+  log->registered = tr_plat_at_thread_exit(HookA, log) + tr_plat_at_thread_exit(HookRegisteringB, log);
+  log->Add("function returned");
+}
 
 void RegisterAndReturn(void *arg) {
   ExitLog *log = static_cast<ExitLog *>(arg);
@@ -268,6 +279,22 @@ TEST_CASE("thread exit hooks run as the thread ends, last first, before pthread 
   } else {  // none registered: none runs
     CHECK(log.registered == 0);
     CHECK(log.events == std::vector<std::string>{"function returned", "key destructor"});
+  }
+}
+
+TEST_CASE("a thread exit hook registered while the hooks run runs next", "[thread]") {
+  ExitLog log;
+  tr_plat_thread *thread = nullptr;
+  REQUIRE_OK(tr_plat_thread_start(RegisterAThenTheRegistering, &log, &thread));
+  tr_plat_thread_join(&thread);
+#if defined(__GLIBC__)
+  REQUIRE(log.registered == 3);
+#endif
+  if (log.registered == 3) {
+    CHECK(log.events == std::vector<std::string>{"function returned", "hook registering b", "hook b", "hook a"});
+  } else {
+    CHECK(log.registered == 0);
+    CHECK(log.events == std::vector<std::string>{"function returned"});
   }
 }
 

@@ -238,7 +238,78 @@ void record_at_exit(void *arg) {
   seen->released = s.pool_released;
 }
 
+// Exit-time code that calls: `calls` calls, each output freed, then whether they were still queued.
+struct LateCalls {
+  tr_op *op = nullptr;
+  const DLTensor *const *in = nullptr;
+  int calls = 0, made = 0, failed = 0;
+  bool queued = false;
+};
+void calls_at_exit(void *arg) {
+  LateCalls *late = static_cast<LateCalls *>(arg);
+  for (; late->made < late->calls && !late->failed; late->made++) {
+    tr_test::Outputs out;
+    tr_status *s = tr_op_call(late->op, late->in, 2, out.items, 1);
+    late->failed = s != nullptr;
+    tr_status_destroy(&s);
+  }
+  late->queued = cudaStreamQuery(cudaStreamPerThread) == cudaErrorNotReady;
+}
+
+uint64_t pool_used() {  // what the driver's pool of device 0, where outputs come from, has handed out
+  cudaMemPool_t pool;
+  unsigned long long v = 0;  // the attribute is 64 bits
+  if (cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess) return ~0ull;
+  (void)cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v);
+  return (uint64_t)v;
+}
+
 }  // namespace
+
+TEST_CASE("calls a thread makes as it ends after the runtime's hook ran are waited for too") {
+  // Exit-time code registered before the thread's first call runs after the runtime's hook. If it
+  // calls, its first allocation on the per-thread stream registers the hook again, which then
+  // waits for that stream (and frees nothing kept: the ending thread keeps no block).
+  tr_runtime *rt = cuda_runtime();
+  const int64_t row = 8192, rows = 4096;  // 128 MiB in and out
+  tr_op *op = rms_op(rt, row);
+  std::vector<float> wv = values((size_t)row, 41);
+  CudaTensor x({rows, row}, values((size_t)(rows * row), 42)), w({row}, wv);
+  CudaTensor small({2, row}, values(2 * (size_t)row, 43));
+  const DLTensor *in[] = {&x.t, &w.t}, *in_small[] = {&small.t, &w.t};
+  tr_intree_trim();
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  tr_intree_stats before = tr_intree_get_stats();
+  const uint64_t used_before = pool_used();
+  AtExit seen;
+  LateCalls late;
+  late.op = op;
+  late.in = in;
+  late.calls = 50;
+  int hooked = 0, failed = 0;
+  std::thread t([&] {
+    /* run last: the check; before it: the late calls (the runtime's hook, registered at the
+     * thread's first call below, runs before both) */
+    hooked = tr_plat_at_thread_exit(record_at_exit, &seen) + tr_plat_at_thread_exit(calls_at_exit, &late);
+    tr_test::Outputs out;
+    tr_status *s = tr_op_call(op, in_small, 2, out.items, 1);
+    failed = s != nullptr;
+    tr_status_destroy(&s);
+  });
+  t.join();
+  REQUIRE(hooked == 2);
+  REQUIRE(failed == 0);
+  REQUIRE(late.failed == 0);
+  CHECK(late.made == 50);
+  CHECK(late.queued);  // the late calls were still queued when the exit-time code returned
+  CHECK(seen.stream_query == cudaSuccess);  // and the thread had waited for them before its end
+  CHECK(seen.released == before.pool_released + 1);  // the first call's block went back
+  CHECK(seen.kept == before.pool_kept);               // the late calls' were freed, not kept
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(pool_used() == used_before);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
 
 TEST_CASE("the blocks the pool keeps for a thread go back on its stream as the thread ends") {
   // A block kept for a thread's per-thread default stream is no other thread's to take; once the
@@ -260,13 +331,6 @@ TEST_CASE("the blocks the pool keeps for a thread go back on its stream as the t
   }
   tr_intree_stats before = tr_intree_get_stats();
   REQUIRE(before.pool_kept == 1);
-  cudaMemPool_t pool;  // the driver's pool the outputs come from: what it has handed out
-  REQUIRE(cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess);
-  auto pool_used = [&] {
-    unsigned long long v = 0;  // the attribute is 64 bits
-    (void)cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v);
-    return (uint64_t)v;
-  };
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   const uint64_t used_before = pool_used(), block = (uint64_t)(rows * row) * sizeof(float);
   AtExit seen;

@@ -918,6 +918,7 @@ static int poolable(tr_cu_stream stream) { return stream == TR_CU_PER_THREAD_STR
 static atomic_uintptr_t g_next_thread_tag = 1;
 static _Thread_local uintptr_t t_thread_tag; /* 0 until first asked; never reused by another thread */
 static _Thread_local int t_thread_ended;     /* release_thread_blocks ran: keep none of its blocks now */
+static _Thread_local int t_hook_armed;       /* release_thread_blocks is registered and has not run */
 /* the devices on whose per-thread default stream this thread made stream-ordered blocks */
 static _Thread_local uint64_t t_alloc_devices;
 _Static_assert(TR_CUDA_MAX_DEVICES <= 64, "t_alloc_devices has a bit per device");
@@ -927,7 +928,7 @@ static const void *stream_owner(tr_cu_stream stream) {
   if (t_thread_tag == 0) {
     t_thread_tag = atomic_fetch_add(&g_next_thread_tag, 1);
     /* where the system has no such hook, the thread's blocks stay until tr_intree_trim */
-    (void)tr_plat_at_thread_exit(release_thread_blocks, (void *)t_thread_tag);
+    t_hook_armed = tr_plat_at_thread_exit(release_thread_blocks, (void *)t_thread_tag);
   }
   return (const void *)t_thread_tag;
 }
@@ -942,12 +943,15 @@ static const void *stream_owner(tr_cu_stream stream) {
  * its per-thread stream after a stream-ordered allocation there never finished ending (the
  * driver's clean-up hung), and one that waited first did. So the thread's end waits for the
  * work queued on its per-thread streams (not on other streams, which outlive it). Exit-time code
- * that runs after this hook: what it frees of the thread's is freed, not kept, and what it queues
- * is not waited for. A block another thread frees after its maker ended is kept under the
+ * that runs after this hook: what it frees of the thread's is freed, not kept; its first
+ * stream-ordered allocation on the per-thread stream registers the hook again (tr_intree_alloc),
+ * so what it queues from then on is waited for too (where the system runs hooks registered while
+ * the thread ends, as glibc does). A block another thread frees after its maker ended is kept under the
  * maker's tag, out of reach, until tr_intree_trim. In a forked child (which inherits the
  * hook), nothing: the blocks and the driver are the parent's. */
 static void release_thread_blocks(void *tag) {
   t_thread_ended = 1;
+  t_hook_armed = 0;
   tr_plat_once_run(&g_pool_once, pools_init);
   if (tr_plat_process_id() != g_pool_pid) return;
   for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) {
@@ -1012,7 +1016,13 @@ tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_or
   origin->stream = (void *)stream;
   origin->thread = (uintptr_t)stream_owner(stream);
   origin->graph = captured;
-  if (stream == TR_CU_PER_THREAD_STREAM && !captured) t_alloc_devices |= (uint64_t)1 << index;
+  if (stream == TR_CU_PER_THREAD_STREAM && !captured) {
+    t_alloc_devices |= (uint64_t)1 << index;
+    /* exit-time code running after the hook: the hook again, to wait for what it queues */
+    if (t_thread_ended && !t_hook_armed) {
+      t_hook_armed = tr_plat_at_thread_exit(release_thread_blocks, (void *)origin->thread);
+    }
+  }
   if (poolable(stream) && p->ready && !captured) {
     tr_plat_mutex_lock(&p->lock);
     for (size_t i = p->n; i-- > 0;) {
