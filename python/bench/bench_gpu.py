@@ -17,13 +17,16 @@ import argparse
 import os
 import sys
 
-import torch
-import torch.nn.functional as F
+try:  # --help works without PyTorch; a run needs it
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = F = None
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import tilerun  # noqa: E402
 
-BF16 = torch.bfloat16
+BF16 = torch.bfloat16 if torch is not None else None
 
 # The workload rows of manifest/spec/{norm,softmax,elementwise}.yaml for the four ops with CUDA
 # kernels: (label, shape of x / a, extra params).
@@ -131,6 +134,8 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (minutes of compiling)")
     ap.add_argument("--calls", type=int, default=20, help="calls per captured graph (default 20)")
     args = ap.parse_args()
+    if torch is None or not torch.cuda.is_available():
+        sys.exit("bench_gpu.py: needs PyTorch with a CUDA device (import torch failed or no GPU)")
     torch.manual_seed(0)
     copy = copy_rate_gbps()
     print(f"device: {torch.cuda.get_device_name()}; copy rate {copy:.0f} GB/s (2 GiB fp16 copy, same run)")
