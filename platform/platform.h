@@ -134,11 +134,13 @@ void tr_plat_thread_join(tr_plat_thread **t_p);
  * that fn still finds the thread's current context and its per-thread default stream, with the
  * work the thread queued there (checked on an H200: a hook registered so still saw a 200 ms
  * kernel running there; a pthread key destructor made after the driver's found neither).
- * Hooks of one thread run in the reverse order of their registration; a hook registered while
- * the thread's hooks run (by one of them) runs next, before the hooks registered earlier; fn's code must stay
- * loaded until then (this layer's own object is kept loaded for it). Returns 1 when
- * registered; 0 where the system offers no such hook (then nothing is registered and fn never
- * runs) or has no memory for it. Thread-safe: each thread registers for itself. */
+ * Hooks of one thread run in the reverse order of their registration; a hook registered by one
+ * of them runs next, before the hooks registered earlier; one registered after they have all
+ * run (by a pthread key destructor; for the thread that ends the process, by atexit code) is
+ * taken but never runs. fn's code must stay loaded until then (this layer's own object is kept
+ * loaded for it). Returns 1 when registered; 0 where the system offers no such hook (then
+ * nothing is registered and fn never runs) or could not register it. Thread-safe: each thread
+ * registers for itself. */
 int tr_plat_at_thread_exit(void (*fn)(void *arg), void *arg);
 
 /* ---- Files and directories --------------------------------------------------------------- */

@@ -238,10 +238,12 @@ void record_at_exit(void *arg) {
   seen->released = s.pool_released;
 }
 
-// Exit-time code that calls: `calls` calls, each output freed, then whether they were still queued.
+// Exit-time code that calls: `calls` calls (into `into` when given, else each output allocated and
+// freed), then whether they were still queued.
 struct LateCalls {
   tr_op *op = nullptr;
   const DLTensor *const *in = nullptr;
+  DLTensor *const *into = nullptr;
   int calls = 0, made = 0, failed = 0;
   bool queued = false;
 };
@@ -249,7 +251,8 @@ void calls_at_exit(void *arg) {
   LateCalls *late = static_cast<LateCalls *>(arg);
   for (; late->made < late->calls && !late->failed; late->made++) {
     tr_test::Outputs out;
-    tr_status *s = tr_op_call(late->op, late->in, 2, out.items, 1);
+    tr_status *s = late->into ? tr_op_call_into(late->op, late->in, 2, late->into, 1)
+                              : tr_op_call(late->op, late->in, 2, out.items, 1);
     late->failed = s != nullptr;
     tr_status_destroy(&s);
   }
@@ -268,45 +271,61 @@ uint64_t pool_used() {  // what the driver's pool of device 0, where outputs com
 
 TEST_CASE("calls a thread makes as it ends after the runtime's hook ran are waited for too") {
   // Exit-time code registered before the thread's first call runs after the runtime's hook. If it
-  // calls, its first allocation on the per-thread stream registers the hook again, which then
-  // waits for that stream (and frees nothing kept: the ending thread keeps no block).
+  // calls, its first allocation or launch on the per-thread stream registers the hook again,
+  // once, which then waits for that stream (and keeps nothing: the ending thread keeps no block).
   tr_runtime *rt = cuda_runtime();
   const int64_t row = 8192, rows = 4096;  // 128 MiB in and out
   tr_op *op = rms_op(rt, row);
   std::vector<float> wv = values((size_t)row, 41);
   CudaTensor x({rows, row}, values((size_t)(rows * row), 42)), w({row}, wv);
   CudaTensor small({2, row}, values(2 * (size_t)row, 43));
+  CudaTensor y({rows, row}, std::vector<float>((size_t)(rows * row), NAN));
   const DLTensor *in[] = {&x.t, &w.t}, *in_small[] = {&small.t, &w.t};
+  DLTensor *into[] = {&y.t};
   tr_intree_trim();
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   tr_intree_stats before = tr_intree_get_stats();
   const uint64_t used_before = pool_used();
   AtExit seen;
-  LateCalls late;
-  late.op = op;
-  late.in = in;
-  late.calls = 50;
+  LateCalls allocating, launching;  // run in this order, each after a run of the runtime's hook
+  allocating.op = launching.op = op;
+  allocating.in = launching.in = in;
+  launching.into = into;
+  allocating.calls = launching.calls = 50;
   int hooked = 0, failed = 0;
   std::thread t([&] {
-    /* run last: the check; before it: the late calls (the runtime's hook, registered at the
-     * thread's first call below, runs before both) */
-    hooked = tr_plat_at_thread_exit(record_at_exit, &seen) + tr_plat_at_thread_exit(calls_at_exit, &late);
+    // hooks run last registered first: the runtime's (registered by the first call below), the
+    // allocating calls, the runtime's again, the calls into `y`, the runtime's again, the check
+    hooked = tr_plat_at_thread_exit(record_at_exit, &seen) + tr_plat_at_thread_exit(calls_at_exit, &launching) +
+             tr_plat_at_thread_exit(calls_at_exit, &allocating);
     tr_test::Outputs out;
     tr_status *s = tr_op_call(op, in_small, 2, out.items, 1);
     failed = s != nullptr;
     tr_status_destroy(&s);
   });
   t.join();
-  REQUIRE(hooked == 2);
+  REQUIRE(hooked == 3);
   REQUIRE(failed == 0);
-  REQUIRE(late.failed == 0);
-  CHECK(late.made == 50);
-  CHECK(late.queued);  // the late calls were still queued when the exit-time code returned
-  CHECK(seen.stream_query == cudaSuccess);  // and the thread had waited for them before its end
+  REQUIRE(allocating.failed == 0);
+  REQUIRE(launching.failed == 0);
+  CHECK(allocating.made == 50);
+  CHECK(launching.made == 50);
+  // each set of late calls was still queued when its exit-time function returned ...
+  CHECK(allocating.queued);
+  CHECK(launching.queued);
+  // ... and the thread had waited for all of them before its end
+  CHECK(seen.stream_query == cudaSuccess);
+  // the runtime's hook ran three times: at the end, and once after each set of late calls (not
+  // once per call)
+  CHECK(tr_intree_get_stats().thread_ends == before.thread_ends + 3);
   CHECK(seen.released == before.pool_released + 1);  // the first call's block went back
   CHECK(seen.kept == before.pool_kept);               // the late calls' were freed, not kept
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   CHECK(pool_used() == used_before);
+  std::vector<float> got = host(y.t);  // the calls into y are right
+  std::vector<float> last_row(got.end() - row, got.end());
+  std::vector<float> xv = host(x.t);
+  near(last_row, rms_ref(std::vector<float>(xv.end() - row, xv.end()), wv, row), 1e-5);
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
 }

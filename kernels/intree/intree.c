@@ -411,7 +411,7 @@ static struct {
   module_entry *modules;
   _Atomic(tr_cu_ctx) contexts[TR_CUDA_MAX_DEVICES];
   _Atomic(tr_cu_function) copies[TR_CUDA_MAX_DEVICES][4]; /* element sizes 1, 2, 4, 8 */
-  atomic_uint_fast64_t compiled, from_cache, loaded, kernels, split_launches;
+  atomic_uint_fast64_t compiled, from_cache, loaded, kernels, split_launches, thread_ends;
   tr_artifact_cache cache;
 } g;
 static tr_plat_once g_once = TR_PLAT_ONCE_INIT;
@@ -428,7 +428,8 @@ static void pool_counts(uint64_t *hits, uint64_t *kept, uint64_t *released);
 
 tr_intree_stats tr_intree_get_stats(void) {
   tr_intree_stats s = {atomic_load(&g.compiled), atomic_load(&g.from_cache), atomic_load(&g.loaded),
-                       atomic_load(&g.kernels), atomic_load(&g.split_launches), 0, 0, 0};
+                       atomic_load(&g.kernels), atomic_load(&g.split_launches), 0, 0, 0,
+                       atomic_load(&g.thread_ends)};
   pool_counts(&s.pool_hits, &s.pool_kept, &s.pool_released);
   return s;
 }
@@ -566,11 +567,14 @@ static tr_status *launch_rows(const intree_kernel *k, tr_cu_function function, i
   return tr_cu_launch_ex(function, k->key, gx, gy, threads, 0, stream, args, k->overlap);
 }
 
+static void rearm_if_ended(tr_cu_stream stream);
+
 static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTensor *const *out, size_t n_out) {
   const intree_kernel *k = self;
   (void)n_out;
   if (numel(in[0]) == 0) return NULL; /* an empty tensor: nothing to compute (and no row count) */
   tr_cu_stream stream = tr_cu_current_stream(k->index);
+  rearm_if_ended(stream);
   tr_cu_ctx previous;
   TR_RETURN_IF_ERROR(tr_cu_enter_context(k->ctx, &previous));
   tr_status *status = NULL;
@@ -943,17 +947,20 @@ static const void *stream_owner(tr_cu_stream stream) {
  * its per-thread stream after a stream-ordered allocation there never finished ending (the
  * driver's clean-up hung), and one that waited first did. So the thread's end waits for the
  * work queued on its per-thread streams (not on other streams, which outlive it). Exit-time code
- * that runs after this hook: what it frees of the thread's is freed, not kept; its first
- * stream-ordered allocation on the per-thread stream registers the hook again (tr_intree_alloc),
- * so what it queues from then on is waited for too (where the system runs hooks registered while
- * the thread ends, as glibc does). A block another thread frees after its maker ended is kept under the
- * maker's tag, out of reach, until tr_intree_trim. In a forked child (which inherits the
- * hook), nothing: the blocks and the driver are the parent's. */
+ * that runs after this hook: what it frees of the thread's is freed, not kept, and the first
+ * allocation or launch on the per-thread stream after each run of the hook registers it again
+ * (rearm_if_ended), so what it queues is waited for too, where the system still runs hooks then:
+ * glibc runs one registered by another thread exit hook, but not one registered later (by a
+ * pthread key destructor, or by atexit code on the thread that ends the process), whose work
+ * is not waited for. A block another thread frees after its maker ended is kept under the
+ * maker's tag until tr_intree_trim (or until exit-time code of the maker takes it). In a forked
+ * child (which inherits the hook), nothing: the blocks and the driver are the parent's. */
 static void release_thread_blocks(void *tag) {
   t_thread_ended = 1;
   t_hook_armed = 0;
   tr_plat_once_run(&g_pool_once, pools_init);
   if (tr_plat_process_id() != g_pool_pid) return;
+  atomic_fetch_add_explicit(&g.thread_ends, 1, memory_order_relaxed);
   for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) {
     pool *p = &g_pools[i];
     void *mine[POOL_BLOCKS];
@@ -1003,6 +1010,16 @@ static int capturing(tr_cu_stream stream) {
   return stream != (tr_cu_stream)0x1 && tr_cu_stream_capturing(stream); /* the legacy stream cannot be captured */
 }
 
+/* Work is about to be queued on `stream` by this thread: if the thread's exit hook has already
+ * run (exit-time code running after it) and the work goes to its per-thread stream, outside a
+ * capture, the hook is registered again, to wait for that work too. One load of a thread-local
+ * on every other call. */
+static void rearm_if_ended(tr_cu_stream stream) {
+  if (t_thread_ended && !t_hook_armed && stream == TR_CU_PER_THREAD_STREAM && !capturing(stream)) {
+    t_hook_armed = tr_plat_at_thread_exit(release_thread_blocks, (void *)stream_owner(stream));
+  }
+}
+
 tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_origin *origin) {
   *out = NULL;
   memset(origin, 0, sizeof(*origin));
@@ -1018,10 +1035,7 @@ tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_or
   origin->graph = captured;
   if (stream == TR_CU_PER_THREAD_STREAM && !captured) {
     t_alloc_devices |= (uint64_t)1 << index;
-    /* exit-time code running after the hook: the hook again, to wait for what it queues */
-    if (t_thread_ended && !t_hook_armed) {
-      t_hook_armed = tr_plat_at_thread_exit(release_thread_blocks, (void *)origin->thread);
-    }
+    rearm_if_ended(stream); /* exit-time code after the thread's hook ran */
   }
   if (poolable(stream) && p->ready && !captured) {
     tr_plat_mutex_lock(&p->lock);
@@ -1184,8 +1198,9 @@ tr_status *tr_intree_copy(const DLTensor *src, const DLTensor *dst, int scatter)
   TR_RETURN_IF_ERROR(tr_cu_enter_context(ctx, &previous));
   int64_t blocks = (n + ELEMENTWISE_BLOCK - 1) / ELEMENTWISE_BLOCK;
   if (blocks > COPY_MAX_BLOCKS) blocks = COPY_MAX_BLOCKS;
-  tr_status *status = tr_cu_launch(f, "copy_strided", (uint32_t)blocks, 1, ELEMENTWISE_BLOCK, 0,
-                                   tr_cu_current_stream(index), args);
+  tr_cu_stream stream = tr_cu_current_stream(index);
+  rearm_if_ended(stream);
+  tr_status *status = tr_cu_launch(f, "copy_strided", (uint32_t)blocks, 1, ELEMENTWISE_BLOCK, 0, stream, args);
   tr_cu_restore_context(ctx, previous);
   return status;
 }

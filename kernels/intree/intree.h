@@ -106,6 +106,8 @@ typedef struct tr_intree_stats {
   uint64_t pool_hits;      /* cuda allocations served from the pool of freed blocks */
   uint64_t pool_kept;      /* blocks the pool keeps for reuse now (not parked ones; not a count over time) */
   uint64_t pool_released;  /* blocks given back to the driver as the thread they were kept for ended */
+  uint64_t thread_ends;    /* runs of the thread exit hook: once as a thread that used its
+                            * per-thread stream ends, again after exit-time code queued work */
 } tr_intree_stats;
 tr_intree_stats tr_intree_get_stats(void);
 
