@@ -927,12 +927,16 @@ static _Thread_local int t_hook_armed;       /* release_thread_blocks is registe
 static _Thread_local uint64_t t_alloc_devices;
 _Static_assert(TR_CUDA_MAX_DEVICES <= 64, "t_alloc_devices has a bit per device");
 static void release_thread_blocks(void *tag);
+/* Registers release_thread_blocks for this (tagged) thread's end; where the system has no such
+ * hook, the thread's blocks stay until tr_intree_trim. */
+static void arm_exit_hook(void) {
+  t_hook_armed = tr_plat_at_thread_exit(release_thread_blocks, (void *)t_thread_tag);
+}
 static const void *stream_owner(tr_cu_stream stream) {
   if (stream != TR_CU_PER_THREAD_STREAM) return NULL;
   if (t_thread_tag == 0) {
     t_thread_tag = atomic_fetch_add(&g_next_thread_tag, 1);
-    /* where the system has no such hook, the thread's blocks stay until tr_intree_trim */
-    t_hook_armed = tr_plat_at_thread_exit(release_thread_blocks, (void *)t_thread_tag);
+    arm_exit_hook();
   }
   return (const void *)t_thread_tag;
 }
@@ -1015,9 +1019,7 @@ static int capturing(tr_cu_stream stream) {
  * capture, the hook is registered again, to wait for that work too. One load of a thread-local
  * on every other call. */
 static void rearm_if_ended(tr_cu_stream stream) {
-  if (t_thread_ended && !t_hook_armed && stream == TR_CU_PER_THREAD_STREAM && !capturing(stream)) {
-    t_hook_armed = tr_plat_at_thread_exit(release_thread_blocks, (void *)stream_owner(stream));
-  }
+  if (t_thread_ended && !t_hook_armed && stream == TR_CU_PER_THREAD_STREAM && !capturing(stream)) arm_exit_hook();
 }
 
 tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_origin *origin) {
@@ -1035,7 +1037,7 @@ tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_or
   origin->graph = captured;
   if (stream == TR_CU_PER_THREAD_STREAM && !captured) {
     t_alloc_devices |= (uint64_t)1 << index;
-    rearm_if_ended(stream); /* exit-time code after the thread's hook ran */
+    if (t_thread_ended && !t_hook_armed) arm_exit_hook(); /* exit-time code after the thread's hook ran */
   }
   if (poolable(stream) && p->ready && !captured) {
     tr_plat_mutex_lock(&p->lock);
