@@ -454,5 +454,30 @@ class RemoteLaunchTest(unittest.TestCase):
             np.asarray(fresh)  # and once exported has nothing to view
 
 
+class BenchScript(unittest.TestCase):
+    """bench_gpu.py explains itself without PyTorch, and says what a run needs where it cannot run."""
+
+    SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "bench_gpu.py")
+
+    def run_script(self, *args):
+        import subprocess
+        return subprocess.run([sys.executable, self.SCRIPT, *args], capture_output=True, text=True, timeout=120)
+
+    def test_help_and_the_missing_gpu(self):
+        done = self.run_script("--help")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("usage: bench_gpu.py", done.stdout)
+        self.assertIn("--no-compile", done.stdout)
+        try:  # with PyTorch and a GPU the script would run the benchmark: only --help is checked
+            import torch
+            runnable = torch.cuda.is_available()
+        except ImportError:
+            runnable = False
+        if not runnable:
+            done = self.run_script()
+            self.assertEqual(done.returncode, 1)
+            self.assertIn("bench_gpu.py: needs PyTorch with a CUDA device", done.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
