@@ -70,6 +70,22 @@ void *output_on_another_thread(tr_op *op, const DLTensor *const *in, size_t n_in
   return data;
 }
 
+// Two threads taking turns: advance(k) says stage k is reached, await(k) waits for it.
+struct Stages {
+  std::mutex m;
+  std::condition_variable cv;
+  int stage = 0;
+  void advance(int to) {
+    std::lock_guard<std::mutex> g(m);
+    stage = to;
+    cv.notify_all();
+  }
+  void await(int at) {
+    std::unique_lock<std::mutex> g(m);
+    cv.wait(g, [&] { return stage >= at; });
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a cuda call settles BUILTIN, builds once per signature, and matches float64") {
@@ -170,20 +186,11 @@ TEST_CASE("a full pool makes room for another thread's block with one of the fre
   CudaTensor x1({1, 4096}, values(4096, 22)), x2({2, 4096}, values(2 * 4096, 23)), w({4096}, wv);
   const DLTensor *in1[] = {&x1.t, &w.t}, *in2[] = {&x2.t, &w.t};
   tr_intree_trim();
-  std::mutex m;
-  std::condition_variable cv;
-  int stage = 0;
+  Stages stages;
+  auto advance = [&](int to) { stages.advance(to); };
+  auto await = [&](int at) { stages.await(at); };
   void *made = nullptr, *again = nullptr;
   tr_test::Outputs theirs;
-  auto advance = [&](int to) {
-    std::lock_guard<std::mutex> g(m);
-    stage = to;
-    cv.notify_all();
-  };
-  auto await = [&](int at) {
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return stage >= at; });
-  };
   std::thread worker([&] {
     tr_status *s = tr_op_call(op, in1, 2, theirs.items, 1);
     if (s == nullptr) made = theirs.items[0]->dl_tensor.data;
@@ -259,6 +266,28 @@ void calls_at_exit(void *arg) {
   late->queued = cudaStreamQuery(cudaStreamPerThread) == cudaErrorNotReady;
 }
 
+// Exit-time code that reads the thread's own output `x` in a call, then lets the main thread free
+// `x` (stage 1) and waits until it has (stage 2).
+struct LateUse {
+  tr_op *op = nullptr;
+  const DLTensor *w = nullptr;
+  DLManagedTensor *x = nullptr;
+  int failed = 0;
+  Stages stages;
+};
+void use_at_exit(void *arg) {
+  LateUse *late = static_cast<LateUse *>(arg);
+  if (late->x != nullptr) {  // else the thread's own call failed
+    const DLTensor *in[] = {&late->x->dl_tensor, late->w};
+    tr_test::Outputs out;
+    tr_status *s = tr_op_call(late->op, in, 2, out.items, 1);
+    late->failed = s != nullptr;
+    tr_status_destroy(&s);
+  }
+  late->stages.advance(1);
+  late->stages.await(2);
+}
+
 uint64_t pool_used() {  // what the driver's pool of device 0, where outputs come from, has handed out
   cudaMemPool_t pool;
   unsigned long long v = 0;  // the attribute is 64 bits
@@ -329,6 +358,117 @@ TEST_CASE("calls a thread makes as it ends after the runtime's hook ran are wait
   std::vector<float> last_row(got.end() - row, got.end());
   std::vector<float> xv = host(x.t);
   near(last_row, rms_ref(std::vector<float>(xv.end() - row, xv.end()), wv, row), 1e-5);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("an output another thread frees after the thread that made it ended goes back to the driver") {
+  // Once a thread has ended, and its hook has waited for its per-thread stream, nobody can take a
+  // block kept for it: an output it made that another thread frees later is freed then, on the
+  // freeing thread's current stream, not kept for the ended thread (it used to stay in the pool
+  // until tr_intree_trim, so short-lived workers whose outputs another thread freed made the
+  // pool hold all of them). With the legacy stream current, it is freed on the freeing thread's
+  // per-thread stream instead (the legacy stream would wait for a stream being captured, which
+  // breaks the capture), and parked while that one is captured.
+  tr_runtime *rt = cuda_runtime();
+  const int64_t row = 4096, rows = 1024;  // 16 MiB out
+  tr_op *op = rms_op(rt, row);
+  std::vector<float> wv = values((size_t)row, 41), xv = values((size_t)(rows * row), 42);
+  CudaTensor x({rows, row}, xv), w({row}, wv);
+  const DLTensor *in[] = {&x.t, &w.t};
+  tr_intree_trim();
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const uint64_t used_before = pool_used();
+  const tr_intree_stats before = tr_intree_get_stats();
+  enum { CURRENT, LEGACY, LEGACY_CAPTURING, WORKERS };
+  uint64_t freed = 0;  // orphans freed so far
+  for (int worker = 0; worker < WORKERS; worker++) {
+    tr_test::Outputs theirs;
+    int failed = 0;
+    std::thread t([&] {
+      tr_status *s = tr_op_call(op, in, 2, theirs.items, 1);
+      failed = s != nullptr;
+      tr_status_destroy(&s);
+    });  // ends with its output alive, held here
+    t.join();
+    REQUIRE(failed == 0);
+    CHECK(tr_intree_get_stats().thread_ends == before.thread_ends + worker + 1);
+    std::vector<float> got = host(theirs.items[0]->dl_tensor);
+    std::vector<float> last_row(got.end() - row, got.end());
+    near(last_row, rms_ref(std::vector<float>(xv.end() - row, xv.end()), wv, row), 1e-5);
+    if (worker != CURRENT) ok(tr_cuda_set_stream(0, (void *)cudaStreamLegacy));
+    if (worker == LEGACY_CAPTURING) {
+      REQUIRE(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+    }
+    theirs.reset();  // freed by this thread, after its maker ended
+    ok(tr_cuda_set_stream(0, nullptr));
+    if (worker == LEGACY_CAPTURING) {
+      cudaGraph_t graph = nullptr;
+      CHECK(cudaStreamEndCapture(cudaStreamPerThread, &graph) == cudaSuccess);  // not broken
+      if (graph != nullptr) cudaGraphDestroy(graph);
+    } else {
+      freed++;
+    }
+    CHECK(tr_intree_get_stats().pool_kept == before.pool_kept);  // not kept for the ended thread
+    CHECK(tr_intree_get_stats().orphans_freed == before.orphans_freed + freed);
+  }
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(pool_used() > used_before);  // the one freed during the capture is parked ...
+  tr_intree_trim();
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(pool_used() == used_before);  // ... and freed by the trim: the driver has all three back
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("a block freed while its maker's exit-time code uses it is kept for the maker") {
+  // Exit-time code that runs after the runtime's hook (which marked the thread ended) and calls
+  // on the thread's per-thread stream makes the thread not ended again, until the hook, which
+  // that call registered again, has waited for the call: a block of the thread's that another
+  // thread frees meanwhile is kept for it, and goes back to the driver on its stream then, not
+  // freed at once while the call may still read it.
+  tr_runtime *rt = cuda_runtime();
+  const int64_t row = 4096, rows = 1024;
+  tr_op *op = rms_op(rt, row);
+  CudaTensor x({rows, row}, values((size_t)(rows * row), 51)), w({row}, values((size_t)row, 52));
+  const DLTensor *in[] = {&x.t, &w.t};
+  tr_intree_trim();
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const uint64_t used_before = pool_used();
+  const tr_intree_stats before = tr_intree_get_stats();
+  LateUse late;
+  late.op = op;
+  late.w = &w.t;
+  int hooked = 0, failed = 0;
+  std::thread t([&] {
+    hooked = tr_plat_at_thread_exit(use_at_exit, &late);  // runs after the runtime's hook
+    tr_test::Outputs made;
+    tr_status *s = tr_op_call(op, in, 2, made.items, 1);
+    failed = s != nullptr;
+    tr_status_destroy(&s);
+    late.x = made.items[0];  // handed over: freed by this test's thread
+    made.items[0] = nullptr;
+    if (!hooked) late.stages.advance(1);  // no exit-time code will
+  });
+  late.stages.await(1);  // the runtime's hook ran; the exit-time call is queued
+  const uint64_t ends_meanwhile = tr_intree_get_stats().thread_ends;
+  if (late.x != nullptr) late.x->deleter(late.x);  // freed here while the maker's exit-time call may read it
+  tr_intree_stats meanwhile = tr_intree_get_stats();
+  late.stages.advance(2);
+  t.join();  // no REQUIRE before: the thread waits for stage 2
+  CHECK(ends_meanwhile == before.thread_ends + 1);
+  REQUIRE(hooked == 1);
+  REQUIRE(late.x != nullptr);
+  REQUIRE(failed == 0);
+  REQUIRE(late.failed == 0);
+  CHECK(meanwhile.orphans_freed == before.orphans_freed);  // not freed at once ...
+  CHECK(meanwhile.pool_kept == before.pool_kept + 1);      // ... but kept for its maker
+  tr_intree_stats after = tr_intree_get_stats();
+  CHECK(after.thread_ends == before.thread_ends + 2);  // the hook ran again after the late call
+  CHECK(after.pool_kept == before.pool_kept);          // and gave the block back then
+  CHECK(after.pool_released == before.pool_released + 1);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(pool_used() == used_before);
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
 }

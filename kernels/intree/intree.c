@@ -411,7 +411,7 @@ static struct {
   module_entry *modules;
   _Atomic(tr_cu_ctx) contexts[TR_CUDA_MAX_DEVICES];
   _Atomic(tr_cu_function) copies[TR_CUDA_MAX_DEVICES][4]; /* element sizes 1, 2, 4, 8 */
-  atomic_uint_fast64_t compiled, from_cache, loaded, kernels, split_launches, thread_ends;
+  atomic_uint_fast64_t compiled, from_cache, loaded, kernels, split_launches, thread_ends, orphans_freed;
   tr_artifact_cache cache;
 } g;
 static tr_plat_once g_once = TR_PLAT_ONCE_INIT;
@@ -429,7 +429,7 @@ static void pool_counts(uint64_t *hits, uint64_t *kept, uint64_t *released);
 tr_intree_stats tr_intree_get_stats(void) {
   tr_intree_stats s = {atomic_load(&g.compiled), atomic_load(&g.from_cache), atomic_load(&g.loaded),
                        atomic_load(&g.kernels), atomic_load(&g.split_launches), 0, 0, 0,
-                       atomic_load(&g.thread_ends)};
+                       atomic_load(&g.thread_ends), atomic_load(&g.orphans_freed)};
   pool_counts(&s.pool_hits, &s.pool_kept, &s.pool_released);
   return s;
 }
@@ -567,14 +567,14 @@ static tr_status *launch_rows(const intree_kernel *k, tr_cu_function function, i
   return tr_cu_launch_ex(function, k->key, gx, gy, threads, 0, stream, args, k->overlap);
 }
 
-static void rearm_if_ended(tr_cu_stream stream);
+static void rearm_if_ended(tr_cu_stream stream, int uses_blocks);
 
 static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTensor *const *out, size_t n_out) {
   const intree_kernel *k = self;
   (void)n_out;
   if (numel(in[0]) == 0) return NULL; /* an empty tensor: nothing to compute (and no row count) */
   tr_cu_stream stream = tr_cu_current_stream(k->index);
-  rearm_if_ended(stream);
+  rearm_if_ended(stream, 1);
   tr_cu_ctx previous;
   TR_RETURN_IF_ERROR(tr_cu_enter_context(k->ctx, &previous));
   tr_status *status = NULL;
@@ -841,7 +841,9 @@ static tr_status *device_ctx(int32_t index, tr_cu_ctx *ctx) {
  * made on streams the caller made are not kept (such a stream may be captured into a graph, or
  * destroyed once its outputs are freed): they go back to the driver, on the stream they were
  * made on. A block made on the per-thread default stream goes back to the thread that made it,
- * whichever thread frees it, and to the driver as that thread ends (release_thread_blocks). */
+ * whichever thread frees it, and to the driver as that thread ends (release_thread_blocks);
+ * one freed after that end (and its wait) is nobody's to reuse and is freed then, not kept
+ * (tr_intree_free). */
 enum { POOL_BLOCKS = TR_INTREE_POOL_BLOCKS };
 #define POOL_MAX_BYTES ((size_t)1 << 30)
 
@@ -923,85 +925,145 @@ static atomic_uintptr_t g_next_thread_tag = 1;
 static _Thread_local uintptr_t t_thread_tag; /* 0 until first asked; never reused by another thread */
 static _Thread_local int t_thread_ended;     /* release_thread_blocks ran: keep none of its blocks now */
 static _Thread_local int t_hook_armed;       /* release_thread_blocks is registered and has not run */
-/* the devices on whose per-thread default stream this thread made stream-ordered blocks */
+/* the devices on whose per-thread default stream this thread made or freed stream-ordered blocks */
 static _Thread_local uint64_t t_alloc_devices;
 _Static_assert(TR_CUDA_MAX_DEVICES <= 64, "t_alloc_devices has a bit per device");
 static void release_thread_blocks(void *tag);
+static void set_ended(uintptr_t tag, int ended);
 /* Registers release_thread_blocks for this (tagged) thread's end; where the system has no such
- * hook, the thread's blocks stay until tr_intree_trim. */
-static void arm_exit_hook(void) {
+ * hook, the thread's blocks stay until tr_intree_trim. Called again by exit-time code after the
+ * hook ran, before it queues work on its per-thread stream. `uses_blocks`: that work may read or
+ * write blocks (a call, not a free), so the thread is no longer marked ended (another thread's
+ * free keeps its blocks for it again) until the hook has run and waited for that work, whether
+ * or not the system will run the hook. */
+static void arm_exit_hook(int uses_blocks) {
+  if (t_thread_ended && uses_blocks) set_ended(t_thread_tag, 0);
   t_hook_armed = tr_plat_at_thread_exit(release_thread_blocks, (void *)t_thread_tag);
 }
 static const void *stream_owner(tr_cu_stream stream) {
   if (stream != TR_CU_PER_THREAD_STREAM) return NULL;
   if (t_thread_tag == 0) {
     t_thread_tag = atomic_fetch_add(&g_next_thread_tag, 1);
-    arm_exit_hook();
+    arm_exit_hook(0);
   }
   return (const void *)t_thread_tag;
+}
+
+/* The threads that have ended: a bit per tag, set by release_thread_blocks once the thread has
+ * waited for its per-thread streams (and cleared by arm_exit_hook when exit-time code queues work
+ * there after that), in chunks of ENDED_CHUNK_TAGS made as tags reach them and kept for the
+ * process's life (a bit per thread that ever used its per-thread stream). A tag past the last
+ * chunk (2^28 threads), or one whose chunk could not be made, is never marked: its blocks are
+ * treated as those of a thread that still runs. */
+#define ENDED_CHUNK_TAGS 65536
+#define ENDED_CHUNKS 4096
+static _Atomic(atomic_uint_least64_t *) g_ended[ENDED_CHUNKS];
+
+static void set_ended(uintptr_t tag, int ended) {
+  if (tag / ENDED_CHUNK_TAGS >= ENDED_CHUNKS) return;
+  _Atomic(atomic_uint_least64_t *) *slot = &g_ended[tag / ENDED_CHUNK_TAGS];
+  atomic_uint_least64_t *chunk = atomic_load_explicit(slot, memory_order_acquire);
+  if (chunk == NULL && !ended) return; /* never marked */
+  if (chunk == NULL) {
+    atomic_uint_least64_t *made = calloc(ENDED_CHUNK_TAGS / 64, sizeof(*made));
+    if (made == NULL) return;
+    if (atomic_compare_exchange_strong_explicit(slot, &chunk, made, memory_order_acq_rel, memory_order_acquire)) {
+      chunk = made;
+    } else {
+      free(made); /* another thread made it first: `chunk` is that one */
+    }
+  }
+  size_t bit = tag % ENDED_CHUNK_TAGS;
+  uint_least64_t mask = (uint_least64_t)1 << (bit % 64);
+  if (ended) atomic_fetch_or_explicit(&chunk[bit / 64], mask, memory_order_release);
+  else atomic_fetch_and_explicit(&chunk[bit / 64], ~mask, memory_order_release);
+}
+
+static int has_ended(uintptr_t tag) {
+  if (tag / ENDED_CHUNK_TAGS >= ENDED_CHUNKS) return 0;
+  atomic_uint_least64_t *chunk = atomic_load_explicit(&g_ended[tag / ENDED_CHUNK_TAGS], memory_order_acquire);
+  if (chunk == NULL) return 0;
+  size_t bit = tag % ENDED_CHUNK_TAGS;
+  return (atomic_load_explicit(&chunk[bit / 64], memory_order_acquire) >> (bit % 64) & 1) != 0;
+}
+
+/* Device i's blocks the pool keeps for `tag` (the calling thread's) go back to the driver on the
+ * thread's per-thread stream, in order after the work that used them; those the driver does not
+ * take, or all of them while the stream is captured, are parked (freed by tr_intree_trim), as
+ * tr_intree_free would. Then, where it gave some back or `wait` is set, the thread waits for that
+ * stream. Returns 0 where that stream may still have work of the thread's (it could not be waited
+ * for: captured, no driver, or the wait failed), else 1. */
+static int release_device_blocks(int i, void *tag, int wait) {
+  pool *p = &g_pools[i];
+  void *mine[POOL_BLOCKS];
+  size_t n = 0;
+  if (p->ready) {
+    tr_plat_mutex_lock(&p->lock);
+    for (size_t b = p->n; b-- > 0;) {
+      if (p->blocks[b].stream == TR_CU_PER_THREAD_STREAM && p->blocks[b].thread == tag) {
+        mine[n++] = take_locked(p, b);
+      }
+    }
+    tr_plat_mutex_unlock(&p->lock);
+  }
+  if (n == 0 && !wait) return 1;
+  tr_cu_ctx ctx = atomic_load(&g.contexts[i]), previous;
+  tr_status *status = ctx != NULL ? tr_cu_enter_context(ctx, &previous) : NULL;
+  int usable = ctx != NULL && status == NULL;
+  int captured = usable && tr_cu_stream_capturing(TR_CU_PER_THREAD_STREAM);
+  int idle = 0;
+  size_t left = 0; /* not freed where it cannot be ordered, or where the driver refused */
+  for (size_t b = 0; b < n; b++) {
+    if (!(usable && !captured && tr_cu_free_async((tr_cu_ptr)(uintptr_t)mine[b], TR_CU_PER_THREAD_STREAM))) {
+      mine[left++] = mine[b];
+    }
+  }
+  if (usable && !captured) { /* a capture cannot be waited for; its end is the caller's */
+    tr_status *waited = tr_cu_stream_sync(TR_CU_PER_THREAD_STREAM);
+    idle = waited == NULL;
+    tr_status_destroy(&waited);
+  }
+  if (usable) tr_cu_restore_context(ctx, previous);
+  tr_status_destroy(&status);
+  if (n > 0) { /* then the pool is ready */
+    tr_plat_mutex_lock(&p->lock);
+    p->released += n - left;
+    for (size_t b = 0; b < left; b++) park_locked(p, mine[b]);
+    tr_plat_mutex_unlock(&p->lock);
+  }
+  return idle;
 }
 
 /* Runs as the thread tagged `tag` ends, before the driver's own clean-up of the thread (so its
  * context and per-thread default stream, with the work it queued there, are still there): the
  * blocks the pool keeps for that thread, which no other thread may take, go back to the driver
- * on that stream, in order after the work that used them. Blocks the driver does not take, or
- * all of them while the stream is captured, are parked (freed by tr_intree_trim), as
- * tr_intree_free would. Then the thread waits for that stream, on every device where it made
- * blocks there: on the H200 (driver 580) a thread that ended with a long kernel still queued on
- * its per-thread stream after a stream-ordered allocation there never finished ending (the
- * driver's clean-up hung), and one that waited first did. So the thread's end waits for the
- * work queued on its per-thread streams (not on other streams, which outlive it). Exit-time code
- * that runs after this hook: what it frees of the thread's is freed, not kept, and the first
- * allocation or launch on the per-thread stream after each run of the hook registers it again
- * (rearm_if_ended), so what it queues is waited for too, where the system still runs hooks then:
- * glibc runs one registered by another thread exit hook, but not one registered later (by a
- * pthread key destructor, or by atexit code on the thread that ends the process), whose work
- * is not waited for. A block another thread frees after its maker ended is kept under the
- * maker's tag until tr_intree_trim (or until exit-time code of the maker takes it). In a forked
- * child (which inherits the hook), nothing: the blocks and the driver are the parent's. */
+ * on that stream (release_device_blocks). Then the thread waits for that stream, on every device
+ * where it made blocks there: on the H200 (driver 580) a thread that ended with a long kernel
+ * still queued on its per-thread stream after a stream-ordered allocation there never finished
+ * ending (the driver's clean-up hung), and one that waited first did. So the thread's end waits
+ * for the work queued on its per-thread streams (not on other streams, which outlive it). Once
+ * it has, the thread is marked ended: a block of its own that another thread frees from then on
+ * is nobody's to reuse and is freed at once (tr_intree_free), and one another thread kept for it
+ * meanwhile goes back here (one parked meanwhile, the pool being full, waits for tr_intree_trim).
+ * Exit-time code that runs after this hook: what it frees of the thread's is freed, not kept,
+ * and the first allocation, launch or free on the per-thread stream after each run of the hook
+ * registers it again (rearm_if_ended), so what it queues is waited for too, where the system still runs hooks then: glibc runs one registered by another thread
+ * exit hook, but not one registered later (by a pthread key destructor, or by atexit code on
+ * the thread that ends the process), whose work is not waited for. In a forked child (which
+ * inherits the hook), nothing: the blocks and the driver are the parent's. */
 static void release_thread_blocks(void *tag) {
   t_thread_ended = 1;
   t_hook_armed = 0;
   tr_plat_once_run(&g_pool_once, pools_init);
   if (tr_plat_process_id() != g_pool_pid) return;
   atomic_fetch_add_explicit(&g.thread_ends, 1, memory_order_relaxed);
-  for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) {
-    pool *p = &g_pools[i];
-    void *mine[POOL_BLOCKS];
-    size_t n = 0;
-    if (p->ready) {
-      tr_plat_mutex_lock(&p->lock);
-      for (size_t b = p->n; b-- > 0;) {
-        if (p->blocks[b].stream == TR_CU_PER_THREAD_STREAM && p->blocks[b].thread == tag) {
-          mine[n++] = take_locked(p, b);
-        }
-      }
-      tr_plat_mutex_unlock(&p->lock);
-    }
-    if (n == 0 && !(t_alloc_devices >> i & 1)) continue;
-    tr_cu_ctx ctx = atomic_load(&g.contexts[i]), previous;
-    tr_status *status = ctx != NULL ? tr_cu_enter_context(ctx, &previous) : NULL;
-    int usable = ctx != NULL && status == NULL;
-    int captured = usable && tr_cu_stream_capturing(TR_CU_PER_THREAD_STREAM);
-    size_t left = 0; /* not freed where it cannot be ordered, or where the driver refused */
-    for (size_t b = 0; b < n; b++) {
-      if (!(usable && !captured && tr_cu_free_async((tr_cu_ptr)(uintptr_t)mine[b], TR_CU_PER_THREAD_STREAM))) {
-        mine[left++] = mine[b];
-      }
-    }
-    if (usable && !captured) { /* a capture cannot be waited for; its end is the caller's */
-      tr_status *waited = tr_cu_stream_sync(TR_CU_PER_THREAD_STREAM);
-      tr_status_destroy(&waited);
-    }
-    if (usable) tr_cu_restore_context(ctx, previous);
-    tr_status_destroy(&status);
-    if (n > 0) { /* then the pool is ready */
-      tr_plat_mutex_lock(&p->lock);
-      p->released += n - left;
-      for (size_t b = 0; b < left; b++) park_locked(p, mine[b]);
-      tr_plat_mutex_unlock(&p->lock);
-    }
-  }
+  int idle = 1;
+  for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) idle &= release_device_blocks(i, tag, t_alloc_devices >> i & 1);
+  if (!idle) return; /* its streams may still use its blocks: another thread's free keeps them */
+  set_ended((uintptr_t)tag, 1);
+  /* blocks another thread kept for this one before the mark (tr_intree_free looks at it under the
+   * pool's lock, as this does after it) */
+  for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) release_device_blocks(i, tag, 0);
 }
 
 /* A stream being captured into a graph gets no pooled block, and gives none back. A block it
@@ -1016,10 +1078,12 @@ static int capturing(tr_cu_stream stream) {
 
 /* Work is about to be queued on `stream` by this thread: if the thread's exit hook has already
  * run (exit-time code running after it) and the work goes to its per-thread stream, outside a
- * capture, the hook is registered again, to wait for that work too. One load of a thread-local
- * on every other call. */
-static void rearm_if_ended(tr_cu_stream stream) {
-  if (t_thread_ended && !t_hook_armed && stream == TR_CU_PER_THREAD_STREAM && !capturing(stream)) arm_exit_hook();
+ * capture, the hook is registered again, to wait for that work too (arm_exit_hook). One load of
+ * a thread-local on every other call. */
+static void rearm_if_ended(tr_cu_stream stream, int uses_blocks) {
+  if (t_thread_ended && !t_hook_armed && stream == TR_CU_PER_THREAD_STREAM && !capturing(stream)) {
+    arm_exit_hook(uses_blocks);
+  }
 }
 
 tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_origin *origin) {
@@ -1037,7 +1101,7 @@ tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_or
   origin->graph = captured;
   if (stream == TR_CU_PER_THREAD_STREAM && !captured) {
     t_alloc_devices |= (uint64_t)1 << index;
-    if (t_thread_ended && !t_hook_armed) arm_exit_hook(); /* exit-time code after the thread's hook ran */
+    if (t_thread_ended && !t_hook_armed) arm_exit_hook(1); /* exit-time code after the thread's hook ran */
   }
   if (poolable(stream) && p->ready && !captured) {
     tr_plat_mutex_lock(&p->lock);
@@ -1086,14 +1150,20 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_orig
     }
   }
   void *evicted = NULL; /* a block of this thread's made room for another thread's */
+  int orphan = 0;       /* made by a thread that has ended */
   if (status == NULL && !origin->graph && poolable(home) && p->ready) {
     /* kept for the next allocation on its stream: by the thread that made it, for the
      * per-thread default stream, whichever thread frees it */
     tr_plat_mutex_lock(&p->lock);
     /* a block of this thread's own stream, freed after its blocks went back as it ended: freed */
     int ending = home == TR_CU_PER_THREAD_STREAM && !other_thread && t_thread_ended;
-    int kept = !ending && p->n < POOL_BLOCKS && p->held + bytes <= POOL_MAX_BYTES;
-    if (!kept && other_thread) {
+    /* made by a thread that has ended and waited for its stream, and queued nothing there since:
+     * nobody could take it, and only work on other streams, which the caller orders before the
+     * free, can still use it: freed now (looked at under the lock: see release_thread_blocks; in
+     * a forked child the blocks are the parent's) */
+    orphan = other_thread && has_ended(origin->thread) && tr_plat_process_id() == g_pool_pid;
+    int kept = !ending && !orphan && p->n < POOL_BLOCKS && p->held + bytes <= POOL_MAX_BYTES;
+    if (!kept && other_thread && !orphan) {
       /* full: make room by freeing one of this thread's own blocks (on its own stream), else park
        * the block (freed by tr_intree_trim): another thread's stream cannot be named here, and
        * the legacy stream, which would wait for it, must not be used while any stream is captured */
@@ -1121,6 +1191,19 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_orig
       home = TR_CU_PER_THREAD_STREAM;
       other_thread = 0;
     }
+    if (orphan) {
+      /* on the current stream; not on the legacy stream, which waits for every blocking stream
+       * and so must not be used while one may be captured, but on this thread's per-thread stream,
+       * which is ordered after the legacy stream's work */
+      home = current == (tr_cu_stream)0x1 ? TR_CU_PER_THREAD_STREAM : current;
+      other_thread = 0;
+      if (home != current && capturing(home)) {
+        tr_plat_mutex_lock(&p->lock);
+        park_locked(p, ptr);
+        tr_plat_mutex_unlock(&p->lock);
+        return;
+      }
+    }
   }
   if (other_thread) return; /* no pool to keep it in: kept for good rather than freed out of order */
   if (status == NULL) status = tr_cu_enter_context(ctx, &previous);
@@ -1128,8 +1211,13 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_orig
     tr_status_destroy(&status);
     return;
   }
-  /* a graph's block, or one whose stream this thread can name: freed on it */
-  tr_cu_free_async((tr_cu_ptr)(uintptr_t)ptr, home);
+  /* a graph's block, or one whose stream this thread can name: freed on it (on this thread's
+   * per-thread stream, the free is waited for as the thread ends) */
+  if (home == TR_CU_PER_THREAD_STREAM) t_alloc_devices |= (uint64_t)1 << index;
+  rearm_if_ended(home, 0);
+  if (tr_cu_free_async((tr_cu_ptr)(uintptr_t)ptr, home) && orphan) {
+    atomic_fetch_add_explicit(&g.orphans_freed, 1, memory_order_relaxed);
+  }
   tr_cu_restore_context(ctx, previous);
 }
 
@@ -1201,7 +1289,7 @@ tr_status *tr_intree_copy(const DLTensor *src, const DLTensor *dst, int scatter)
   int64_t blocks = (n + ELEMENTWISE_BLOCK - 1) / ELEMENTWISE_BLOCK;
   if (blocks > COPY_MAX_BLOCKS) blocks = COPY_MAX_BLOCKS;
   tr_cu_stream stream = tr_cu_current_stream(index);
-  rearm_if_ended(stream);
+  rearm_if_ended(stream, 1);
   tr_status *status = tr_cu_launch(f, "copy_strided", (uint32_t)blocks, 1, ELEMENTWISE_BLOCK, 0, stream, args);
   tr_cu_restore_context(ctx, previous);
   return status;

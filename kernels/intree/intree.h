@@ -108,6 +108,8 @@ typedef struct tr_intree_stats {
   uint64_t pool_released;  /* blocks given back to the driver as the thread they were kept for ended */
   uint64_t thread_ends;    /* runs of the thread exit hook: once as a thread that used its
                             * per-thread stream ends, again after exit-time code queued work */
+  uint64_t orphans_freed;  /* blocks another thread freed after their maker had ended (and waited
+                            * for its stream), given back to the driver at once */
 } tr_intree_stats;
 tr_intree_stats tr_intree_get_stats(void);
 
@@ -130,11 +132,12 @@ typedef struct tr_intree_origin {
  * that size by the thread that made it (as that thread ends, where the platform has a thread
  * exit hook, glibc, its kept blocks go back to the driver on that stream and its end waits for
  * that stream's work, so work queued there must not wait on what another thread does after
- * that end; without the hook they stay until tr_intree_trim, as does one another thread frees
- * after its maker ended); on the legacy stream, for the next on that stream (up to
- * TR_INTREE_POOL_BLOCKS per device, 1 GiB; beyond, freed on its stream, or, for another
- * thread's per-thread stream, room is made by freeing one of the freeing thread's own, else it
- * is parked); on a stream the caller made, freed on that stream, which must therefore outlive
+ * that end; without the hook they stay until tr_intree_trim; one another thread frees after its
+ * maker ended, and waited, is freed at once on the current stream, or for the legacy stream on
+ * the freeing thread's per-thread stream, or parked while that is captured); on the legacy
+ * stream, for the next on that stream (up to TR_INTREE_POOL_BLOCKS per device, 1 GiB; beyond,
+ * freed on its stream, or, for another thread's per-thread stream, room is made by freeing one
+ * of the freeing thread's own, else it is parked); on a stream the caller made, freed on that stream, which must therefore outlive
  * the outputs made on it. Work on another stream that uses a block must be ordered before its
  * free by the caller (an event), as with any stream-ordered allocation. A block allocated while
  * the stream is captured into a graph is the graph's (never pooled; freed on the current
