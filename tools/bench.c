@@ -51,6 +51,20 @@ static tr_status *echo_start(const char *self, const char *endpoint, echo_peer *
   return tr_client_new(e->server ? tr_server_endpoint(e->server) : endpoint, &opts, &e->client);
 }
 
+/* `n` (at most 3) loopback tcp endpoints whose ports the system hands out as free now: servers
+ * bound to port 0, all held at once so the ports differ, then stopped. Another process may still
+ * take one before the benchmark's servers bind it; that run then fails with the bind error. */
+static tr_status *free_tcp_endpoints(char (*out)[64], int n) {
+  tr_server *probes[3] = {NULL, NULL, NULL};
+  tr_status *status = NULL;
+  for (int i = 0; i < n && i < 3 && status == NULL; i++) {
+    status = tr_server_start("tcp://127.0.0.1:*", echo, NULL, NULL, &probes[i]);
+    if (status == NULL) snprintf(out[i], 64, "%s", tr_server_endpoint(probes[i]));
+  }
+  for (int i = 0; i < 3; i++) tr_server_stop(&probes[i]);
+  return status;
+}
+
 static void echo_stop(echo_peer *e) {
   tr_client_destroy(&e->client);
   tr_server_stop(&e->server);
@@ -141,20 +155,26 @@ int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FI
     tr_status_destroy(&status);
     return 1;
   }
-  int port = 40000 + (int)(tr_plat_now_ns() % 20000);
-  char ipc_v[300], ipc_s[300], tcp_v[64], tcp_s[64];
+  char tcp[3][64]; /* validate, settle, the echo */
+  status = free_tcp_endpoints(tcp, 3);
+  if (status != NULL) {
+    fprintf(err, "tilerun bench: finding free tcp ports: %s\n", tr_status_message(status));
+    tr_status_destroy(&status);
+    tr_status *rm = tr_plat_remove_tree(dir);
+    tr_status_destroy(&rm);
+    free(dir);
+    return 1;
+  }
+  char ipc_v[300], ipc_s[300];
   snprintf(ipc_v, sizeof(ipc_v), "ipc://%s/validate.sock", dir);
   snprintf(ipc_s, sizeof(ipc_s), "ipc://%s/settle.sock", dir);
-  snprintf(tcp_v, sizeof(tcp_v), "tcp://127.0.0.1:%d", port);
-  snprintf(tcp_s, sizeof(tcp_s), "tcp://127.0.0.1:%d", port + 1);
-  const char *endpoints[4][2] = {{NULL, NULL}, {NULL, NULL}, {ipc_v, ipc_s}, {tcp_v, tcp_s}};
+  const char *endpoints[4][2] = {{NULL, NULL}, {NULL, NULL}, {ipc_v, ipc_s}, {tcp[0], tcp[1]}};
   const char *names[4] = {"inline", "thread (inproc)", "process (ipc)", "process (tcp)"};
   const char *rt_endpoints[4] = {NULL, "inproc://tr-bench-echo", NULL, NULL};
-  char rt_ipc[300], rt_tcp[64];
+  char rt_ipc[300];
   snprintf(rt_ipc, sizeof(rt_ipc), "ipc://%s/echo.sock", dir);
-  snprintf(rt_tcp, sizeof(rt_tcp), "tcp://127.0.0.1:%d", port + 2);
   rt_endpoints[2] = rt_ipc;
-  rt_endpoints[3] = rt_tcp;
+  rt_endpoints[3] = tcp[2];
   double miss[4] = {0}, hit[4] = {0}, rt[4] = {0};
   int failures = 0;
   for (int p = 0; p < 4; p++) {
