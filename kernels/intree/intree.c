@@ -1047,10 +1047,11 @@ static int release_device_blocks(int i, void *tag, int wait) {
  * meanwhile goes back here (one parked meanwhile, the pool being full, waits for tr_intree_trim).
  * Exit-time code that runs after this hook: what it frees of the thread's is freed, not kept,
  * and the first allocation, launch or free on the per-thread stream after each run of the hook
- * registers it again (rearm_if_ended), so what it queues is waited for too, where the system still runs hooks then: glibc runs one registered by another thread
- * exit hook, but not one registered later (by a pthread key destructor, or by atexit code on
- * the thread that ends the process), whose work is not waited for. In a forked child (which
- * inherits the hook), nothing: the blocks and the driver are the parent's. */
+ * registers it again (rearm_if_ended), so what it queues is waited for too, where the system
+ * still runs hooks then: glibc runs one registered by another thread exit hook, but not one
+ * registered later (by a pthread key destructor, or by atexit code on the thread that ends the
+ * process), whose work is not waited for. In a forked child (which inherits the hook), nothing:
+ * the blocks and the driver are the parent's. */
 static void release_thread_blocks(void *tag) {
   t_thread_ended = 1;
   t_hook_armed = 0;
