@@ -51,13 +51,13 @@ static tr_status *echo_start(const char *self, const char *endpoint, echo_peer *
   return tr_client_new(e->server ? tr_server_endpoint(e->server) : endpoint, &opts, &e->client);
 }
 
-/* `n` (at most 3) loopback tcp endpoints whose ports the system hands out as free now: servers
- * bound to port 0, all held at once so the ports differ, then stopped. Another process may still
- * take one before the benchmark's servers bind it; that run then fails with the bind error. */
-static tr_status *free_tcp_endpoints(char (*out)[64], int n) {
+/* Three loopback tcp endpoints whose ports the system hands out as free now: servers bound to
+ * port 0, all held at once so the ports differ, then stopped. Another process may still take one
+ * before the benchmark's servers bind it; that run then fails with the bind error. */
+static tr_status *free_tcp_endpoints(char out[3][64]) {
   tr_server *probes[3] = {NULL, NULL, NULL};
   tr_status *status = NULL;
-  for (int i = 0; i < n && i < 3 && status == NULL; i++) {
+  for (int i = 0; i < 3 && status == NULL; i++) {
     status = tr_server_start("tcp://127.0.0.1:*", echo, NULL, NULL, &probes[i]);
     if (status == NULL) snprintf(out[i], 64, "%s", tr_server_endpoint(probes[i]));
   }
@@ -148,21 +148,18 @@ static tr_status *measure(const char *manifest_dir, const char *pipeline_file, l
 }
 
 int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FILE *out, FILE *err) {
-  char *dir = NULL;
-  tr_status *status = tr_plat_make_temp_dir("tr-bench", &dir);
-  if (status != NULL) {
-    fprintf(err, "tilerun bench: %s\n", tr_status_message(status));
-    tr_status_destroy(&status);
-    return 1;
-  }
   char tcp[3][64]; /* validate, settle, the echo */
-  status = free_tcp_endpoints(tcp, 3);
+  tr_status *status = free_tcp_endpoints(tcp);
   if (status != NULL) {
     fprintf(err, "tilerun bench: finding free tcp ports: %s\n", tr_status_message(status));
     tr_status_destroy(&status);
-    tr_status *rm = tr_plat_remove_tree(dir);
-    tr_status_destroy(&rm);
-    free(dir);
+    return 1;
+  }
+  char *dir = NULL;
+  status = tr_plat_make_temp_dir("tr-bench", &dir);
+  if (status != NULL) {
+    fprintf(err, "tilerun bench: %s\n", tr_status_message(status));
+    tr_status_destroy(&status);
     return 1;
   }
   char ipc_v[300], ipc_s[300];

@@ -1163,8 +1163,20 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_orig
      * free, can still use it: freed now (looked at under the lock: see release_thread_blocks; in
      * a forked child the blocks are the parent's) */
     orphan = other_thread && has_ended(origin->thread) && tr_plat_process_id() == g_pool_pid;
+    if (orphan) {
+      /* on the current stream; not on the legacy stream, which waits for every blocking stream
+       * and so must not be used while one may be captured, but on this thread's per-thread
+       * stream, which is ordered after the legacy stream's work (parked while that is captured) */
+      home = current == (tr_cu_stream)0x1 ? TR_CU_PER_THREAD_STREAM : current;
+      other_thread = 0;
+      if (home != current && capturing(home)) {
+        park_locked(p, ptr);
+        tr_plat_mutex_unlock(&p->lock);
+        return;
+      }
+    }
     int kept = !ending && !orphan && p->n < POOL_BLOCKS && p->held + bytes <= POOL_MAX_BYTES;
-    if (!kept && other_thread && !orphan) {
+    if (!kept && other_thread) {
       /* full: make room by freeing one of this thread's own blocks (on its own stream), else park
        * the block (freed by tr_intree_trim): another thread's stream cannot be named here, and
        * the legacy stream, which would wait for it, must not be used while any stream is captured */
@@ -1191,19 +1203,6 @@ void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_orig
       ptr = evicted;
       home = TR_CU_PER_THREAD_STREAM;
       other_thread = 0;
-    }
-    if (orphan) {
-      /* on the current stream; not on the legacy stream, which waits for every blocking stream
-       * and so must not be used while one may be captured, but on this thread's per-thread stream,
-       * which is ordered after the legacy stream's work */
-      home = current == (tr_cu_stream)0x1 ? TR_CU_PER_THREAD_STREAM : current;
-      other_thread = 0;
-      if (home != current && capturing(home)) {
-        tr_plat_mutex_lock(&p->lock);
-        park_locked(p, ptr);
-        tr_plat_mutex_unlock(&p->lock);
-        return;
-      }
     }
   }
   if (other_thread) return; /* no pool to keep it in: kept for good rather than freed out of order */

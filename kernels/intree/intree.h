@@ -138,8 +138,9 @@ typedef struct tr_intree_origin {
  * stream, for the next on that stream (up to TR_INTREE_POOL_BLOCKS per device, 1 GiB; beyond,
  * freed on its stream, or, for another thread's per-thread stream, room is made by freeing one
  * of the freeing thread's own, else it is parked); on a stream the caller made, freed on that
- * stream, which must therefore outlive the outputs made on it. Work on another stream that uses a block must be ordered before its
- * free by the caller (an event), as with any stream-ordered allocation. A block allocated while
+ * stream, which must therefore outlive the outputs made on it. Work on another stream that uses
+ * a block must be ordered before its free by the caller (an event), as with any stream-ordered
+ * allocation. A block allocated while
  * the stream is captured into a graph is the graph's (never pooled; freed on the current
  * stream); one allocated outside a capture and freed while the current stream or its own is
  * captured is parked, neither reused nor freed, since the graph may use it at every replay.
