@@ -21,7 +21,9 @@ typedef struct iface_entry {
 
 typedef struct built {
   const tr_kernel_type *type;
-  tr_build_identity identity;
+  tr_build_identity identity; /* from entry_for */
+  int whole_call;             /* no entry_for: the identity is `call`, the whole call spec */
+  tr_call_spec call;
   uint64_t hash;
   tr_kernel kernel;
 } built;
@@ -78,8 +80,36 @@ static int in_list(const char *const *list, const char *name) {
   return 0;
 }
 
+/* The spec's class attributes are inherited: devices, supported_archs and preferred_over a type
+ * leaves NULL are its nearest base's that states them (general is the type's own: a C field
+ * cannot be left unset, and a subclass of the general implementation is usually not general,
+ * which the spec's example has to state). Base chains are checked for cycles when the selector is
+ * built (check_type), before any of these runs. */
+static const char *const *devices_of(const tr_kernel_type *t) {
+  for (; t != NULL; t = t->base) {
+    if (t->devices != NULL) return t->devices;
+  }
+  return NULL;
+}
+
+/* The type whose supported_archs apply to `t` (NULL: every architecture). */
+static const tr_kernel_type *archs_of(const tr_kernel_type *t) {
+  for (; t != NULL; t = t->base) {
+    if (t->supported_archs != NULL) return t;
+  }
+  return NULL;
+}
+
+static const char *const *preferred_of(const tr_kernel_type *t) {
+  for (; t != NULL; t = t->base) {
+    if (t->preferred_over != NULL) return t->preferred_over;
+  }
+  return NULL;
+}
+
 static int runs_on(const tr_kernel_type *t, const char *device_type) {
-  return t->devices == NULL ? strcmp(device_type, "cuda") == 0 : in_list(t->devices, device_type);
+  const char *const *devices = devices_of(t);
+  return devices == NULL ? strcmp(device_type, "cuda") == 0 : in_list(devices, device_type);
 }
 
 static const tr_kernel_type *find_key(const iface_entry *e, const char *key) {
@@ -102,15 +132,36 @@ static int find_cycle(const iface_entry *e, const tr_kernel_type *t, const tr_ke
   }
   if (depth >= MAX_TYPES) return 0;
   stack[depth] = t;
-  for (const char *const *p = t->preferred_over; p != NULL && *p != NULL; p++) {
+  for (const char *const *p = preferred_of(t); p != NULL && *p != NULL; p++) {
     const tr_kernel_type *next = find_key(e, *p);
     if (next != NULL && find_cycle(e, next, stack, depth + 1, path, size)) return 1;
   }
   return 0;
 }
 
+#define MAX_BASES 16
+
 static tr_status *check_type(const char *op, const tr_kernel_type *t) {
   const tr_kernel_interface *iface = t->interface;
+  /* its bases: a chain that comes back to a type it passed (or goes on past any real depth)
+   * would make every walk up the chain endless */
+  const tr_kernel_type *chain[MAX_BASES + 1];
+  size_t depth = 0;
+  for (const tr_kernel_type *b = t; b != NULL; b = b->base) {
+    int seen = 0;
+    for (size_t i = 0; i < depth && !seen; i++) seen = chain[i] == b;
+    if (seen || depth == MAX_BASES) {
+      char path[512];
+      size_t used = 0;
+      path[0] = '\0';
+      for (size_t i = 0; i < depth; i++) tr__appendf(path, sizeof(path), &used, "%s -> ", chain[i]->key ? chain[i]->key : "?");
+      tr__appendf(path, sizeof(path), &used, "%s", b->key ? b->key : "?");
+      if (seen) return TR_STATUS(TR_SELECTION, "%s: kernel type '%s': its bases form a cycle: %s", op, t->key, path);
+      return TR_STATUS(TR_SELECTION, "%s: kernel type '%s': its bases are more than %d deep: %s", op, t->key,
+                       MAX_BASES, path);
+    }
+    chain[depth++] = b;
+  }
   if (t->factory == NULL) {
     return TR_STATUS(TR_SELECTION, "%s: kernel type '%s' does not implement %s: it has no factory "
                      "(a kernel builds through entry_for and its factory)", op, t->key, iface->name);
@@ -130,7 +181,8 @@ static tr_status *check_type(const char *op, const tr_kernel_type *t) {
                        "(%s)", op, t->key, iface->name, want);
     }
   }
-  if (t->supported_archs != NULL && (t->devices == NULL ? 0 : (t->devices[0] == NULL || t->devices[1] != NULL))) {
+  const char *const *devices = devices_of(t);
+  if (archs_of(t) != NULL && (devices == NULL ? 0 : (devices[0] == NULL || devices[1] != NULL))) {
     return TR_STATUS(TR_SELECTION, "%s: kernel type '%s' declares supported_archs, so it lists "
                      "exactly one device type in devices", op, t->key);
   }
@@ -204,7 +256,7 @@ tr_status *tr_selector_new(const char *op_name, const tr_kernel_interface *const
       if (types[t]->general) general = types[t];
     }
     for (size_t t = 0; t < e->n_types && status == NULL; t++) {
-      for (const char *const *p = e->types[t]->preferred_over; p && *p && status == NULL; p++) {
+      for (const char *const *p = preferred_of(e->types[t]); p && *p && status == NULL; p++) {
         if (find_key(e, *p) == NULL) {
           status = TR_STATUS(TR_SELECTION, "%s: '%s' is preferred over '%s', which is no "
                              "implementation of %s", op_name, e->types[t]->key, *p, interfaces[i]->name);
@@ -227,6 +279,7 @@ tr_status *tr_selector_new(const char *op_name, const tr_kernel_interface *const
 
 static void release_built(built *b) {
   if (b->kernel.release != NULL) b->kernel.release(b->kernel.self);
+  if (b->whole_call) tr_call_spec_clear(&b->call);
   free(b);
 }
 
@@ -287,9 +340,10 @@ static const char *refusal_of(const tr_kernel_type *t, const tr_call_spec *call,
 }
 
 static int available_arch(const tr_kernel_type *t, int32_t arch) {
-  if (t->supported_archs == NULL) return 1;
-  for (size_t i = 0; i < t->n_archs; i++) {
-    if (t->supported_archs[i] == arch) return 1;
+  const tr_kernel_type *a = archs_of(t);
+  if (a == NULL) return 1;
+  for (size_t i = 0; i < a->n_archs; i++) {
+    if (a->supported_archs[i] == arch) return 1;
   }
   return 0;
 }
@@ -312,7 +366,8 @@ static tr_status *select_type(const tr_selector *sel, const iface_entry *e, cons
     n_on_device++;
     if (!available_arch(t, call->facts.arch)) {
       tr__appendf(reasons, sizeof(reasons), &used, "; %s: not available on arch %d (supports", t->key, (int)call->facts.arch);
-      for (size_t a = 0; a < t->n_archs; a++) tr__appendf(reasons, sizeof(reasons), &used, " %d", (int)t->supported_archs[a]);
+      const tr_kernel_type *a = archs_of(t);
+      for (size_t k = 0; k < a->n_archs; k++) tr__appendf(reasons, sizeof(reasons), &used, " %d", (int)a->supported_archs[k]);
       tr__appendf(reasons, sizeof(reasons), &used, ")");
       continue;
     }
@@ -332,18 +387,22 @@ static tr_status *select_type(const tr_selector *sel, const iface_entry *e, cons
     tr_call_spec_format(call, text, sizeof(text));
     return TR_STATUS(TR_SELECTION, "%s: no implementation serves this call %s%s", sel->op_name, text, reasons);
   }
-  /* Precedence: a general implementation ranks below every other; preferred_over decides an
-   * overlap; what remains must be one. */
-  const tr_kernel_type *best[MAX_TYPES];
-  size_t n_best = 0;
-  size_t n_specific = 0;
-  for (size_t i = 0; i < n_app; i++) n_specific += !applicable[i]->general;
+  /* Precedence: a general implementation ranks below every other, so it takes part (and its
+   * preferred_over counts) only where no other applies; among those that take part,
+   * preferred_over decides an overlap; what remains must be one. */
+  const tr_kernel_type *part[MAX_TYPES], *best[MAX_TYPES];
+  size_t n_part = 0, n_best = 0;
   for (size_t i = 0; i < n_app; i++) {
-    const tr_kernel_type *t = applicable[i];
-    if (t->general && n_specific > 0) continue;
+    if (!applicable[i]->general) part[n_part++] = applicable[i];
+  }
+  if (n_part == 0) {
+    memcpy(part, applicable, n_app * sizeof(part[0]));
+    n_part = n_app;
+  }
+  for (size_t i = 0; i < n_part; i++) {
     int beaten = 0;
-    for (size_t j = 0; j < n_app && !beaten; j++) beaten = j != i && in_list(applicable[j]->preferred_over, t->key);
-    if (!beaten) best[n_best++] = t;
+    for (size_t j = 0; j < n_part && !beaten; j++) beaten = j != i && in_list(preferred_of(part[j]), part[i]->key);
+    if (!beaten) best[n_best++] = part[i];
   }
   if (n_best == 1) {
     *out = best[0];
@@ -418,16 +477,17 @@ static tr_status *build_for(tr_selector *sel, const tr_kernel_type *t, const tr_
   probe.type = t;
   if (t->entry_for != NULL) {
     TR_RETURN_IF_ERROR(t->entry_for(t, call, &probe.identity));
-  } else { /* the default identity: the whole call spec */
-    uint64_t h = tr_call_spec_hash(call);
-    memcpy(probe.identity.bytes, &h, sizeof(h));
-    probe.identity.size = sizeof(h);
+    probe.hash = tr_hash_bytes(TR_HASH_SEED ^ (uint64_t)(uintptr_t)t, probe.identity.bytes, probe.identity.size);
+  } else { /* the default identity: the whole call spec (compared whole: its hash only finds it) */
+    probe.whole_call = 1;
+    probe.hash = tr_hash_u64(tr_call_spec_hash(call), (uint64_t)(uintptr_t)t);
   }
-  probe.hash = tr_hash_bytes(TR_HASH_SEED ^ (uint64_t)(uintptr_t)t, probe.identity.bytes, probe.identity.size);
   for (size_t i = 0; i < sel->n_builds; i++) {
     built *b = sel->builds[i];
-    if (b->type == t && b->hash == probe.hash && b->identity.size == probe.identity.size &&
-        memcmp(b->identity.bytes, probe.identity.bytes, probe.identity.size) == 0) {
+    if (b->type != t || b->hash != probe.hash || b->whole_call != probe.whole_call) continue;
+    if (b->whole_call ? tr_call_spec_equal(&b->call, call)
+                      : b->identity.size == probe.identity.size &&
+                            memcmp(b->identity.bytes, probe.identity.bytes, probe.identity.size) == 0) {
       *out = &b->kernel;
       return NULL;
     }
@@ -442,9 +502,17 @@ static tr_status *build_for(tr_selector *sel, const tr_kernel_type *t, const tr_
   built *b = malloc(sizeof(*b));
   if (b == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "%s: recording a build", sel->op_name);
   *b = probe;
+  if (b->whole_call) {
+    tr_status *copied = tr_call_spec_copy(call, &b->call);
+    if (copied != NULL) {
+      free(b);
+      return copied;
+    }
+  }
   b->kernel.struct_size = sizeof(b->kernel);
   tr_status *status = t->factory(t, call, &b->kernel); /* the first time this identity appears */
   if (status != NULL) {
+    if (b->whole_call) tr_call_spec_clear(&b->call);
     free(b);
     return status;
   }

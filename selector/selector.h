@@ -108,8 +108,8 @@ typedef struct tr_build_identity {
   uint8_t bytes[256];
 } tr_build_identity;
 
-/* entry_for: writes the call's build identity. NULL entry_for: a 64-bit hash of the whole call
- * spec stands for it (two call specs colliding on it would share a build). */
+/* entry_for: writes the call's build identity. NULL entry_for: the identity is the whole call
+ * spec (compared whole: two call specs share a build only where they are equal). */
 typedef tr_status *(*tr_entry_for_fn)(const tr_kernel_type *self, const tr_call_spec *call,
                                       tr_build_identity *identity);
 
@@ -119,7 +119,10 @@ typedef tr_status *(*tr_factory_fn)(const tr_kernel_type *self, const tr_call_sp
 
 /* An implementation of an interface, registered under a snake_case key. Zero/NULL fields take
  * the spec's defaults (table 3): devices {"cuda"}, any architecture, serves every call, not
- * general, wins over nothing. */
+ * general, wins over nothing. With a base, as a subclass in the spec: the base's refusal also
+ * applies, and devices, supported_archs and preferred_over left NULL are the nearest base's that
+ * states them; general is the type's own (not inherited: a zero field cannot say "unset"). A
+ * chain of bases that comes back on itself is refused when the selector is built. */
 struct tr_kernel_type {
   size_t struct_size;
   const char *key;

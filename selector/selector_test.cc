@@ -242,6 +242,216 @@ TEST_CASE("kernel_for: a repeated call spec is a cache hit; unknown interfaces a
         "GQADecodeDenseFwdInterface");
 }
 
+TEST_CASE("kernel_for checks the call spec as key_for does (rows 9 and 10), cache or not") {
+  Sel s({gqa_decode_interface()}, {gqa_decode(), gqa_decode_bs1(), gqa_decode_long_context()}, facts_sm90);
+  tr_selected out;
+  Call good(attention_call(), "cuda:0", {{"batch", tr_value_int(1)}, {"seqlen_kv", tr_value_int(512)}});
+  ok(tr_selector_kernel_for(s.sel, kGqa, &good.spec, &out));  // something in the cache
+  Call wrong(gemm_call(), "cuda:0", {{"m", tr_value_int(1)}, {"n", tr_value_int(1)}, {"k", tr_value_int(8)}});
+  for (int i = 0; i < 2; i++) {
+    CHECK(error_of(tr_selector_kernel_for(s.sel, kGqa, &wrong.spec, &out)) ==
+          "SelectionError: TestFwdOp: GQADecodeDenseFwdInterface takes a AttentionCall call spec, got a GemmCall");
+    CHECK(out.kernel == nullptr);
+  }
+  static const tr_call_field fields[] = {{"sizes", TR_VALUE_INT_LIST, 1, 0, {}}};
+  static const tr_call_spec_type listy = {"ListyCall", 1, fields};
+  static const char *args[] = {"x"};
+  static const tr_kernel_interface iface = {"ListyFwdInterface", &listy, 1, args, 0, nullptr, ""};
+  tr_kernel_type listy_type = *gemm();
+  listy_type.interface = &iface;
+  listy_type.refusal = nullptr;
+  Sel m({&iface}, {&listy_type}, facts_sm90);
+  int64_t sizes[] = {1, 2};
+  tr_value list;
+  ok(tr_value_int_list(sizes, 2, &list));
+  Call lc(&listy, "cuda:0", {{"sizes", list}});
+  tr_value_clear(&list);
+  for (int i = 0; i < 2; i++) {
+    CHECK(error_of(tr_selector_kernel_for(m.sel, "ListyFwdInterface", &lc.spec, &out)) ==
+          "SelectionError: TestFwdOp: ListyCall.sizes is mutable, so ListyCall cannot key a dispatch cache; make "
+          "the field immutable");
+  }
+  CHECK(tr_selector_get_stats(m.sel).builds == 0);
+}
+
+TEST_CASE("the default build identity is the whole call spec: any field that differs builds again") {
+  builds() = 0;
+  tr_kernel_type whole = *batch_norm_infer();  // no entry_for
+  REQUIRE(whole.entry_for == nullptr);
+  Sel s({batch_norm_infer_interface()}, {&whole}, facts_sm90);
+  tr_selected out;
+  Call a(batch_norm_call(), "cuda:0", {{"n", tr_value_int(8)}, {"c", tr_value_int(64)}});
+  Call a2(batch_norm_call(), "cuda:0", {{"c", tr_value_int(64)}, {"n", tr_value_int(8)}});
+  Call eps(batch_norm_call(), "cuda:0", {{"n", tr_value_int(8)}, {"c", tr_value_int(64)}, {"eps", tr_value_float(1e-6)}});
+  Call dev(batch_norm_call(), "cuda:1", {{"n", tr_value_int(8)}, {"c", tr_value_int(64)}});
+  Call bf(batch_norm_call(), "cuda:0", {{"n", tr_value_int(8)}, {"c", tr_value_int(64)}, {"dtype", tr_value_dtype(TR_BFLOAT16)}});
+  ok(tr_selector_kernel_for(s.sel, "BatchNormInferFwdInterface", &a.spec, &out));
+  const tr_kernel *first = out.kernel;
+  ok(tr_selector_kernel_for(s.sel, "BatchNormInferFwdInterface", &a2.spec, &out));
+  CHECK(out.kernel == first);  // an equal call spec: the same kernel
+  CHECK(builds() == 1);
+  int expected = 1;
+  for (const Call *c : {&eps, &dev, &bf}) {
+    ok(tr_selector_kernel_for(s.sel, "BatchNormInferFwdInterface", &c->spec, &out));
+    CHECK(out.kernel != first);
+    CHECK(builds() == ++expected);
+  }
+  CHECK(tr_selector_get_stats(s.sel).builds == 4);
+}
+
+static tr_status *facts_by_type(void *, const tr_device *d, tr_device_facts *out) {
+  // cuda: SM90; acme: a registered type of this test with no architecture (-1)
+  *out = strcmp(d->type, "cuda") == 0 ? tr_device_facts{90, nullptr, 132, 232448} : tr_device_facts{-1, nullptr, 8, 0};
+  return nullptr;
+}
+
+TEST_CASE("table 3: devices, supported_archs and the other defaults, stated and not") {
+  static const char *acme_only[] = {"acme", nullptr};
+  tr_kernel_type acme = *batch_norm_infer();  // explicit devices, no supported_archs
+  acme.devices = acme_only;
+  Sel s({batch_norm_infer_interface()}, {&acme}, facts_by_type);
+  auto key = [&](const char *device, int32_t arch) {
+    return s.key("BatchNormInferFwdInterface",
+                 Call(batch_norm_call(), device, {{"n", tr_value_int(1)}, {"c", tr_value_int(4)}}, arch));
+  };
+  CHECK(key("acme:0", -2) == "fwd_infer_kernel");  // facts from the device: arch -1, no list: available
+  CHECK(key("acme:0", 75) == "fwd_infer_kernel");   // any architecture
+  CHECK(key("cuda:0", 90) == "OpNotAvailableError: TestFwdOp's in-tree kernels do not run on cuda:0: no "
+                             "implementation of BatchNormInferFwdInterface runs on device type 'cuda'");
+  // the default devices: cuda only
+  Sel d({batch_norm_infer_interface()}, {batch_norm_infer()}, facts_by_type);
+  CHECK(d.key("BatchNormInferFwdInterface", Call(batch_norm_call(), "cuda:0", {{"n", tr_value_int(1)}, {"c", tr_value_int(4)}})) ==
+        "fwd_infer_kernel");
+  CHECK(d.key("BatchNormInferFwdInterface", Call(batch_norm_call(), "cuda:0", {{"n", tr_value_int(1)}, {"c", tr_value_int(4)}}, -1)) ==
+        "fwd_infer_kernel");  // an unknown architecture: no supported_archs, available
+  CHECK(d.key("BatchNormInferFwdInterface", Call(batch_norm_call(), "acme:0", {{"n", tr_value_int(1)}, {"c", tr_value_int(4)}}))
+            .find("do not run on acme:0") != std::string::npos);
+  // supported_archs with more than one device type: refused when the op is built
+  static const char *two[] = {"cuda", "acme", nullptr};
+  static const int32_t archs[] = {90};
+  tr_kernel_type both = *batch_norm_infer();
+  both.devices = two;
+  both.supported_archs = archs;
+  both.n_archs = 1;
+  CHECK(new_error({batch_norm_infer_interface()}, {&both}) ==
+        "SelectionError: TestFwdOp: kernel type 'fwd_infer_kernel' declares supported_archs, so it lists exactly "
+        "one device type in devices");
+}
+
+TEST_CASE("a type with a base inherits the devices, architectures and preferences it leaves unset") {
+  // long-context states only general and preferred_over (the spec's class): SM80/89/90 are its base's
+  REQUIRE(gqa_decode_long_context()->supported_archs == nullptr);
+  Sel s = gqa();
+  CHECK(s.key(kGqa, decode(1, 4096, 80)) == "gqa_dense_decode_long_context");
+  CHECK(s.key(kGqa, decode(1, 4096, 75)).find("gqa_dense_decode_long_context: not available on arch 75 (supports "
+                                                "80 89 90)") != std::string::npos);
+  // a subclass of bs1 (SM90 only) stating nothing but its key: bs1's architectures and refusal
+  tr_kernel_type bs1_sub = *gqa_decode_bs1();
+  bs1_sub.key = "gqa_dense_decode_bs1_sub";
+  bs1_sub.supported_archs = nullptr;
+  bs1_sub.n_archs = 0;
+  bs1_sub.refusal = nullptr;
+  bs1_sub.base = gqa_decode_bs1();
+  Sel sub({gqa_decode_interface()}, {gqa_decode(), &bs1_sub});
+  CHECK(sub.key(kGqa, decode(1, 512, 90)) == "gqa_dense_decode_bs1_sub");
+  CHECK(sub.key(kGqa, decode(1, 512, 80)) == "gqa_dense_decode");  // bs1's SM90 only, inherited
+  CHECK(sub.key(kGqa, decode(2, 512, 90)) == "gqa_dense_decode");  // bs1's refusal, inherited
+  // stating its own architectures overrides the base's
+  static const int32_t sm80[] = {80};
+  tr_kernel_type bs1_80 = bs1_sub;
+  bs1_80.supported_archs = sm80;
+  bs1_80.n_archs = 1;
+  Sel own({gqa_decode_interface()}, {gqa_decode(), &bs1_80});
+  CHECK(own.key(kGqa, decode(1, 512, 80)) == "gqa_dense_decode_bs1_sub");
+  CHECK(own.key(kGqa, decode(1, 512, 90)) == "gqa_dense_decode");
+  // a subclass of long-context leaving preferred_over unset still wins over bs1 in their overlap
+  tr_kernel_type long_sub = *gqa_decode_long_context();
+  long_sub.key = "gqa_dense_decode_long_sub";
+  long_sub.preferred_over = nullptr;
+  long_sub.base = gqa_decode_long_context();
+  Sel pref({gqa_decode_interface()}, {gqa_decode(), gqa_decode_bs1(), &long_sub});
+  CHECK(pref.key(kGqa, decode(1, 4096, 90)) == "gqa_dense_decode_long_sub");
+  // devices: a base's list holds for a subclass that states none
+  static const char *acme_only[] = {"acme", nullptr};
+  tr_kernel_type acme_base = *batch_norm_infer();
+  acme_base.devices = acme_only;
+  tr_kernel_type acme_sub = *batch_norm_infer();
+  acme_sub.key = "fwd_infer_acme_sub";
+  acme_sub.base = &acme_base;
+  Sel dev({batch_norm_infer_interface()}, {&acme_sub}, facts_by_type);
+  CHECK(dev.key("BatchNormInferFwdInterface", Call(batch_norm_call(), "acme:0", {{"n", tr_value_int(1)}, {"c", tr_value_int(4)}})) ==
+        "fwd_infer_acme_sub");
+  CHECK(dev.key("BatchNormInferFwdInterface", Call(batch_norm_call(), "cuda:0", {{"n", tr_value_int(1)}, {"c", tr_value_int(4)}}))
+            .find("do not run on cuda:0") != std::string::npos);
+  // general is the type's own: a subclass of the general implementation is not general
+  tr_kernel_type decode_sub = *gqa_decode_bs1();
+  decode_sub.key = "gqa_dense_decode_sub";
+  decode_sub.base = gqa_decode();
+  decode_sub.refusal = nullptr;
+  Sel gen({gqa_decode_interface()}, {gqa_decode(), &decode_sub});
+  CHECK(gen.key(kGqa, decode(4, 512, 90)) == "gqa_dense_decode_sub");  // beats the general one
+}
+
+TEST_CASE("a chain of bases that comes back on itself is refused when the op is built") {
+  tr_kernel_type a = *batch_norm_infer(), b = *batch_norm_infer();
+  a.key = "infer_a";
+  b.key = "infer_b";
+  a.base = &b;
+  b.base = &a;
+  CHECK(new_error({batch_norm_infer_interface()}, {&a}) ==
+        "SelectionError: TestFwdOp: kernel type 'infer_a': its bases form a cycle: infer_a -> infer_b -> infer_a");
+  tr_kernel_type self = *batch_norm_infer();
+  self.base = &self;
+  CHECK(new_error({batch_norm_infer_interface()}, {&self}) ==
+        "SelectionError: TestFwdOp: kernel type 'fwd_infer_kernel': its bases form a cycle: fwd_infer_kernel -> "
+        "fwd_infer_kernel");
+}
+
+TEST_CASE("a general implementation's preferred_over counts only where nothing else applies") {
+  // the general decode kernel claims precedence over bs1: it still ranks below it
+  static const char *over_bs1[] = {"gqa_dense_decode_bs1", nullptr};
+  tr_kernel_type general = *gqa_decode();
+  general.preferred_over = over_bs1;
+  Sel s({gqa_decode_interface()}, {&general, gqa_decode_bs1()});
+  CHECK(s.key(kGqa, decode(1, 512, 90)) == "gqa_dense_decode_bs1");
+  CHECK(s.key(kGqa, decode(2, 512, 90)) == "gqa_dense_decode");
+  // with a third, unrelated implementation applying too, bs1 and it are ambiguous: the general
+  // one's claim does not decide it
+  tr_kernel_type any = *gqa_decode_bs1();
+  any.key = "gqa_dense_decode_any";
+  any.supported_archs = nullptr;
+  any.n_archs = 0;
+  any.base = nullptr;
+  any.refusal = nullptr;
+  Sel three({gqa_decode_interface()}, {&general, gqa_decode_bs1(), &any});
+  CHECK(three.key(kGqa, decode(1, 512, 90)).find("dispatch is ambiguous") != std::string::npos);
+  CHECK(three.key(kGqa, decode(1, 512, 90)).find("gqa_dense_decode_bs1, gqa_dense_decode_any all apply") !=
+        std::string::npos);
+}
+
+TEST_CASE("preferred_over needs no containment: two ranges that only partly overlap") {
+  // short: batch <= 4 (any KV); long: KV >= 1024 (any batch); short wins where both apply
+  static const char *over_long[] = {"decode_long", nullptr};
+  tr_kernel_type shortb = *gqa_decode_bs1(), longkv = *gqa_decode_bs1();
+  shortb.key = "decode_short";
+  shortb.supported_archs = longkv.supported_archs = nullptr;
+  shortb.n_archs = longkv.n_archs = 0;
+  shortb.base = longkv.base = nullptr;
+  shortb.preferred_over = over_long;
+  shortb.refusal = [](const tr_kernel_type *, const tr_call_spec *c, char *, size_t) -> const char * {
+    return tr_call_spec_int(c, "batch") <= 4 ? nullptr : "batch over 4";
+  };
+  longkv.key = "decode_long";
+  longkv.refusal = [](const tr_kernel_type *, const tr_call_spec *c, char *, size_t) -> const char * {
+    return tr_call_spec_int(c, "seqlen_kv") >= 1024 ? nullptr : "KV under 1024";
+  };
+  Sel s({gqa_decode_interface()}, {gqa_decode(), &shortb, &longkv});
+  CHECK(s.key(kGqa, decode(4, 1024, 90)) == "decode_short");  // both: the declared side
+  CHECK(s.key(kGqa, decode(2, 512, 90)) == "decode_short");   // short alone
+  CHECK(s.key(kGqa, decode(5, 1024, 90)) == "decode_long");   // long alone, past short's edge
+  CHECK(s.key(kGqa, decode(5, 1023, 90)) == "gqa_dense_decode");  // neither: the general one
+}
+
 TEST_CASE("lints: interface names; an op holding kernels declares interfaces") {
   for (const char *ok_name : {"GQADecodeDenseFwdInterface", "BatchNormTrainFwdInterface", "LayerNormFwdInterface",
                               "GemmBwdInterface"}) {

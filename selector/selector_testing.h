@@ -74,10 +74,11 @@ inline const tr_kernel_type *gqa_decode_bs1() {  // batch 1, SM90 only
 }
 
 inline const tr_kernel_type *gqa_decode_long_context() {  // the spec's refusal, word for word
-  static const int32_t archs[] = {80, 89, 90};  // GQADecodeKernel's, inherited
   static const char *preferred[] = {"gqa_dense_decode_bs1", nullptr};
+  // as the spec's class: general False and preferred_over stated; SM80/89/90 inherited from its
+  // base, GQADecodeKernel
   static tr_kernel_type t = {sizeof(tr_kernel_type), "gqa_dense_decode_long_context", gqa_decode_interface(), nullptr,
-                             archs, 3, 0, preferred, gqa_decode(),
+                             nullptr, 0, 0, preferred, gqa_decode(),
                              [](const tr_kernel_type *, const tr_call_spec *c, char *, size_t) -> const char * {
                                const tr_value *dt = tr_call_spec_get(c, "dtype");
                                bool served = dense_decode_region(c) && !tr_call_spec_get(c, "fuse_rope")->as.b &&

@@ -129,6 +129,65 @@ TEST_CASE("softmax: contiguous rows by length, an inner axis to the strided kern
   CHECK(error.find("out_dtype must be float16, bfloat16 or float32; got float64") != std::string::npos);
 }
 
+TEST_CASE("softmax: the boundaries between warp, block and looped rows") {
+  Selector s("SoftmaxFwdOp");
+  auto key = [&](int64_t row) {
+    tr_tensor_spec x = spec(TR_BFLOAT16, {3, row});
+    const tr_tensor_spec *in[1] = {&x};
+    tr_named_value p[2] = {{"dim", tr_value_int(-1)}, {"dtype", tr_value_none()}};
+    return key_for(s, in, 1, p, 2);
+  };
+  CHECK(key(1) == "softmax_warp");
+  CHECK(key(1024) == "softmax_warp");
+  CHECK(key(1025) == "softmax_block");
+  CHECK(key(32768) == "softmax_block");
+  CHECK(key(32769) == "softmax_looped");
+  CHECK(key(INT32_MAX - 1024) == "softmax_looped");
+}
+
+TEST_CASE("what the in-tree kernels refuse, with each implementation's reason") {
+  Selector rms("RMSNormFwdOp"), sm("SoftmaxFwdOp"), add("AddFwdOp");
+  auto norm_error = [&](tr_dtype dt, int64_t row, int32_t arch) {
+    tr_tensor_spec x = spec(dt, {2, row}), w = spec(dt, {row});
+    const tr_tensor_spec *in[3] = {&x, &w, nullptr};
+    int64_t shape[1] = {row};
+    tr_named_value p[1];
+    p[0].name = "normalized_shape";
+    REQUIRE(tr_value_int_list(shape, 1, &p[0].value) == nullptr);
+    std::string error;
+    CHECK(key_for(rms, in, 3, p, 1, arch, &error).empty());
+    tr_value_clear(&p[0].value);
+    return error;
+  };
+  std::string e = norm_error(TR_FLOAT64, 4096, 90);
+  CHECK(e.find("no implementation serves this call") != std::string::npos);
+  CHECK(e.find("rms_norm_warp: dtype must be float16, bfloat16 or float32; got float64") != std::string::npos);
+  CHECK(e.find("rms_norm_looped: dtype must be float16, bfloat16 or float32; got float64") != std::string::npos);
+  CHECK(norm_error(TR_FLOAT32, 0, 90).find("rms_norm_looped: rows must hold at least one element; got row 0") !=
+        std::string::npos);
+  CHECK(norm_error(TR_FLOAT32, (int64_t)INT32_MAX - 1023, 90)
+            .find("rms_norm_looped: rows hold at most 2147482623 elements; got row 2147482624") != std::string::npos);
+  CHECK(norm_error(TR_FLOAT32, 4096, 75).find("rms_norm_looped: not available on arch 75 (supports") !=
+        std::string::npos);
+  auto softmax_error = [&](int64_t row, int32_t arch) {
+    tr_tensor_spec x = spec(TR_FLOAT32, {2, row});
+    const tr_tensor_spec *in[1] = {&x};
+    tr_named_value p[2] = {{"dim", tr_value_int(-1)}, {"dtype", tr_value_none()}};
+    std::string error;
+    CHECK(key_for(sm, in, 1, p, 2, arch, &error).empty());
+    return error;
+  };
+  CHECK(softmax_error(0, 90).find("softmax_strided: rows must hold at least one element; got row 0") != std::string::npos);
+  CHECK(softmax_error(4096, 75).find("softmax_block: not available on arch 75 (supports") != std::string::npos);
+  tr_tensor_spec a = spec(TR_INT8, {3, 5});
+  const tr_tensor_spec *in[2] = {&a, &a};
+  tr_named_value p[1] = {{"alpha", tr_value_int(1)}};
+  std::string error;
+  CHECK(key_for(add, in, 2, p, 1, 90, &error).empty());
+  CHECK(error.find("add_elementwise: adds float16, bfloat16, float32, float64, int32 and int64; got int8") !=
+        std::string::npos);
+}
+
 TEST_CASE("architectures before SM80 have no in-tree kernels; add serves its six dtypes") {
   Selector s("AddFwdOp");
   for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16, TR_FLOAT32, TR_FLOAT64, TR_INT32, TR_INT64}) {
