@@ -80,8 +80,17 @@ static tr_status *read_bad_facts(void *, const tr_device *, tr_device_facts *out
   *out = tr_device_facts{1, nullptr, -4, 0};
   return nullptr;
 }
+static tr_status *read_bad_smem(void *, const tr_device *, tr_device_facts *out) {
+  *out = tr_device_facts{1, nullptr, 8, -1};
+  return nullptr;
+}
+static tr_status *read_fails(void *, const tr_device *, tr_device_facts *) {
+  return TR_STATUS(TR_VALUE, "vendor runtime missing");
+}
 static tr_status *init_facts(const tr_backend_api *api) {
   TR_RETURN_IF_ERROR(api->register_device_facts(api->host, "acme", read_facts, nullptr));
+  TR_RETURN_IF_ERROR(api->register_device_facts(api->host, "badsmem", read_bad_smem, nullptr));
+  TR_RETURN_IF_ERROR(api->register_device_facts(api->host, "failing", read_fails, nullptr));
   return api->register_device_facts(api->host, "bad", read_bad_facts, nullptr);
 }
 static tr_status *init_facts_again(const tr_backend_api *api) {
@@ -156,6 +165,12 @@ TEST_CASE("device facts: registered reads, invalid facts, unregistered types") {
   CHECK(tr_test::error_of(tr_registry_device_facts(r.reg, &bad, &f)) ==
         "BackendError: the device facts read of 'bad' returned invalid facts for bad:1: sm_count -4, "
         "smem_budget 0 (neither may be negative)");
+  tr_device bad_smem = {"badsmem", 2}, failing = {"failing", 3};
+  CHECK(tr_test::error_of(tr_registry_device_facts(r.reg, &bad_smem, &f)) ==
+        "BackendError: the device facts read of 'badsmem' returned invalid facts for badsmem:2: "
+        "sm_count 8, smem_budget -1 (neither may be negative)");
+  CHECK(tr_test::error_of(tr_registry_device_facts(r.reg, &failing, &f)) ==
+        "BackendError: the device facts read of 'failing' failed on failing:3: vendor runtime missing");
   tr_test::ok(tr_registry_device_facts(r.reg, &cpu, &f));
   CHECK(f.arch == -1);
   CHECK(f.calibration == nullptr);

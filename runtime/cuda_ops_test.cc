@@ -563,6 +563,38 @@ TEST_CASE("an artifact compiled by one runtime is loaded from the disk cache by 
   }
 }
 
+TEST_CASE("a build identity built once: another batch size or another op loads its artifacts again") {
+  CacheDir cache;
+  const int64_t row = 1500;  // a row length no other test uses (the looped kernel: two artifacts)
+  tr_runtime *rt = cuda_runtime();
+  tr_op *op = rms_op(rt, row), *twin = rms_op(rt, row);
+  std::vector<float> xv = values(5 * (size_t)row, 8), wv = values((size_t)row, 9);
+  CudaTensor x2({2, row}, std::vector<float>(xv.begin(), xv.begin() + 2 * row)), x5({5, row}, xv), w({row}, wv);
+  tr_intree_stats before = tr_intree_get_stats();
+  {
+    const DLTensor *in[] = {&x2.t, &w.t};
+    tr_test::Outputs out;
+    ok(tr_op_call(op, in, 2, out.items, 1));
+  }
+  tr_intree_stats first = tr_intree_get_stats();
+  CHECK(first.compiled > before.compiled);  // built: this runtime had none, the disk neither
+  CHECK(first.kernels == before.kernels + 1);
+  for (tr_op *o : {op, twin}) {  // 5 rows: a memo miss of the same identity, in this op and another
+    const DLTensor *in[] = {&x5.t, &w.t};
+    tr_test::Outputs out;
+    ok(tr_op_call(o, in, 2, out.items, 1));
+    near(host(out.items[0]->dl_tensor), rms_ref(xv, wv, row), 1e-5);
+  }
+  tr_intree_stats after = tr_intree_get_stats();
+  CHECK(after.kernels == first.kernels + 2);          // a kernel for each memo entry ...
+  CHECK(after.compiled == first.compiled);            // ... from the artifacts kept: not compiled
+  CHECK(after.from_cache == first.from_cache);        // nor read from the disk
+  CHECK(after.loaded == first.loaded);                // their modules were loaded already
+  tr_op_destroy(&twin);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
 TEST_CASE("calls launch on the caller's current stream; strided inputs are copied first") {
   tr_runtime *rt = cuda_runtime();
   tr_op *op = rms_op(rt, 64);

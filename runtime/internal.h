@@ -8,6 +8,7 @@
 #include "components/launch/launch.h"
 #include "components/pipeline/pipeline.h"
 #include "components/select/select.h"
+#include "kernels/intree/builds.h"
 #include "manifest/manifest.h"
 #include "memo/memo.h"
 #include "platform/platform.h"
@@ -30,6 +31,9 @@ struct tr_runtime {
   /* The in-tree ops' selectors (made at discovery, with the kernel types plugins added): the
    * select and build components' table. */
   tr_select_table *select_table;
+  /* The artifacts built per in-tree build identity: a memo miss whose identity was built before
+   * (another batch size, another op with the same parameters) loads them, not asking build. */
+  tr_intree_builds *intree_builds;
   /* Where launch runs: inline (kernels called directly), thread (by address through the
    * pipeline) or process (by descriptor; then outputs and copies are made in shareable memory). */
   tr_placement launch_placement;

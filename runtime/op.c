@@ -143,9 +143,14 @@ static tr_status *not_in_tree(const tr_op *op, const tr_device *device) {
                    "this op: %s", tr_op_def_name(op->def), dev, known);
 }
 
-/* The build component's artifacts for an in-tree implementation, loaded on the call's device. */
+/* The build component's artifacts for an in-tree implementation, loaded on the call's device;
+ * kept by the runtime for their build identity (`type` and the whole call spec), so that the
+ * next miss with it loads them without asking build again. */
 static tr_status *build_in_tree(tr_op *op, const char *iface, const char *key, const tr_kernel_type *type,
                                 const tr_call_spec *call, int32_t arch, tr_kernel *out) {
+  size_t n_kept = 0;
+  const tr_artifact *kept = tr_intree_builds_find(op->rt->intree_builds, type, call, &n_kept);
+  if (kept != NULL) return tr_intree_kernel(type, call, kept, n_kept, out);
   enum { REQUEST_MAX = 16 * 1024 };
   char arch_name[16];
   tr_intree_arch_name(arch, arch_name, sizeof(arch_name));
@@ -162,6 +167,10 @@ static tr_status *build_in_tree(tr_op *op, const char *iface, const char *key, c
   if (status == NULL) status = tr_build_decode(reply, reply_size, arts, &n);
   free(request);
   if (status == NULL) status = tr_intree_kernel(type, call, arts, n, out);
+  if (status == NULL) { /* kept only once they loaded: they are this kernel's, for this card */
+    tr_status *keeping = tr_intree_builds_add(op->rt->intree_builds, type, call, arts, n, NULL);
+    tr_status_destroy(&keeping); /* best effort: not kept, the next miss asks build again */
+  }
   for (size_t i = 0; i < n; i++) tr_artifact_clear(&arts[i]);
   return status;
 }
@@ -418,9 +427,20 @@ static tr_status *launch(tr_op *op, kernel_entry *e, const DLTensor *const *inpu
 
 /* Finds or builds the entry for this call, with a reference the caller drops. */
 static tr_status *entry_for(tr_op *op, const DLTensor *const *inputs, size_t n_inputs, kernel_entry **out) {
+  /* The key covers every declared input, one not passed counted as absent (the spec: "recorded
+   * as None"), so op(x) and op(x, NULL) share one entry. Padded on the stack, only when short. */
+  size_t n_decl = tr_op_def_input_count(op->def);
+  const DLTensor *padded[TR_SIG_MAX_INPUTS];
+  const DLTensor *const *keyed = inputs;
+  size_t n_keyed = n_inputs;
+  if (n_inputs < n_decl) {
+    for (size_t i = 0; i < n_decl; i++) padded[i] = i < n_inputs ? inputs[i] : NULL;
+    keyed = padded;
+    n_keyed = n_decl;
+  }
   tr_memo_key key;
   tr_status *status = NULL;
-  if (!tr_memo_key_from_dl(inputs, n_inputs, &key)) key.size = 0; /* never memoised */
+  if (!tr_memo_key_from_dl(keyed, n_keyed, &key)) key.size = 0; /* never memoised */
   tr_plat_mutex_lock(&op->lock);
   kernel_entry *e = key.size ? tr_memo_find(op->memo, &key) : NULL;
   /* A key that does not fit (rank above 8, more than 16 inputs) fails validation in miss. */

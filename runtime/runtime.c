@@ -60,6 +60,14 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
     free(rt);
     return status;
   }
+  status = tr_intree_builds_new(TR_INTREE_BUILDS_MAX_ENTRIES, TR_INTREE_BUILDS_MAX_BYTES, &rt->intree_builds);
+  if (status != NULL) {
+    tr_plat_mutex_destroy(&rt->lock);
+    free(rt->builtin_names);
+    free(rt->builtin_inits);
+    free(rt);
+    return status;
+  }
   const char *dir = o->manifest_dir;
   if (dir == NULL) dir = tr_plat_getenv("TILERUN_MANIFEST_DIR");
   if (dir == NULL || dir[0] == '\0') dir = "manifest/spec";
@@ -104,6 +112,7 @@ void tr_runtime_destroy(tr_runtime **runtime_p) {
   *runtime_p = NULL;
   tr_pipeline_destroy(&rt->pipeline); /* its actors read the manifest, registry and selectors */
   tr_select_table_destroy(&rt->select_table);
+  tr_intree_builds_destroy(&rt->intree_builds);
   tr_intree_trim(); /* cuda blocks kept for reuse go back to the driver */
   tr_manifest_destroy(&rt->manifest);
   tr_registry_destroy(&rt->registry);

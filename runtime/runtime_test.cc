@@ -623,3 +623,109 @@ TEST_CASE("validate and settle in threads: asked together at a miss; validate's 
   CHECK(std::string(tr_op_target(fails)) == "testcpu");
   tr_op_destroy(&fails);
 }
+
+TEST_CASE("an optional input left off and one passed as NULL are one call signature: one build") {
+  Env env;
+  int64_t n = 4;
+  tr_value shape;
+  tr_test::ok(tr_value_int_list(&n, 1, &shape));
+  tr_named_value params[] = {{"normalized_shape", shape}};
+  HostTensor x({2, 4}), y({2, 4});
+  const DLTensor *left_off[] = {&x.t}, *as_null[] = {&x.t, nullptr};
+  DLTensor *outs[] = {&y.t};
+  Outputs out;
+  tr_op *op = env.op("RMSNormFwdOp", {params[0]});
+  tr_test::ok(tr_op_call(op, left_off, 1, out.items, 1));
+  out.reset();
+  tr_test::ok(tr_op_call(op, as_null, 2, out.items, 1));
+  tr_test::ok(tr_op_call_into(op, as_null, 2, outs, 1));
+  tr_test::ok(tr_op_call_into(op, left_off, 1, outs, 1));
+  CHECK(g_builds == 1);
+  CHECK(tr_op_memo_count(op) == 1);
+  tr_op *null_first = env.op("RMSNormFwdOp", {params[0]});  // the other order, through call_into first
+  tr_test::ok(tr_op_call_into(null_first, as_null, 2, outs, 1));
+  out.reset();
+  tr_test::ok(tr_op_call(null_first, left_off, 1, out.items, 1));
+  CHECK(g_builds == 2);
+  CHECK(tr_op_memo_count(null_first) == 1);
+  REQUIRE(g_seen.size() == 2);
+  CHECK(g_seen[0] == "RMSNormFwdOp testcpu float32[2, 4] on cpu None normalized_shape=(4,) eps=None");
+  CHECK(g_seen[1] == g_seen[0]);
+  tr_value_clear(&shape);
+  tr_op_destroy(&op);
+  tr_op_destroy(&null_first);
+}
+
+TEST_CASE("a named target that has no builder for the op is an error; detection and the in-tree "
+          "kernels are not used instead") {
+  Env env;  // 'other' is registered but serves AddFwdOp only; 'testcpu' claims cpu and serves RMSNorm
+  int64_t n = 4;
+  tr_value shape;
+  tr_test::ok(tr_value_int_list(&n, 1, &shape));
+  tr_named_value params[] = {{"normalized_shape", shape}};
+  const std::string refused =
+      "OpNotAvailableError: target 'other' registers no kernel builder for RMSNormFwdOp; targets that "
+      "do: ['testcpu']. There is no fall back to the in-tree implementation: those kernels do not run "
+      "on this target's devices.";
+  HostTensor x({2, 4}), xc({2, 4}, {kDLCUDA, 0});
+  const DLTensor *cpu[] = {&x.t}, *cuda[] = {&xc.t};  // cuda: where the in-tree RMSNorm runs
+  Outputs out;
+  tr_op *own = env.op("RMSNormFwdOp", {params[0]}, "other");
+  CHECK(tr_test::error_of(tr_op_call(own, cpu, 1, out.items, 1)) == refused);
+  CHECK(tr_test::error_of(tr_op_call(own, cuda, 1, out.items, 1)) == refused);
+  CHECK(tr_op_target(own) == nullptr);  // the failed call bound the op to no target
+  tr_test::ok(tr_set_default_target(env.rt, "other"));
+  tr_op *by_default = env.op("RMSNormFwdOp", {params[0]});
+  CHECK(tr_test::error_of(tr_op_call(by_default, cpu, 1, out.items, 1)) == refused);
+  CHECK(tr_test::error_of(tr_op_call(by_default, cuda, 1, out.items, 1)) == refused);
+  CHECK(tr_op_target(by_default) == nullptr);
+  CHECK(g_builds == 0);  // testcpu's builder never ran
+  CHECK(tr_op_memo_count(own) == 0);
+  CHECK(tr_op_memo_count(by_default) == 0);
+  tr_value_clear(&shape);
+  tr_op_destroy(&own);
+  tr_op_destroy(&by_default);
+}
+
+// A builder that forgets the call function; its kernels count their releases.
+static std::atomic<int> g_releases{0};
+
+static tr_status *build_no_call(void *, const tr_build_request *, tr_kernel *out) {
+  g_builds++;
+  out->self = new int(0);
+  out->call = nullptr;
+  out->release = [](void *self) {
+    g_releases++;
+    delete static_cast<int *>(self);
+  };
+  return nullptr;
+}
+
+static tr_status *init_no_call(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "nocall", claim_cpu, nullptr));
+  return api->register_kernel_builder(api->host, "AddFwdOp", "nocall", build_no_call, nullptr);
+}
+
+TEST_CASE("a kernel built with no call function is a BackendError naming target and op; it is "
+          "released and not memoised") {
+  g_builds = 0;
+  g_releases = 0;
+  tr_runtime *rt = tr_test::runtime_with_builtin("nocall", init_no_call);
+  tr_op *op = nullptr;
+  tr_test::ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &op));
+  HostTensor a({4}), b({4});
+  const DLTensor *in[] = {&a.t, &b.t};
+  Outputs out;
+  const std::string error = "BackendError: target 'nocall' built a kernel for AddFwdOp with no call function";
+  CHECK(tr_test::error_of(tr_op_call(op, in, 2, out.items, 1)) == error);
+  CHECK(g_builds == 1);
+  CHECK(g_releases == 1);  // released at once, not leaked
+  REQUIRE(tr_op_memo_count(op) == 0);  // (a memoised kernel with no call would crash the next call)
+  CHECK(tr_op_target(op) == nullptr);
+  CHECK(tr_test::error_of(tr_op_call(op, in, 2, out.items, 1)) == error);
+  CHECK(g_builds == 2);  // nothing was memoised: built again
+  CHECK(g_releases == 2);
+  tr_op_destroy(&op);
+  CHECK(g_releases == 2);
+  tr_runtime_destroy(&rt);
+}
