@@ -452,11 +452,14 @@ static tr_status *entry_for(tr_op *op, const DLTensor *const *inputs, size_t n_i
   return status;
 }
 
+/* A call that failed after its kernel was found: the kernel's own error (a ValueError about the
+ * values it was given, say) goes to the caller unchanged, as the spec has it; no count of
+ * backends that failed to load is added, which settling's and building's errors carry. */
 static tr_status *failed(tr_op *op, tr_status *status) {
   tr_plat_mutex_lock(&op->lock);
   revoke(op);
   tr_plat_mutex_unlock(&op->lock);
-  return tr_registry_annotate(op->rt->registry, status);
+  return status;
 }
 
 /* A composite op is served whole by a target that registered a builder for it (the spec's first

@@ -19,6 +19,7 @@ using tr_test::Outputs;
 static std::atomic<int> g_builds{0}, g_tunes{0};
 static std::vector<std::string> g_seen;  // one line per build: "op target inputs params"
 static int g_fail_tune = 0;
+static int g_fail_call = 0;  // add_call raises a ValueError about its values, as a kernel may
 
 static std::string describe(const tr_build_request *req) {
   std::string s = std::string(req->op) + " " + req->target;
@@ -43,6 +44,7 @@ static int64_t numel(const DLTensor *t) {
 
 // Kernels: plain float32 loops over contiguous tensors.
 static tr_status *add_call(void *, DLTensor *const *in, size_t, DLTensor *const *out, size_t) {
+  if (g_fail_call) return TR_STATUS(TR_VALUE, "AddFwdOp: a[3] = 7 is out of range (positions < 4)");
   const float *a = (const float *)in[0]->data, *b = (const float *)in[1]->data;
   float *c = (float *)out[0]->data;
   for (int64_t i = 0; i < numel(in[0]); i++) c[i] = a[i] + b[i];
@@ -144,6 +146,7 @@ struct Env {
     g_tunes = 0;
     g_seen.clear();
     g_fail_tune = 0;
+    g_fail_call = 0;
     static const char *names[] = {"testcpu", "other", "testgpu", "broken"};
     static const tr_backend_init_fn inits[] = {init_testcpu, init_other, init_gpu, init_broken};
     tr_runtime_options o{};
@@ -728,4 +731,29 @@ TEST_CASE("a kernel built with no call function is a BackendError naming target 
   tr_op_destroy(&op);
   CHECK(g_releases == 2);
   tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("a kernel's ValueError reaches the caller unchanged, even with a backend that failed to load") {
+  Env env(true);  // "broken" failed to load: errors of settling and building say so ...
+  REQUIRE(tr_load_failure_count(env.rt) == 1);
+  tr_op *op = env.op("AddFwdOp");
+  HostTensor a({4}), b({4});
+  const DLTensor *in[] = {&a.t, &b.t};
+  g_fail_call = 1;  // ... but not the kernel's own error about the values it was given
+  Outputs out;
+  CHECK(tr_test::error_of(tr_op_call(op, in, 2, out.items, 1)) ==
+        "ValueError: AddFwdOp: a[3] = 7 is out of range (positions < 4)");
+  CHECK(out.items[0] == nullptr);
+  HostTensor c({4});
+  DLTensor *into[] = {&c.t};
+  CHECK(tr_test::error_of(tr_op_call_into(op, in, 2, into, 1)) ==
+        "ValueError: AddFwdOp: a[3] = 7 is out of range (positions < 4)");
+  g_fail_call = 0;
+  tr_test::ok(tr_op_call(op, in, 2, out.items, 1));  // settled again, and it runs
+  tr_op_destroy(&op);
+  // an error of settling still counts the backend that failed
+  tr_op *gemm = nullptr;
+  tr_named_value none[1];
+  CHECK(tr_test::error_of(tr_op_new(env.rt, "NoSuchFwdOp", none, 0, nullptr, &gemm))
+            .find("; 1 backend failed to load (see tr_load_failures)") != std::string::npos);
 }
