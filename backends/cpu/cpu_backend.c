@@ -2,6 +2,7 @@
  * builds a kernel for every op in the manifest that builds kernels (all but the composite
  * LinearFwdOp), on the plain C11 kernels of backends/cpu/kernels. A plugin like any other. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,12 +127,170 @@ static int64_t list_product(const tr_build_request *req, const char *name) {
   return n;
 }
 
+/* ---- What the builder refuses ----
+ *
+ * The spec's second layer of checks: whether this target serves the call's dtypes, shapes and
+ * params is answered here, by build_kernel, so that a combination the kernels refuse is refused
+ * before anything is built or memoised (a kernel that failed at its first call would have its memo
+ * dropped and be built again, to fail again, at every call). Each check repeats one the kernel
+ * makes, since the kernels are also called directly and stay safe on their own; most of them the
+ * manifest's signature already guarantees, and the builder repeats them so that it does not
+ * depend on the manifest staying as it is. What depends on tensor values (RoPE's positions, GQA's
+ * seqlens) stays in the kernel. A refusal is the kernel's code, a ValueError. */
+
+/* The dtypes the kernels serve, as a set of bits. */
+enum {
+  DT_F16 = 1 << 0, DT_BF16 = 1 << 1, DT_F32 = 1 << 2, DT_F64 = 1 << 3, DT_I32 = 1 << 4,
+  DT_I64 = 1 << 5,
+  DT_HALVES_F32 = DT_F16 | DT_BF16 | DT_F32,
+};
+
+static const struct {
+  unsigned bit;
+  tr_dtype dtype;
+} kDtypes[] = {
+    {DT_F16, {kDLFloat, 16, 1}}, {DT_BF16, {kDLBfloat, 16, 1}}, {DT_F32, {kDLFloat, 32, 1}},
+    {DT_F64, {kDLFloat, 64, 1}}, {DT_I32, {kDLInt, 32, 1}},     {DT_I64, {kDLInt, 64, 1}},
+};
+
+/* Per kind: the input that carries the op's dtype (manifest name and position) and the dtypes
+ * its kernel serves. */
+static const struct {
+  const char *input;
+  size_t index;
+  unsigned dtypes;
+} kServes[] = {
+    [OP_RMS_NORM] = {"x", 0, DT_HALVES_F32},
+    [OP_LAYER_NORM] = {"x", 0, DT_HALVES_F32},
+    [OP_GROUP_NORM] = {"x", 0, DT_HALVES_F32},
+    [OP_BATCH_NORM] = {"x", 0, DT_HALVES_F32},
+    [OP_SOFTMAX] = {"x", 0, DT_HALVES_F32},
+    [OP_ADD] = {"a", 0, DT_HALVES_F32 | DT_F64 | DT_I32 | DT_I64},
+    [OP_GEMM] = {"a", 0, DT_HALVES_F32},
+    [OP_ROPE] = {"x", 1, DT_HALVES_F32},
+    [OP_GQA_DECODE] = {"q", 0, DT_F16 | DT_BF16},
+};
+
+/* NULL when dtype is in `served`; else "cpu SoftmaxFwdOp: param 'dtype' is int32; the cpu target
+ * serves float16 | bfloat16 | float32 | float64" (`item` names it, `tail` is appended). */
+static tr_status *need_dtype(const tr_build_request *req, const char *item, tr_dtype dtype,
+                             unsigned served, const char *tail) {
+  const size_t count = sizeof(kDtypes) / sizeof(kDtypes[0]);
+  for (size_t i = 0; i < count; i++) {
+    if ((served & kDtypes[i].bit) && tr_dtype_equal(dtype, kDtypes[i].dtype)) return NULL;
+  }
+  char names[128] = "", got[TR_DTYPE_FORMAT_MAX];
+  size_t used = 0;
+  for (size_t i = 0; i < count && used < sizeof(names); i++) {
+    if (!(served & kDtypes[i].bit)) continue;
+    int n = snprintf(names + used, sizeof(names) - used, "%s%s", used ? " | " : "",
+                     tr_dtype_name(kDtypes[i].dtype));
+    if (n > 0) used += (size_t)n;
+  }
+  tr_dtype_format(dtype, got, sizeof(got));
+  return TR_STATUS(TR_VALUE, TARGET " %s: %s is %s; the " TARGET " target serves %s%s", req->op,
+                   item, got, names, tail);
+}
+
+/* The param as the caller reads it (Python's form, as tilerun prints params). */
+static const char *param_text(const tr_build_request *req, const char *name, char *buf,
+                              size_t size) {
+  const tr_value *v = tr_build_param(req, name);
+  tr_value none = tr_value_none();
+  tr_value_format(v ? v : &none, buf, size);
+  return buf;
+}
+
+/* Refuses what the kernel `k` (its params resolved from req) would refuse at every call. */
+static tr_status *check_served(const tr_build_request *req, const cpu_kernel *k) {
+  const tr_tensor_spec *x = req->inputs[kServes[k->kind].index];
+  char item[64], text[64];
+  snprintf(item, sizeof(item), "input '%s' dtype", kServes[k->kind].input);
+  TR_RETURN_IF_ERROR(need_dtype(req, item, x->dtype, kServes[k->kind].dtypes, ""));
+  switch (k->kind) {
+    case OP_RMS_NORM:
+    case OP_LAYER_NORM:
+    case OP_GEMM:
+      break;
+    case OP_GROUP_NORM: /* x [N, C, *S] */
+      if (k->groups <= 0 || x->shape[1] % k->groups != 0) {
+        return TR_STATUS(TR_VALUE, TARGET " %s: param 'num_groups' is %s; the " TARGET " target "
+                         "needs num_groups > 0 dividing C = %lld (input 'x' dim 1)", req->op,
+                         param_text(req, "num_groups", text, sizeof(text)), (long long)x->shape[1]);
+      }
+      break;
+    case OP_BATCH_NORM: { /* x [N, C, *S]; running_mean, running_var: inputs 1 and 2 */
+      int64_t count = x->shape[0];
+      for (int32_t d = 2; d < x->rank; d++) count *= x->shape[d];
+      if (k->flag_a && count <= 1) {
+        return TR_STATUS(TR_VALUE, TARGET " %s: input 'x' has N * prod(S) = %lld values per "
+                         "channel; training=True needs more than 1", req->op, (long long)count);
+      }
+      const char *absent = req->inputs[1] == NULL   ? "running_mean"
+                           : req->inputs[2] == NULL ? "running_var"
+                                                    : NULL;
+      if (!k->flag_a && absent != NULL && x->shape[1] > 0) {
+        return TR_STATUS(TR_VALUE, TARGET " %s: input '%s' is absent; training=False needs "
+                         "running_mean and running_var", req->op, absent);
+      }
+      break;
+    }
+    case OP_SOFTMAX: {
+      /* call() reads x's shape at dim */
+      if (k->dim < -(int64_t)x->rank || k->dim >= (int64_t)x->rank) {
+        return TR_STATUS(TR_VALUE, TARGET " %s: param 'dim' is %lld; input 'x' has rank %d, so "
+                         "dim must be in [%d, %d)", req->op, (long long)k->dim, (int)x->rank,
+                         -(int)x->rank, (int)x->rank);
+      }
+      const tr_value *dtype = tr_build_param(req, "dtype"); /* the output's; None: x's */
+      if (dtype != NULL && dtype->kind == TR_VALUE_DTYPE) {
+        TR_RETURN_IF_ERROR(need_dtype(req, "param 'dtype'", dtype->as.dtype,
+                                      DT_HALVES_F32 | DT_F64, ", or None (x's dtype)"));
+      }
+      break;
+    }
+    case OP_ADD: /* torch.add: an integer dtype takes an integral alpha that fits it */
+      if (x->dtype.code == kDLInt) {
+        const double lo = x->dtype.bits == 32 ? -2147483648.0 : -9223372036854775808.0;
+        if (!(k->alpha == floor(k->alpha) && k->alpha >= lo && k->alpha < -lo)) { /* nan fails */
+          char dtype[TR_DTYPE_FORMAT_MAX];
+          tr_dtype_format(x->dtype, dtype, sizeof(dtype));
+          return TR_STATUS(TR_VALUE, TARGET " %s: param 'alpha' is %s; with input dtype %s the "
+                           TARGET " target needs an integral alpha in [%s, %s]", req->op,
+                           param_text(req, "alpha", text, sizeof(text)), dtype,
+                           x->dtype.bits == 32 ? "-2147483648" : "-9223372036854775808",
+                           x->dtype.bits == 32 ? "2147483647" : "9223372036854775807");
+        }
+      }
+      break;
+    case OP_ROPE: /* positions [*B], x [*B, H, D] */
+      TR_RETURN_IF_ERROR(need_dtype(req, "input 'positions' dtype", req->inputs[0]->dtype,
+                                    DT_I32 | DT_I64, ""));
+      if (x->shape[x->rank - 1] % 2 != 0) {
+        return TR_STATUS(TR_VALUE, TARGET " %s: input 'x' head dim D is %lld; the " TARGET
+                         " target needs it even", req->op, (long long)x->shape[x->rank - 1]);
+      }
+      break;
+    case OP_GQA_DECODE: /* seqlens: input 3 */
+      TR_RETURN_IF_ERROR(
+          need_dtype(req, "input 'seqlens' dtype", req->inputs[3]->dtype, DT_I32, ""));
+      if (k->heads_kv <= 0 || k->heads % k->heads_kv != 0) {
+        return TR_STATUS(TR_VALUE, TARGET " %s: param 'heads_kv' is %lld; the " TARGET " target "
+                         "needs heads_kv > 0 dividing heads = %lld", req->op,
+                         (long long)k->heads_kv, (long long)k->heads);
+      }
+      break;
+  }
+  return NULL;
+}
+
+/* Resolves the params, refuses what the kernel would refuse at every call, and only then
+ * allocates the kernel. */
 static tr_status *build(void *ctx, const tr_build_request *req, tr_kernel *out) {
   op_kind kind = (op_kind)(intptr_t)ctx;
-  cpu_kernel *k = calloc(1, sizeof(*k));
-  if (k == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, TARGET ": building %s", req->op);
-  k->kind = kind;
-  k->dtype = req->inputs[kind == OP_ROPE ? 1 : 0]->dtype;
+  cpu_kernel resolved = {.kind = kind};
+  cpu_kernel *k = &resolved;
+  k->dtype = req->inputs[kServes[kind].index]->dtype;
   switch (kind) {
     case OP_RMS_NORM:
       k->n = list_product(req, "normalized_shape");
@@ -171,6 +330,10 @@ static tr_status *build(void *ctx, const tr_build_request *req, tr_kernel *out) 
       k->scale = float_param(req, "scale", 1.0 / sqrt((double)(k->dim > 0 ? k->dim : 1)));
       break;
   }
+  TR_RETURN_IF_ERROR(check_served(req, k));
+  k = malloc(sizeof(*k));
+  if (k == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, TARGET ": building %s", req->op);
+  *k = resolved;
   out->self = k;
   out->call = call;
   out->release = release;

@@ -1,7 +1,9 @@
 // cpu_backend_test.cc: the CPU backend through tilerun's caller API: discovered from its
 // descriptor, serving every op that builds kernels, each checked against a float64 reference on
-// fresh random inputs (the glue: params, defaults, shapes), and bad inputs named.
+// fresh random inputs (the glue: params, defaults, shapes), bad inputs named, and what the
+// kernels cannot serve refused by the builder.
 #include <catch2/catch.hpp>
+
 
 #include <cmath>
 #include <random>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels/cpu_kernels.h"
+#include "platform/platform.h"
 #include "runtime/runtime_testing.h"
 
 using tr_test::HostTensor;
@@ -24,6 +27,7 @@ struct Cpu {
     o.n_backend_dirs = 1;
     tr_test::ok(tr_runtime_new(&o, &rt));
   }
+  explicit Cpu(tr_runtime *made) : rt(made) {}
   ~Cpu() { tr_runtime_destroy(&rt); }
   tr_op *op(const char *name, std::vector<tr_named_value> params = {}) {
     tr_op *made = nullptr;
@@ -278,4 +282,296 @@ TEST_CASE("GQA decode in bfloat16, with the default scale and a softcap") {
       }
     }
   tr_op_destroy(&gqa);
+}
+
+// A 16-bit float tensor (float16 or bfloat16) in host memory, holding `values` rounded.
+struct Half {
+  std::vector<uint16_t> bits;
+  std::vector<int64_t> shape;
+  DLTensor t{};
+  Half(tr_dtype dtype, std::vector<int64_t> s, const std::vector<float> &values) : shape(std::move(s)) {
+    for (float v : values) bits.push_back(dtype.code == kDLBfloat ? tr_cpu_f32_to_bf16(v) : tr_cpu_f32_to_f16(v));
+    t = DLTensor{bits.data(), {kDLCPU, 0}, (int32_t)shape.size(), dtype, shape.data(), nullptr, 0};
+  }
+  double at(size_t i) const {
+    return t.dtype.code == kDLBfloat ? tr_cpu_bf16_to_f32(bits[i]) : tr_cpu_f16_to_f32(bits[i]);
+  }
+};
+
+TEST_CASE("RMSNorm with eps unset takes the epsilon of x's dtype (torch.finfo(x.dtype).eps)") {
+  // Rows of mean square about 1e-4: float16's epsilon (2^-10) and bfloat16's (2^-7) change the
+  // result by a factor of 3 to 9 there, where float32's (2^-23) would leave it almost unchanged.
+  struct Case {
+    tr_dtype dtype;
+    double eps, rtol;
+  } cases[] = {{TR_FLOAT16, 0.0009765625, 2e-3}, {TR_BFLOAT16, 0.0078125, 1e-2}};
+  for (const Case &c : cases) {
+    INFO("dtype code " << (int)c.dtype.code);
+    Cpu cpu;
+    std::vector<float> values(4 * 16);
+    std::normal_distribution<float> dist(0.0f, 0.01f);
+    for (float &v : values) v = dist(rng());
+    Half x(c.dtype, {4, 16}, values);
+    tr_op *rms = cpu.op("RMSNormFwdOp", {{"normalized_shape", list({16})}});  // eps None
+    const DLTensor *in[] = {&x.t};
+    Outputs out;
+    tr_test::ok(tr_op_call(rms, in, 1, out.items, 1));
+    REQUIRE(tr_dtype_equal(out.items[0]->dl_tensor.dtype, c.dtype));
+    const uint16_t *y = static_cast<const uint16_t *>(out.items[0]->dl_tensor.data);
+    for (int row = 0; row < 4; row++) {
+      double ss = 0;
+      for (int i = 0; i < 16; i++) ss += x.at(row * 16 + i) * x.at(row * 16 + i);
+      for (int i = 0; i < 16; i++) {
+        double want = x.at(row * 16 + i) / std::sqrt(ss / 16 + c.eps);
+        double got = c.dtype.code == kDLBfloat ? tr_cpu_bf16_to_f32(y[row * 16 + i]) : tr_cpu_f16_to_f32(y[row * 16 + i]);
+        INFO("row " << row << " element " << i);
+        REQUIRE(got == Approx(want).epsilon(c.rtol).margin(1e-3));
+      }
+    }
+    tr_op_destroy(&rms);
+  }
+}
+
+// ---- What the builder refuses ----
+
+// The shipped library's builders, watched: its init runs with an API table whose
+// register_kernel_builder puts a counter in front of each builder, so that a test sees how many
+// times a call asked the builder and how many times the builder itself refused. One runtime at a
+// time (the counters are the process's).
+namespace watched {
+
+struct Builder {
+  std::string op;
+  tr_build_kernel_fn build = nullptr;
+  void *ctx = nullptr;
+  int asked = 0, refused = 0;
+};
+
+static Builder builders[16];
+static size_t n_builders = 0;
+static const tr_backend_api *host_api = nullptr;
+
+static tr_status *build(void *ctx, const tr_build_request *req, tr_kernel *out) {
+  Builder *b = static_cast<Builder *>(ctx);
+  b->asked++;
+  tr_status *status = b->build(b->ctx, req, out);
+  if (status != nullptr) b->refused++;
+  return status;
+}
+
+static tr_status *register_builder(void *host, const char *op, const char *target,
+                                   tr_build_kernel_fn fn, void *ctx) {
+  REQUIRE(n_builders < 16);
+  Builder *b = &builders[n_builders++];
+  *b = Builder{op, fn, ctx};
+  return host_api->register_kernel_builder(host, op, target, build, b);
+}
+
+static tr_status *init(const tr_backend_api *api) {
+  static tr_plat_lib *lib = nullptr;  // kept open: the runtime calls into it until the end
+  if (lib == nullptr) tr_test::ok(tr_plat_lib_open("backends/cpu/libtilerun_cpu.so", &lib));
+  auto real = reinterpret_cast<tr_backend_init_fn>(tr_plat_lib_symbol(lib, TR_BACKEND_INIT_SYMBOL));
+  REQUIRE(real != nullptr);
+  n_builders = 0;
+  host_api = api;
+  tr_backend_api watching = *api;
+  watching.register_kernel_builder = register_builder;
+  return real(&watching);
+}
+
+static Builder &of(const char *op) {
+  for (size_t i = 0; i < n_builders; i++) {
+    if (builders[i].op == op) return builders[i];
+  }
+  FAIL("no builder watched for " << op);
+  return builders[0];
+}
+
+}  // namespace watched
+
+// A runtime whose only backend is the shipped cpu library, its builders watched (loaded now).
+struct WatchedCpu : Cpu {
+  WatchedCpu() : Cpu(tr_test::runtime_with_builtin("cpu", watched::init)) {
+    const char *names[4];
+    REQUIRE(tr_registered_targets(rt, nullptr, names, 4) == 1);  // runs discovery
+  }
+};
+
+TEST_CASE("builder: an integer Add with a fractional or out-of-range alpha is refused at build") {
+  WatchedCpu cpu;
+  struct Case {
+    tr_dtype dtype;
+    double alpha;
+    const char *error;
+  } cases[] = {
+      {TR_INT32, 0.5,
+       "ValueError: cpu AddFwdOp: param 'alpha' is 0.5; with input dtype int32 the cpu target needs "
+       "an integral alpha in [-2147483648, 2147483647]"},
+      {TR_INT32, 2147483648.0,
+       "ValueError: cpu AddFwdOp: param 'alpha' is 2147483648.0; with input dtype int32 the cpu "
+       "target needs an integral alpha in [-2147483648, 2147483647]"},
+      {TR_INT64, 1e19,
+       "ValueError: cpu AddFwdOp: param 'alpha' is 1e+19; with input dtype int64 the cpu target "
+       "needs an integral alpha in [-9223372036854775808, 9223372036854775807]"},
+  };
+  for (const Case &c : cases) {
+    INFO(c.error);
+    watched::Builder &builder = watched::of("AddFwdOp");
+    builder.asked = builder.refused = 0;
+    tr_op *add = cpu.op("AddFwdOp", {{"alpha", tr_value_float(c.alpha)}});
+    std::vector<int64_t> a(6, 1), b(6, 2);
+    int64_t shape[] = {6};
+    std::vector<int32_t> a32(6, 1), b32(6, 2);
+    bool is32 = c.dtype.bits == 32;
+    DLTensor ta{is32 ? (void *)a32.data() : (void *)a.data(), {kDLCPU, 0}, 1, c.dtype, shape, nullptr, 0};
+    DLTensor tb{is32 ? (void *)b32.data() : (void *)b.data(), {kDLCPU, 0}, 1, c.dtype, shape, nullptr, 0};
+    const DLTensor *in[] = {&ta, &tb};
+    for (int call = 1; call <= 2; call++) {  // each call asks the builder, which refuses again
+      Outputs out;
+      CHECK(tr_test::error_of(tr_op_call(add, in, 2, out.items, 1)) == c.error);
+      CHECK(out.items[0] == nullptr);
+      CHECK(builder.asked == call);
+      CHECK(builder.refused == call);  // the builder's refusal, not a built kernel's failure
+      CHECK(tr_op_memo_count(add) == 0);
+      CHECK(tr_op_target(add) == nullptr);
+    }
+    tr_op_destroy(&add);
+  }
+  // An integral alpha in range is served (and memoised) as before.
+  watched::Builder &builder = watched::of("AddFwdOp");
+  builder.asked = builder.refused = 0;
+  tr_op *add = cpu.op("AddFwdOp", {{"alpha", tr_value_float(-3.0)}});
+  std::vector<int32_t> a = {1, 2, 3}, b = {10, 20, 30};
+  int64_t shape[] = {3};
+  DLTensor ta{a.data(), {kDLCPU, 0}, 1, TR_INT32, shape, nullptr, 0}, tb{b.data(), {kDLCPU, 0}, 1, TR_INT32, shape, nullptr, 0};
+  const DLTensor *in[] = {&ta, &tb};
+  Outputs out;
+  tr_test::ok(tr_op_call(add, in, 2, out.items, 1));
+  const int32_t *c = static_cast<const int32_t *>(out.items[0]->dl_tensor.data);
+  CHECK((c[0] == -29 && c[1] == -58 && c[2] == -87));
+  CHECK((builder.asked == 1 && builder.refused == 0));
+  CHECK(tr_op_memo_count(add) == 1);
+  tr_op_destroy(&add);
+}
+
+TEST_CASE("builder: Softmax with a dtype param the kernel does not write is refused at build") {
+  WatchedCpu cpu;
+  HostTensor x = random({3, 5});
+  const DLTensor *in[] = {&x.t};
+  for (tr_dtype dtype : {TR_INT32, TR_FLOAT8_E4M3}) {
+    watched::Builder &builder = watched::of("SoftmaxFwdOp");
+    builder.asked = builder.refused = 0;
+    tr_op *sm = cpu.op("SoftmaxFwdOp", {{"dtype", tr_value_dtype(dtype)}});
+    char name[TR_DTYPE_FORMAT_MAX];
+    tr_dtype_format(dtype, name, sizeof(name));
+    for (int call = 1; call <= 2; call++) {
+      Outputs out;
+      CHECK(tr_test::error_of(tr_op_call(sm, in, 1, out.items, 1)) ==
+            std::string("ValueError: cpu SoftmaxFwdOp: param 'dtype' is ") + name +
+                "; the cpu target serves float16 | bfloat16 | float32 | float64, or None (x's dtype)");
+      CHECK(builder.asked == call);
+      CHECK(builder.refused == call);
+      CHECK(tr_op_memo_count(sm) == 0);
+    }
+    tr_op_destroy(&sm);
+  }
+  // float64, which the kernel writes, is served.
+  tr_op *sm = cpu.op("SoftmaxFwdOp", {{"dtype", tr_value_dtype(TR_FLOAT64)}});
+  Outputs out;
+  tr_test::ok(tr_op_call(sm, in, 1, out.items, 1));
+  CHECK(tr_op_memo_count(sm) == 1);
+  const double *y = static_cast<const double *>(out.items[0]->dl_tensor.data);
+  double sum = 0;
+  for (int i = 0; i < 5; i++) sum += y[i];
+  CHECK(sum == Approx(1.0).epsilon(1e-12));
+  tr_op_destroy(&sm);
+}
+
+// One input of a hand-made build request: its dtype and shape, or absent.
+struct In {
+  tr_dtype dtype;
+  std::vector<int64_t> shape;
+  bool absent = false;
+};
+
+// Asks the watched builder of `op` directly, with a request the runtime never sends (the
+// manifest's validation refuses such calls first): the builder must refuse it on its own.
+// Returns the refusal's text, or "built".
+static std::string build_directly(const char *op, std::vector<In> inputs,
+                                  std::vector<tr_named_value> params) {
+  tr_device device;
+  tr_test::ok(tr_device_make("cpu", 0, &device));
+  std::vector<tr_tensor_spec> specs(inputs.size());
+  std::vector<const tr_tensor_spec *> ptrs(inputs.size(), nullptr);
+  for (size_t i = 0; i < inputs.size(); i++) {
+    if (inputs[i].absent) continue;
+    tr_test::ok(tr_tensor_spec_make(&device, inputs[i].dtype, (int32_t)inputs[i].shape.size(),
+                                    inputs[i].shape.data(), &specs[i]));
+    ptrs[i] = &specs[i];
+  }
+  tr_build_request req = {op, "cpu", &device, ptrs.data(), ptrs.size(), params.data(), params.size()};
+  watched::Builder &builder = watched::of(op);
+  tr_kernel kernel{};
+  kernel.struct_size = sizeof(kernel);
+  tr_status *status = builder.build(builder.ctx, &req, &kernel);
+  for (auto &p : params) tr_value_clear(&p.value);
+  if (status == nullptr) {
+    if (kernel.release != nullptr) kernel.release(kernel.self);
+    return "built";
+  }
+  return tr_test::error_of(status);
+}
+
+TEST_CASE("builder: it refuses on its own what the kernels refuse and the manifest already does") {
+  WatchedCpu cpu;  // loads the library; the requests below go to its builders directly
+  const tr_dtype f32 = TR_FLOAT32;
+  CHECK(build_directly("RMSNormFwdOp", {{TR_FLOAT64, {2, 8}}, {f32, {8}, true}},
+                       {{"normalized_shape", list({8})}}) ==
+        "ValueError: cpu RMSNormFwdOp: input 'x' dtype is float64; the cpu target serves "
+        "float16 | bfloat16 | float32");
+  CHECK(build_directly("GQADecodeFwdOp",
+                       {{TR_FLOAT32, {1, 4, 8}}, {TR_FLOAT32, {1, 6, 2, 8}}, {TR_FLOAT32, {1, 6, 2, 8}}, {TR_INT32, {1}}},
+                       {{"heads", tr_value_int(4)}, {"heads_kv", tr_value_int(2)}, {"dim", tr_value_int(8)}}) ==
+        "ValueError: cpu GQADecodeFwdOp: input 'q' dtype is float32; the cpu target serves float16 | bfloat16");
+  CHECK(build_directly("GroupNormFwdOp", {{f32, {2, 4, 3}}, {f32, {4}, true}, {f32, {4}, true}},
+                       {{"num_groups", tr_value_int(3)}}) ==
+        "ValueError: cpu GroupNormFwdOp: param 'num_groups' is 3; the cpu target needs num_groups > 0 "
+        "dividing C = 4 (input 'x' dim 1)");
+  CHECK(build_directly("GroupNormFwdOp", {{f32, {2, 4, 3}}, {f32, {4}, true}, {f32, {4}, true}},
+                       {{"num_groups", tr_value_int(0)}}) ==
+        "ValueError: cpu GroupNormFwdOp: param 'num_groups' is 0; the cpu target needs num_groups > 0 "
+        "dividing C = 4 (input 'x' dim 1)");
+  std::vector<In> bn_absent = {{f32, {1, 4}}, {f32, {4}, true}, {f32, {4}, true}, {f32, {4}, true}, {f32, {4}, true}};
+  CHECK(build_directly("BatchNormFwdOp", bn_absent, {{"training", tr_value_bool(true)}}) ==
+        "ValueError: cpu BatchNormFwdOp: input 'x' has N * prod(S) = 1 values per channel; "
+        "training=True needs more than 1");
+  CHECK(build_directly("BatchNormFwdOp", bn_absent, {{"training", tr_value_bool(false)}}) ==
+        "ValueError: cpu BatchNormFwdOp: input 'running_mean' is absent; training=False needs "
+        "running_mean and running_var");
+  CHECK(build_directly("BatchNormFwdOp", {{f32, {2, 4}}, {f32, {4}}, {f32, {4}, true}, {f32, {4}, true}, {f32, {4}, true}},
+                       {{"training", tr_value_bool(false)}}) ==
+        "ValueError: cpu BatchNormFwdOp: input 'running_var' is absent; training=False needs "
+        "running_mean and running_var");
+  CHECK(build_directly("SoftmaxFwdOp", {{f32, {3, 5}}}, {{"dim", tr_value_int(2)}, {"dtype", tr_value_none()}}) ==
+        "ValueError: cpu SoftmaxFwdOp: param 'dim' is 2; input 'x' has rank 2, so dim must be in [-2, 2)");
+  CHECK(build_directly("SoftmaxFwdOp", {{f32, {3, 5}}}, {{"dim", tr_value_int(-3)}, {"dtype", tr_value_none()}}) ==
+        "ValueError: cpu SoftmaxFwdOp: param 'dim' is -3; input 'x' has rank 2, so dim must be in [-2, 2)");
+  CHECK(build_directly("RoPEFwdOp", {{TR_INT64, {3}}, {f32, {3, 2, 5}}, {f32, {7, 5}}},
+                       {{"is_neox", tr_value_bool(true)}}) ==
+        "ValueError: cpu RoPEFwdOp: input 'x' head dim D is 5; the cpu target needs it even");
+  CHECK(build_directly("RoPEFwdOp", {{f32, {3}}, {f32, {3, 2, 4}}, {f32, {7, 4}}},
+                       {{"is_neox", tr_value_bool(true)}}) ==
+        "ValueError: cpu RoPEFwdOp: input 'positions' dtype is float32; the cpu target serves int32 | int64");
+  std::vector<tr_named_value> gqa = {{"heads", tr_value_int(4)}, {"heads_kv", tr_value_int(3)}, {"dim", tr_value_int(8)}};
+  std::vector<In> bf16_in = {{TR_BFLOAT16, {1, 4, 8}}, {TR_BFLOAT16, {1, 6, 3, 8}}, {TR_BFLOAT16, {1, 6, 3, 8}}, {TR_INT32, {1}}};
+  CHECK(build_directly("GQADecodeFwdOp", bf16_in, gqa) ==
+        "ValueError: cpu GQADecodeFwdOp: param 'heads_kv' is 3; the cpu target needs heads_kv > 0 "
+        "dividing heads = 4");
+  bf16_in[3].dtype = TR_INT64;
+  CHECK(build_directly("GQADecodeFwdOp", bf16_in,
+                       {{"heads", tr_value_int(4)}, {"heads_kv", tr_value_int(2)}, {"dim", tr_value_int(8)}}) ==
+        "ValueError: cpu GQADecodeFwdOp: input 'seqlens' dtype is int64; the cpu target serves int32");
+  // A request the kernels serve is built.
+  CHECK(build_directly("GroupNormFwdOp", {{f32, {2, 4, 3}}, {f32, {4}, true}, {f32, {4}, true}},
+                       {{"num_groups", tr_value_int(2)}}) == "built");
 }

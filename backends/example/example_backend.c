@@ -1,7 +1,8 @@
 /* example_backend.c: the template backend a vendor copies. Target "example", on a made-up device
  * type "acme" (its tensors are DLPack kDLExtDev; here they live in host memory, so it runs on any
  * machine). It registers a detector, an allocator and copy for "acme", and builders for two ops:
- * RMSNormFwdOp and AddFwdOp. Its kernels support request_tune and report a config.
+ * RMSNormFwdOp and AddFwdOp. Its kernels support request_tune and report a config: "tile", and
+ * "tunes", how many times request_tune reached that kernel (so a test sees a request arrive).
  *
  * To make it yours: rename the target and the device type, claim your device in detect, put
  * your runtime's allocator and copy in acme_alloc/acme_free/acme_copy, and replace the kernels
@@ -68,18 +69,20 @@ typedef struct example_kernel {
   int tune_count;      /* how many times request_tune ran */
   int64_t n;           /* RMSNorm: the row length, a compile-time constant of the build */
   double eps, alpha;
-  tr_named_value config[1];
+  tr_named_value config[2]; /* "tile", then "tunes": tune_count, as reported */
 } example_kernel;
 
 static tr_status *tune(void *self, const tr_device *device) {
   (void)device;
-  ((example_kernel *)self)->tune_count++;
+  example_kernel *k = self;
+  k->tune_count++;
+  k->config[1].value = tr_value_int(k->tune_count);
   return NULL;
 }
 
 static size_t config(void *self, const tr_named_value **out) {
   *out = ((example_kernel *)self)->config;
-  return 1;
+  return 2;
 }
 
 static void release(void *self) { free(self); }
@@ -125,6 +128,8 @@ static tr_status *new_kernel(tr_kernel *out, tr_status *(*call)(void *, DLTensor
   if (*k == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, TARGET ": a kernel");
   (*k)->config[0].name = "tile";
   (*k)->config[0].value = tr_value_int(128);
+  (*k)->config[1].name = "tunes";
+  (*k)->config[1].value = tr_value_int(0);
   out->self = *k;
   out->call = call;
   out->request_tune = tune;
@@ -150,7 +155,10 @@ static tr_status *build_rms_norm(void *ctx, const tr_build_request *req, tr_kern
   TR_RETURN_IF_ERROR(new_kernel(out, call_rms_norm, &k));
   k->n = 1;
   for (size_t i = 0; i < shape->as.list.len; i++) k->n *= shape->as.list.items[i];
-  /* eps None: torch.finfo(float32).eps, the reference API's meaning */
+  /* eps None: torch.finfo(x.dtype).eps, as the manifest says (norm.yaml). need_float32 above
+   * refused every dtype but float32, so that is float32's epsilon here; a copy of this template
+   * that serves float16 or bfloat16 must take the epsilon of the input's dtype instead, as the
+   * cpu backend does (2^-10 and 2^-7). */
   k->eps = eps->kind == TR_VALUE_FLOAT ? eps->as.f : 1.1920928955078125e-07;
   return NULL;
 }

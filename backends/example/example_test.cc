@@ -239,6 +239,16 @@ TEST_CASE("memoisation: one build per device and input signature; not per stride
 
 // ---- tuning ----
 
+// The "tunes" the op's kernel reports: how many times request_tune reached it.
+static int64_t tunes_reported(tr_op *op) {
+  const tr_named_value *config = nullptr;
+  size_t n = tr_op_kernel_config(op, &config);
+  for (size_t i = 0; i < n; i++) {
+    if (std::string(config[i].name) == "tunes") return config[i].value.as.i;
+  }
+  return -1;
+}
+
 TEST_CASE("tuning: a request reaches kernels built before and after it; config is reported") {
   Installed env;
   tr_op *op = env.op("AddFwdOp");
@@ -249,12 +259,15 @@ TEST_CASE("tuning: a request reaches kernels built before and after it; config i
   Outputs out;
   tr_test::ok(tr_op_call(op, in, 2, out.items, 1));
   out.reset();
+  CHECK(tunes_reported(op) == 0);  // not tuned before a request
   tr_test::ok(tr_op_request_tune(op));
+  CHECK(tunes_reported(op) == 1);  // reached the kernel built before it
   tr_test::ok(tr_op_request_tune(op));  // idempotent: tunes again, never fails
+  CHECK(tunes_reported(op) == 2);
   HostTensor c({6}, kAcme0), d({6}, kAcme0);
   const DLTensor *later[] = {&c.t, &d.t};
   tr_test::ok(tr_op_call(op, later, 2, out.items, 1));
-  REQUIRE(tr_op_kernel_config(op, &config) == 1);
+  REQUIRE(tr_op_kernel_config(op, &config) == 2);
   CHECK(std::string(config[0].name) == "tile");
   CHECK(config[0].value.as.i == 128);
   CHECK(tr_op_memo_count(op) == 2);
@@ -265,5 +278,13 @@ TEST_CASE("tuning: a request reaches kernels built before and after it; config i
   CHECK(tr_test::error_of(tr_op_call(op, bad, 2, out.items, 1)).find("SignatureError(shape)") == 0);  // the kernels go
   CHECK(std::string(config[0].name) == "tile");  // the op's copy outlives the released kernels
   CHECK(config[0].value.as.i == 128);
+  // The op stays in tuned mode: a kernel built after the requests (here the only one, as the
+  // failed call dropped the others) is tuned once before its first call, and not on a memo hit.
+  tr_test::ok(tr_op_call(op, later, 2, out.items, 1));
+  out.reset();
+  CHECK(tr_op_memo_count(op) == 1);
+  CHECK(tunes_reported(op) == 1);
+  tr_test::ok(tr_op_call(op, later, 2, out.items, 1));
+  CHECK(tunes_reported(op) == 1);
   tr_op_destroy(&op);
 }
