@@ -66,6 +66,9 @@ struct tr_op {
   tr_plat_mutex lock;
   int tuned_mode;
   int warned_untunable;
+  /* a composite op's decision at its first call, kept as its target is (under lock): 0 none yet
+   * (or revoked), 1 served whole by its target, 2 runs its composition */
+  int composite;
   tr_op **steps; /* a composite op's sub-op instances, made at its first call */
   size_t n_config; /* tr_op_kernel_config's answer, copied (kernels may be released) */
   tr_named_value config[16];

@@ -28,6 +28,7 @@ static void drop_entry(void *ctx, void *value) {
 /* Revokes the op's target and drops its memo (the spec: a failed call leaves no decision). */
 static void revoke(tr_op *op) {
   op->target = NULL;
+  op->composite = 0;
   tr_memo_clear(op->memo, drop_entry, NULL);
 }
 
@@ -463,8 +464,15 @@ static tr_status *failed(tr_op *op, tr_status *status) {
 }
 
 /* A composite op is served whole by a target that registered a builder for it (the spec's first
- * state); otherwise it runs its composition. */
+ * state); otherwise it runs its composition. Decided at the first call and kept, as a target is
+ * (the spec: "this instance keeps it from here on"), so later calls run no detector; a call that
+ * fails drops the decision. A detection that fails decides nothing: the composition runs, and
+ * its steps give the error. */
 static int fused(tr_op *op, const DLTensor *const *inputs, size_t n_inputs) {
+  tr_plat_mutex_lock(&op->lock);
+  int decided = op->composite;
+  tr_plat_mutex_unlock(&op->lock);
+  if (decided != 0) return decided == 1;
   tr_device device;
   int found = 0;
   for (size_t i = 0; i < n_inputs && !found; i++) {
@@ -478,6 +486,12 @@ static int fused(tr_op *op, const DLTensor *const *inputs, size_t n_inputs) {
                                               &device, &target) : NULL;
   int served = found && bad == NULL && strcmp(target, TR_BUILTIN) != 0 &&
                tr_registry_has_builder(op->rt->registry, tr_op_def_name(op->def), target);
+  if (found && bad == NULL) {
+    tr_plat_mutex_lock(&op->lock);
+    if (op->composite == 0) op->composite = served ? 1 : 2; /* another thread's first call may have decided */
+    served = op->composite == 1;
+    tr_plat_mutex_unlock(&op->lock);
+  }
   tr_status_destroy(&bad);
   return served;
 }
@@ -492,7 +506,11 @@ tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
   }
   if (tr_op_def_is_composite(op->def) && !fused(op, inputs, n_inputs)) {
     tr_status *status = tr__compose_call(op, inputs, n_inputs, outputs, n_outputs);
-    return status ? tr_registry_annotate(op->rt->registry, status) : NULL;
+    if (status == NULL) return NULL;
+    tr_plat_mutex_lock(&op->lock);
+    op->composite = 0; /* a failed call leaves no decision */
+    tr_plat_mutex_unlock(&op->lock);
+    return tr_registry_annotate(op->rt->registry, status);
   }
   kernel_entry *e = NULL;
   tr_status *status = entry_for(op, inputs, n_inputs, &e);

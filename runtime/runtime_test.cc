@@ -757,3 +757,45 @@ TEST_CASE("a kernel's ValueError reaches the caller unchanged, even with a backe
   CHECK(tr_test::error_of(tr_op_new(env.rt, "NoSuchFwdOp", none, 0, nullptr, &gemm))
             .find("; 1 backend failed to load (see tr_load_failures)") != std::string::npos);
 }
+
+static tr_status *init_fused_later(const tr_backend_api *api) {  // a LinearFwdOp builder no detector picks
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "fusedlater", claim_nothing, nullptr));
+  return api->register_kernel_builder(api->host, "LinearFwdOp", "fusedlater", build<noop_call, true>, nullptr);
+}
+
+TEST_CASE("a composite op keeps what its first call decided: a later default target does not change it") {
+  g_seen.clear();
+  static const char *names[] = {"testcpu", "fusedlater"};
+  static const tr_backend_init_fn inits[] = {init_testcpu, init_fused_later};
+  const char *no_dirs[] = {"/nonexistent"};
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = no_dirs;
+  o.n_backend_dirs = 1;
+  o.builtin_names = names;
+  o.builtin_inits = inits;
+  o.n_builtins = 2;
+  tr_runtime *rt = nullptr;
+  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_op *linear = nullptr;
+  tr_test::ok(tr_op_new(rt, "LinearFwdOp", nullptr, 0, nullptr, &linear));
+  HostTensor x({2, 4}), w({3, 4});
+  const DLTensor *in[] = {&x.t, &w.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(linear, in, 2, out.items, 1));  // testcpu detected: no builder, composed
+  REQUIRE(g_seen.size() == 1);
+  CHECK(g_seen[0].find("GemmFwdOp testcpu") == 0);
+  tr_test::ok(tr_set_default_target(rt, "fusedlater"));
+  out.reset();
+  tr_test::ok(tr_op_call(linear, in, 2, out.items, 1));
+  CHECK(g_seen.size() == 1);  // still its composition: no LinearFwdOp build, its Gemm memoised
+  tr_op *fresh = nullptr;     // a new instance settles now: served whole by the default target
+  tr_test::ok(tr_op_new(rt, "LinearFwdOp", nullptr, 0, nullptr, &fresh));
+  out.reset();
+  tr_test::ok(tr_op_call(fresh, in, 2, out.items, 1));
+  REQUIRE(g_seen.size() == 2);
+  CHECK(g_seen[1].find("LinearFwdOp fusedlater") == 0);
+  tr_op_destroy(&fresh);
+  tr_op_destroy(&linear);
+  tr_runtime_destroy(&rt);
+}
