@@ -120,8 +120,14 @@ static tr_status *tune_entry(tr_op *op, kernel_entry *e) {
   if (e->kernel.request_tune == NULL) {
     if (!op->warned_untunable) {
       op->warned_untunable = 1;
-      tr__runtime_warn(op->rt, "%s: a kernel of target '%s' has no request_tune; it is not tuned",
-                       tr_op_def_name(op->def), op->target ? op->target : "?");
+      if (op->rt->launch_placement == TR_PLACE_PROCESS) {
+        tr__runtime_warn(op->rt, "%s: its kernels are built and launched in another process (launch placement: "
+                         "process), and the launch protocol carries no tuning request: they are not tuned",
+                         tr_op_def_name(op->def));
+      } else {
+        tr__runtime_warn(op->rt, "%s: a kernel of target '%s' has no request_tune; it is not tuned",
+                         tr_op_def_name(op->def), op->target ? op->target : "?");
+      }
     }
     return NULL;
   }

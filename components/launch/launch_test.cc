@@ -264,11 +264,15 @@ struct SharedTensor {
 };
 
 // The CPU backend for the runtimes here and for the served process (TILERUN_BACKEND_PATH).
-static tr_runtime *cpu_runtime(const char *pipeline_file = "") {
+static tr_runtime *cpu_runtime(const char *pipeline_file = "", tr_test::Warnings *warnings = nullptr) {
   ok(tr_plat_setenv("TILERUN_BACKEND_PATH", "backends/cpu"));
   tr_runtime_options o{};
   o.manifest_dir = "manifest/spec";
   o.pipeline_file = pipeline_file;
+  if (warnings != nullptr) {
+    o.warn = tr_test::Warnings::sink;
+    o.warn_ctx = warnings;
+  }
   tr_runtime *rt = nullptr;
   ok(tr_runtime_new(&o, &rt));
   return rt;
@@ -426,7 +430,8 @@ TEST_CASE("the runtime launches through the launch component placed in a thread 
     } else {
       file = pipeline_file(dir, "{placement: thread}");
     }
-    tr_runtime *rt = cpu_runtime(file.c_str());
+    tr_test::Warnings warnings;
+    tr_runtime *rt = cpu_runtime(file.c_str(), &warnings);
     tr_op *add = nullptr;
     ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &add));
     SharedTensor a({2, 3}, 1.0f), b({2, 3}, 10.0f);
@@ -443,6 +448,20 @@ TEST_CASE("the runtime launches through the launch component placed in a thread 
     ok(tr_op_call(add, in, 2, out, 1));
     c = static_cast<const float *>(out[0]->dl_tensor.data);
     for (size_t i = 0; i < 6; i++) CHECK(c[i] == 100.0f + b.data[i]);
+    out[0]->deleter(out[0]);
+    // Tuning and the kernel's config: in a thread, the cpu kernel's; in a process, that
+    // process's kernels, which no request reaches: said once, not pretended.
+    ok(tr_op_request_tune(add));
+    const tr_named_value *config = nullptr;
+    if (process) {
+      REQUIRE(warnings.lines.size() == 1);
+      CHECK(warnings.lines[0] == "AddFwdOp: its kernels are built and launched in another process (launch placement: "
+                                 "process), and the launch protocol carries no tuning request: they are not tuned");
+      CHECK(tr_op_kernel_config(add, &config) == 0);
+    } else {
+      for (const std::string &line : warnings.lines) CHECK(line.find("another process") == std::string::npos);
+    }
+    ok(tr_op_call(add, in, 2, out, 1));  // still runs, tuned mode or not
     out[0]->deleter(out[0]);
     // Inputs made by tr_runtime_empty: shared memory exactly when launch is in a process.
     int64_t shape[2] = {2, 3};
