@@ -71,11 +71,16 @@ static tr_status *gemm_call(void *, DLTensor *const *in, size_t, DLTensor *const
   return nullptr;
 }
 
-// BatchNorm stand-in: writes running_mean[c] = 100 + c, y = x, mean/rstd = c when present.
+// BatchNorm stand-in: writes running_mean[c] = 100 + c (through its stride, which it records
+// with its data address), y = x, mean/rstd = c when present.
+static const void *g_rm_data = nullptr;
+static int64_t g_rm_stride = 0;
 static tr_status *bn_call(void *, DLTensor *const *in, size_t, DLTensor *const *out, size_t n_out) {
   if (in[1] != nullptr) {
     float *rm = (float *)in[1]->data;
-    for (int64_t c = 0; c < in[1]->shape[0]; c++) rm[c] = 100.0f + (float)c;
+    g_rm_data = in[1]->data;
+    g_rm_stride = in[1]->strides != nullptr ? in[1]->strides[0] : 1;
+    for (int64_t c = 0; c < in[1]->shape[0]; c++) rm[c * g_rm_stride] = 100.0f + (float)c;
   }
   memcpy(out[0]->data, in[0]->data, (size_t)numel(in[0]) * 4);
   for (size_t o = 1; o < n_out; o++) {
@@ -798,4 +803,59 @@ TEST_CASE("a composite op keeps what its first call decided: a later default tar
   tr_op_destroy(&fresh);
   tr_op_destroy(&linear);
   tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("an input the call writes arrives as the caller passed it, strided, unless contiguous: true") {
+  // the shipped BatchNorm with running_mean's contiguous: true taken out
+  char *text = nullptr, *dir = nullptr;
+  size_t size = 0;
+  tr_test::ok(tr_plat_read_file("manifest/spec/norm.yaml", &text, &size));
+  std::string yaml(text, size);
+  free(text);
+  const std::string declared = "running_mean: {dtype: T, shape: \"[C]\", optional: true, mutated: true, contiguous: true,";
+  size_t at = yaml.find(declared);
+  REQUIRE(at != std::string::npos);
+  yaml.replace(at, declared.size(), "running_mean: {dtype: T, shape: \"[C]\", optional: true, mutated: true,");
+  tr_test::ok(tr_plat_make_temp_dir("tr-manifest", &dir));
+  tr_test::ok(tr_plat_write_file((std::string(dir) + "/norm.yaml").c_str(), yaml.data(), yaml.size()));
+  static const char *names[] = {"testcpu"};
+  static const tr_backend_init_fn inits[] = {init_testcpu};
+  const char *no_dirs[] = {"/nonexistent"};
+  for (int shipped = 0; shipped < 2; shipped++) {
+    INFO((shipped ? "the shipped manifest: contiguous: true" : "running_mean without contiguous: true"));
+    tr_runtime_options o{};
+    o.manifest_dir = shipped ? "manifest/spec" : dir;
+    o.backend_dirs = no_dirs;
+    o.n_backend_dirs = 1;
+    o.builtin_names = names;
+    o.builtin_inits = inits;
+    o.n_builtins = 1;
+    tr_runtime *rt = nullptr;
+    tr_test::ok(tr_runtime_new(&o, &rt));
+    tr_op *op = nullptr;
+    tr_named_value training[] = {{"training", tr_value_bool(false)}};
+    tr_test::ok(tr_op_new(rt, "BatchNormFwdOp", training, 1, nullptr, &op));
+    HostTensor x({2, 3, 2}), var({3});
+    HostTensor big({6}, {kDLCPU, 0}, 0.0f);
+    big.view({3}, {2});  // running_mean: every other element of a 6-element buffer
+    const DLTensor *in[] = {&x.t, &big.t, &var.t};
+    Outputs out;
+    g_rm_data = nullptr;
+    tr_test::ok(tr_op_call(op, in, 3, out.items, 3));
+    if (shipped) {  // copied in contiguous, and written back
+      CHECK(g_rm_data != big.data.data());
+      CHECK(g_rm_stride == 1);
+    } else {  // the caller's own view
+      CHECK(g_rm_data == big.data.data());
+      CHECK(g_rm_stride == 2);
+    }
+    CHECK(big.data[0] == 100.0f);  // either way the caller's elements hold what the kernel wrote
+    CHECK(big.data[2] == 101.0f);
+    CHECK(big.data[4] == 102.0f);
+    CHECK(big.data[1] == 0.0f + 0.25f * 1 - 0.1f * 1);  // and nothing between them changed
+    tr_op_destroy(&op);
+    tr_runtime_destroy(&rt);
+  }
+  tr_test::ok(tr_plat_remove_tree(dir));
+  free(dir);
 }
