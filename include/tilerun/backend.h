@@ -48,7 +48,10 @@ typedef struct tr_device_facts {
 
 /* A built kernel: what a builder fills in. The host keeps it in the op instance's memo and calls
  * `call` for every call with that device and input signature; `release` when the memo drops it
- * (the op failed a call, or was destroyed). */
+ * (the op failed a call, or was destroyed). Each memo entry is one kernel to the host: a builder
+ * that hands the same `self` to several (its own cache, keyed coarser than the input signature)
+ * gets `release` once per entry, and `request_tune` once per entry per tuning request, and so
+ * counts its references and tunes idempotently. */
 typedef struct tr_kernel {
   size_t struct_size; /* sizeof(tr_kernel) as the backend knows it */
   void *self;         /* the backend's own state */
