@@ -182,6 +182,15 @@ static tr_status *build_in_tree(tr_op *op, const char *iface, const char *key, c
   return status;
 }
 
+/* Whether an implementation of the op (in-tree, or a plugin's kernel type) runs on the device's
+ * type, before anything is built. */
+static int runs_in_tree(const tr_op *op, const tr_device *device) {
+  const char *name = tr_op_def_name(op->def);
+  const tr_select_table *table = op->rt->select_table;
+  const tr_select_entry *entry = tr_intree_find(name) != NULL && table != NULL ? tr_select_table_find(table, name) : NULL;
+  return entry != NULL && tr_selector_runs_on(entry->selector, device->type);
+}
+
 /* The in-tree build: the call spec of the call, the select component's key, then that
  * implementation's factory (compile or load the artifact, load it on the device) with the
  * device's facts, which are read only now that the target is settled. */
@@ -191,7 +200,10 @@ static tr_status *in_tree(tr_op *op, const tr_device *device, const tr_tensor_sp
   const tr_intree_op *fam = tr_intree_find(name);
   const tr_select_table *table = op->rt->select_table;
   const tr_select_entry *entry = fam != NULL && table != NULL ? tr_select_table_find(table, name) : NULL;
-  if (fam == NULL || entry == NULL || strcmp(device->type, "cuda") != 0) return not_in_tree(op, device);
+  /* on a device type no implementation runs on (in-tree ones: cuda; a plugin's: its devices) */
+  if (fam == NULL || entry == NULL || !tr_selector_runs_on(entry->selector, device->type)) {
+    return not_in_tree(op, device);
+  }
   const char *iface = NULL;
   tr_call_spec call;
   TR_RETURN_IF_ERROR(fam->call_spec(ptrs, n_decl, op->named, op->n_params, device, &iface, &call));
@@ -359,9 +371,7 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
                      "kernels do not run on this target's devices.", op->target, tr_op_def_name(def),
                      known);
   }
-  if (builtin && (tr_intree_find(tr_op_def_name(def)) == NULL || strcmp(check.device.type, "cuda") != 0)) {
-    return not_in_tree(op, &check.device);
-  }
+  if (builtin && !runs_in_tree(op, &check.device)) return not_in_tree(op, &check.device);
   kernel_entry *e = calloc(1, sizeof(*e));
   if (e == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "a memo entry of %s", tr_op_def_name(def));
   atomic_init(&e->refs, 1);

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/intree/intree.h"
 #include "platform/test_support.h"
 #include "runtime/runtime_testing.h"
 
@@ -858,4 +859,73 @@ TEST_CASE("an input the call writes arrives as the caller passed it, strided, un
   }
   tr_test::ok(tr_plat_remove_tree(dir));
   free(dir);
+}
+
+// ---- a plugin's kernel type for an in-tree op, on the plugin's own device type ----
+
+static std::atomic<int> g_acme_builds{0};
+static const char *const kAcmeOnly[] = {"acme", nullptr};
+
+static tr_status *acme_rms_factory(const tr_kernel_type *, const tr_call_spec *call, tr_kernel *out) {
+  g_acme_builds++;
+  g_seen.push_back("acme_rms row=" + std::to_string(tr_call_spec_int(call, "row")));
+  out->self = nullptr;
+  out->call = copy_call;
+  return nullptr;
+}
+
+static const tr_kernel_type *acme_rms() {
+  static tr_kernel_type t = {sizeof(tr_kernel_type), "acme_rms_norm", nullptr, kAcmeOnly, nullptr, 0, 0, nullptr,
+                             nullptr, nullptr, nullptr, acme_rms_factory, nullptr, nullptr};
+  t.interface = tr_intree_find("RMSNormFwdOp")->interfaces[0];
+  return &t;
+}
+
+static void *acme_alloc(void *, const tr_device *, size_t bytes) { return malloc(bytes ? bytes : 1); }
+static void acme_free(void *, const tr_device *, void *p) { free(p); }
+static tr_status *acme_facts(void *, const tr_device *, tr_device_facts *out) {
+  *out = tr_device_facts{-1, nullptr, 4, 0};
+  return nullptr;
+}
+
+static tr_status *init_acme_kit(const tr_backend_api *api) {  // no detector: the builtin target there
+  TR_RETURN_IF_ERROR(api->register_device_type(api->host, "acme", kDLExtDev));
+  TR_RETURN_IF_ERROR(api->register_allocator(api->host, "acme", acme_alloc, acme_free, nullptr, nullptr));
+  TR_RETURN_IF_ERROR(api->register_device_facts(api->host, "acme", acme_facts, nullptr));
+  return api->register_kernel_type(api->host, "RMSNormFwdOp", acme_rms());
+}
+
+TEST_CASE("a plugin's kernel type for an in-tree op runs on the device types it declares") {
+  g_seen.clear();
+  g_acme_builds = 0;
+  tr_runtime *rt = tr_test::runtime_with_builtin("acmekit", init_acme_kit);
+  int64_t row = 8;
+  tr_value shape;
+  tr_test::ok(tr_value_int_list(&row, 1, &shape));
+  tr_named_value params[] = {{"normalized_shape", shape}};
+  tr_op *op = nullptr;
+  tr_test::ok(tr_op_new(rt, "RMSNormFwdOp", params, 1, nullptr, &op));
+  tr_value_clear(&shape);
+  HostTensor x({3, 8}, {kDLExtDev, 0});
+  const DLTensor *in[] = {&x.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(op, in, 1, out.items, 1));  // settled builtin; the selector picks the plugin's type
+  CHECK(std::string(tr_op_target(op)) == "<builtin>");
+  CHECK(g_acme_builds == 1);
+  REQUIRE(g_seen.size() == 1);
+  CHECK(g_seen[0] == "acme_rms row=8");
+  REQUIRE(out.items[0] != nullptr);
+  CHECK(out.items[0]->dl_tensor.device.device_type == kDLExtDev);
+  for (int i = 0; i < 24; i++) CHECK(out.f(0)[i] == x.data[i]);  // the stand-in copies x
+  out.reset();
+  tr_test::ok(tr_op_call(op, in, 1, out.items, 1));
+  CHECK(g_acme_builds == 1);  // memo hit
+  // on cpu, where neither the in-tree kernels nor the plugin's type run: refused by name
+  HostTensor c({3, 8});
+  const DLTensor *cin[] = {&c.t};
+  out.reset();
+  CHECK(tr_test::error_of(tr_op_call(op, cin, 1, out.items, 1))
+            .find("OpNotAvailableError: RMSNormFwdOp's in-tree kernels do not run on cpu") == 0);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
 }

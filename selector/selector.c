@@ -584,6 +584,15 @@ tr_status *tr_selector_kernel_for(tr_selector *sel, const char *interface, const
   return status;
 }
 
+int tr_selector_runs_on(const tr_selector *sel, const char *device_type) {
+  for (size_t i = 0; i < sel->n_ifaces; i++) {
+    for (size_t t = 0; t < sel->ifaces[i].n_types; t++) {
+      if (runs_on(sel->ifaces[i].types[t], device_type)) return 1;
+    }
+  }
+  return 0;
+}
+
 tr_selector_stats tr_selector_get_stats(const tr_selector *sel) { return sel->stats; }
 
 const tr_kernel_type *tr_selector_type(const tr_selector *sel, const char *interface, const char *key) {

@@ -171,6 +171,10 @@ typedef struct tr_selected {
   const tr_kernel *kernel;
 } tr_selected;
 
+/* Whether any implementation of the op (of every interface) runs on `device_type`: the spec's
+ * "in-tree kernels do not run on" comes before anything else is asked. */
+int tr_selector_runs_on(const tr_selector *selector, const char *device_type);
+
 /* Selects and builds (the factory runs once per build identity). The device facts are derived
  * from the call's device; a call spec stating them is refused (row 11: "this call spec states
  * ['arch']"). A repeated call with an equal call spec is one hash lookup. Thread-safe. */
