@@ -182,6 +182,25 @@ static tr_status *build_in_tree(tr_op *op, const char *iface, const char *key, c
   return status;
 }
 
+/* A plugin's kernel type builds in this process, through the op's selector (kernel_for): its
+ * factory runs only the first time its build identity appears (its entry_for, else the whole call
+ * spec), whichever memo entry or op instance asks, and the selector keeps the kernel until the
+ * runtime goes, so a memo entry's copy releases nothing. The selector decides as the select
+ * component did (the same types), which is checked. */
+static tr_status *plugin_kernel(const tr_select_entry *entry, const char *iface, const char *key,
+                                const tr_call_spec *call, tr_kernel *out) {
+  tr_selected selected;
+  TR_RETURN_IF_ERROR(tr_selector_kernel_for(entry->selector, iface, call, &selected));
+  if (strcmp(selected.key, key) != 0) {
+    return TR_STATUS(TR_SELECTION, "the select component answered '%s' for %s, the op's own selector '%s'", key,
+                     entry->op, selected.key);
+  }
+  *out = *selected.kernel;
+  out->struct_size = sizeof(*out);
+  out->release = NULL; /* the selector's */
+  return NULL;
+}
+
 /* Whether an implementation of the op (in-tree, or a plugin's kernel type) runs on the device's
  * type, before anything is built. */
 static int runs_in_tree(const tr_op *op, const tr_device *device) {
@@ -221,15 +240,19 @@ static tr_status *in_tree(tr_op *op, const tr_device *device, const tr_tensor_sp
     status = TR_STATUS(TR_SELECTION, "the select component answered '%s' for %s, which %s's %s does not hold", key,
                        name, name, iface);
   }
+  if (status == NULL && !tr_intree_owns(type)) {
+    status = plugin_kernel(entry, iface, key, &call, out);
+    tr_call_spec_clear(&call);
+    return status;
+  }
   tr_device_facts facts;
   if (status == NULL) status = tr_device_facts_of(op->rt, device, &facts);
   if (status == NULL) {
     tr_call_spec_state_facts(&call, TR_FACT_ARCH | TR_FACT_SM_COUNT | TR_FACT_SMEM_BUDGET, &facts);
     out->struct_size = sizeof(*out);
     /* an in-tree kernel is built by the build component (artifacts: it may be elsewhere) and
-     * loaded here; a plugin's kernel type builds in this process, by its factory */
-    status = tr_intree_owns(type) ? build_in_tree(op, iface, key, type, &call, facts.arch, out)
-                                  : type->factory(type, &call, out);
+     * loaded here */
+    status = build_in_tree(op, iface, key, type, &call, facts.arch, out);
   }
   tr_call_spec_clear(&call);
   return status;
@@ -469,9 +492,10 @@ static tr_status *entry_for(tr_op *op, const DLTensor *const *inputs, size_t n_i
   return status;
 }
 
-/* A call that failed after its kernel was found: the kernel's own error (a ValueError about the
- * values it was given, say) goes to the caller unchanged, as the spec has it; no count of
- * backends that failed to load is added, which settling's and building's errors carry. */
+/* A call that failed after its kernel was found (its outputs, copies, or the kernel itself): no
+ * count of backends that failed to load is added, which settling's and building's errors carry,
+ * since none of these can come from a missing backend; so the kernel's own error (a ValueError
+ * about the values it was given, say) reaches the caller unchanged, as the spec has it. */
 static tr_status *failed(tr_op *op, tr_status *status) {
   tr_plat_mutex_lock(&op->lock);
   revoke(op);
@@ -526,7 +550,7 @@ tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
     tr_plat_mutex_lock(&op->lock);
     op->composite = 0; /* a failed call leaves no decision */
     tr_plat_mutex_unlock(&op->lock);
-    return tr_registry_annotate(op->rt->registry, status);
+    return status; /* a step's own: its settling and building errors counted there, its kernel's unchanged */
   }
   kernel_entry *e = NULL;
   tr_status *status = entry_for(op, inputs, n_inputs, &e);

@@ -40,18 +40,12 @@ static tr_status *routed_call(void *self, DLTensor *const *inputs, size_t n_inpu
     status = tr_pipeline_call(r->rt->pipeline, TR_COMPONENT_LAUNCH, request, request_size, reply, REPLY_MAX,
                               &reply_size);
   }
-  /* the other process's answer: a ValueError there is the kernel's about the values it was
-   * given, which the caller gets unchanged (the spec), as in this process; anything else, and
-   * what failed on the way there, says where it happened */
-  int kernels_value_error = 0;
-  if (status == NULL) {
-    status = tr_launch_decode(reply, reply_size);
-    kernels_value_error = status != NULL && tr_status_code(status) == TR_VALUE;
-  }
+  if (status == NULL) status = tr_launch_decode(reply, reply_size);
   free(request);
-  if (status != NULL && r->by_descriptor && !kernels_value_error) {
-    status = tr_status_append(status, " (%s, launched in another process)", name);
-  }
+  /* where it happened: the other process answers for the whole call there (its build, its
+   * launch, its kernel), and cannot tell them apart, so every error from there says so, the
+   * kernel's own included (the one place an error is not passed on exactly as the kernel gave it) */
+  if (status != NULL && r->by_descriptor) status = tr_status_append(status, " (%s, launched in another process)", name);
   return status;
 }
 

@@ -757,11 +757,23 @@ TEST_CASE("a kernel's ValueError reaches the caller unchanged, even with a backe
   g_fail_call = 0;
   tr_test::ok(tr_op_call(op, in, 2, out.items, 1));  // settled again, and it runs
   tr_op_destroy(&op);
-  // an error of settling still counts the backend that failed
-  tr_op *gemm = nullptr;
-  tr_named_value none[1];
-  CHECK(tr_test::error_of(tr_op_new(env.rt, "NoSuchFwdOp", none, 0, nullptr, &gemm))
-            .find("; 1 backend failed to load (see tr_load_failures)") != std::string::npos);
+  // a composite's step: its kernel's error unchanged too, not counted by the composite again
+  tr_op *linear = env.op("LinearFwdOp");
+  HostTensor x({2, 4}), w({3, 4}), bias({3});
+  const DLTensor *lin[] = {&x.t, &w.t, &bias.t};
+  g_fail_call = 1;
+  out.reset();
+  CHECK(tr_test::error_of(tr_op_call(linear, lin, 3, out.items, 1)) ==
+        "ValueError: AddFwdOp: a[3] = 7 is out of range (positions < 4)");
+  g_fail_call = 0;
+  tr_op_destroy(&linear);
+  // settling a target that is not there still counts the backend that failed, once
+  tr_op *named = nullptr;
+  std::string e = tr_test::error_of(tr_op_new(env.rt, "AddFwdOp", nullptr, 0, "nosuch", &named));
+  CHECK(e.find("nosuch") != std::string::npos);
+  size_t at = e.find("; 1 backend failed to load (see tr_load_failures)");
+  CHECK(at != std::string::npos);
+  CHECK(e.find("failed to load", e.find("failed to load") + 1) == std::string::npos);  // once
 }
 
 static tr_status *init_fused_later(const tr_backend_api *api) {  // a LinearFwdOp builder no detector picks
@@ -920,6 +932,22 @@ TEST_CASE("a plugin's kernel type for an in-tree op runs on the device types it 
   out.reset();
   tr_test::ok(tr_op_call(op, in, 1, out.items, 1));
   CHECK(g_acme_builds == 1);  // memo hit
+  // another batch size, and another op instance: memo misses of the same build identity, built once
+  HostTensor x5({5, 8}, {kDLExtDev, 0});
+  const DLTensor *in5[] = {&x5.t};
+  out.reset();
+  tr_test::ok(tr_op_call(op, in5, 1, out.items, 1));
+  for (int i = 0; i < 40; i++) CHECK(out.f(0)[i] == x5.data[i]);
+  CHECK(tr_op_memo_count(op) == 2);
+  tr_op *twin = nullptr;
+  tr_test::ok(tr_value_int_list(&row, 1, &shape));
+  tr_named_value twin_params[] = {{"normalized_shape", shape}};
+  tr_test::ok(tr_op_new(rt, "RMSNormFwdOp", twin_params, 1, nullptr, &twin));
+  tr_value_clear(&shape);
+  out.reset();
+  tr_test::ok(tr_op_call(twin, in, 1, out.items, 1));
+  tr_op_destroy(&twin);
+  CHECK(g_acme_builds == 1);
   // on cpu, where neither the in-tree kernels nor the plugin's type run: refused by name
   HostTensor c({3, 8});
   const DLTensor *cin[] = {&c.t};

@@ -182,7 +182,12 @@ static tr_status *check_type(const char *op, const tr_kernel_type *t) {
     }
   }
   const char *const *devices = devices_of(t);
-  if (archs_of(t) != NULL && (devices == NULL ? 0 : (devices[0] == NULL || devices[1] != NULL))) {
+  const tr_kernel_type *archs = archs_of(t);
+  if (archs != NULL && (devices == NULL ? 0 : (devices[0] == NULL || devices[1] != NULL))) {
+    if (archs != t) {
+      return TR_STATUS(TR_SELECTION, "%s: kernel type '%s' has supported_archs (from its base '%s'), so it "
+                       "lists exactly one device type in devices", op, t->key, archs->key);
+    }
     return TR_STATUS(TR_SELECTION, "%s: kernel type '%s' declares supported_archs, so it lists "
                      "exactly one device type in devices", op, t->key);
   }

@@ -172,7 +172,8 @@ typedef struct tr_selected {
 } tr_selected;
 
 /* Whether any implementation of the op (of every interface) runs on `device_type`: the spec's
- * "in-tree kernels do not run on" comes before anything else is asked. */
+ * "in-tree kernels do not run on" comes before anything else is asked. Cannot fail;
+ * thread-safe (the selector's types do not change once it is built). */
 int tr_selector_runs_on(const tr_selector *selector, const char *device_type);
 
 /* Selects and builds (the factory runs once per build identity). The device facts are derived

@@ -336,6 +336,16 @@ TEST_CASE("table 3: devices, supported_archs and the other defaults, stated and 
   CHECK(new_error({batch_norm_infer_interface()}, {&both}) ==
         "SelectionError: TestFwdOp: kernel type 'fwd_infer_kernel' declares supported_archs, so it lists exactly "
         "one device type in devices");
+  tr_kernel_type sm90 = *batch_norm_infer(), two_devices = *batch_norm_infer();  // archs from its base
+  sm90.key = "infer_sm90";
+  sm90.supported_archs = archs;
+  sm90.n_archs = 1;
+  two_devices.key = "infer_two";
+  two_devices.devices = two;
+  two_devices.base = &sm90;
+  CHECK(new_error({batch_norm_infer_interface()}, {&two_devices}) ==
+        "SelectionError: TestFwdOp: kernel type 'infer_two' has supported_archs (from its base 'infer_sm90'), so it "
+        "lists exactly one device type in devices");
 }
 
 TEST_CASE("a type with a base inherits the devices, architectures and preferences it leaves unset") {

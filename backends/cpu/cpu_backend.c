@@ -132,11 +132,13 @@ static int64_t list_product(const tr_build_request *req, const char *name) {
  * The spec's second layer of checks: whether this target serves the call's dtypes, shapes and
  * params is answered here, by build_kernel, so that a combination the kernels refuse is refused
  * before anything is built or memoised (a kernel that failed at its first call would have its memo
- * dropped and be built again, to fail again, at every call). Each check repeats one the kernel
- * makes, since the kernels are also called directly and stay safe on their own; most of them the
- * manifest's signature already guarantees, and the builder repeats them so that it does not
- * depend on the manifest staying as it is. What depends on tensor values (RoPE's positions, GQA's
- * seqlens) stays in the kernel. A refusal is the kernel's code, a ValueError. */
+ * dropped and be built again, to fail again, at every call). Most checks repeat one the kernel
+ * makes (the kernels are also called directly and stay safe on their own); two guard what the
+ * kernel's call takes for granted (Softmax's dim, GQA's seqlens dtype). Most of them the
+ * manifest's signature already guarantees; the builder repeats them, and checks the rank it
+ * indexes, so that a changed manifest gives a refusal here rather than a wrong read. What depends
+ * on tensor values (RoPE's positions, GQA's seqlens) stays in the kernel. A refusal is the
+ * kernel's code, a ValueError. */
 
 /* The dtypes the kernels serve, as a set of bits. */
 enum {
@@ -213,6 +215,10 @@ static tr_status *check_served(const tr_build_request *req, const cpu_kernel *k)
     case OP_GEMM:
       break;
     case OP_GROUP_NORM: /* x [N, C, *S] */
+      if (x->rank < 2) {
+        return TR_STATUS(TR_VALUE, TARGET " %s: input 'x' has rank %d; the " TARGET " target needs [N, C, ...]",
+                         req->op, (int)x->rank);
+      }
       if (k->groups <= 0 || x->shape[1] % k->groups != 0) {
         return TR_STATUS(TR_VALUE, TARGET " %s: param 'num_groups' is %s; the " TARGET " target "
                          "needs num_groups > 0 dividing C = %lld (input 'x' dim 1)", req->op,
@@ -220,8 +226,13 @@ static tr_status *check_served(const tr_build_request *req, const cpu_kernel *k)
       }
       break;
     case OP_BATCH_NORM: { /* x [N, C, *S]; running_mean, running_var: inputs 1 and 2 */
+      if (x->rank < 2) {
+        return TR_STATUS(TR_VALUE, TARGET " %s: input 'x' has rank %d; the " TARGET " target needs [N, C, ...]",
+                         req->op, (int)x->rank);
+      }
+      /* N * prod(S), as far as telling whether it is more than 1 (so it cannot overflow) */
       int64_t count = x->shape[0];
-      for (int32_t d = 2; d < x->rank; d++) count *= x->shape[d];
+      for (int32_t d = 2; d < x->rank && count <= 1; d++) count *= x->shape[d];
       if (k->flag_a && count <= 1) {
         return TR_STATUS(TR_VALUE, TARGET " %s: input 'x' has N * prod(S) = %lld values per "
                          "channel; training=True needs more than 1", req->op, (long long)count);
@@ -266,6 +277,10 @@ static tr_status *check_served(const tr_build_request *req, const cpu_kernel *k)
     case OP_ROPE: /* positions [*B], x [*B, H, D] */
       TR_RETURN_IF_ERROR(need_dtype(req, "input 'positions' dtype", req->inputs[0]->dtype,
                                     DT_I32 | DT_I64, ""));
+      if (x->rank < 1) {
+        return TR_STATUS(TR_VALUE, TARGET " %s: input 'x' is a scalar; the " TARGET " target needs [..., H, D]",
+                         req->op);
+      }
       if (x->shape[x->rank - 1] % 2 != 0) {
         return TR_STATUS(TR_VALUE, TARGET " %s: input 'x' head dim D is %lld; the " TARGET
                          " target needs it even", req->op, (long long)x->shape[x->rank - 1]);

@@ -87,14 +87,19 @@ tr_status *tr_intree_builds_add(tr_intree_builds *b, const tr_kernel_type *type,
   if (kept != NULL) *kept = 0;
   if (n < 1 || n > 2) return TR_STATUS(TR_VALUE, "kernel '%s': 1 or 2 artifacts are kept per build, got %zu", type->key, n);
   size_t bytes = 0;
-  for (size_t i = 0; i < n; i++) bytes += arts[i].size;
+  for (size_t i = 0; i < n; i++) {
+    if (arts[i].cubin == NULL || arts[i].size == 0) {
+      return TR_STATUS(TR_VALUE, "kernel '%s': artifact %zu has no cubin (%zu bytes)", type->key, i, arts[i].size);
+    }
+    bytes += arts[i].size;
+  }
   /* the copies are made before the lock is taken: a find meanwhile is not held up */
   entry *e = calloc(1, sizeof(*e));
   tr_status *status = e != NULL ? tr_call_spec_copy(call, &e->call)
                                 : TR_STATUS(TR_OUT_OF_MEMORY, "keeping the build of kernel '%s'", type->key);
   for (size_t i = 0; i < n && status == NULL; i++) {
     e->arts[i] = arts[i];
-    e->arts[i].cubin = malloc(arts[i].size ? arts[i].size : 1);
+    e->arts[i].cubin = malloc(arts[i].size);
     if (e->arts[i].cubin == NULL) {
       e->arts[i].size = 0;
       status = TR_STATUS(TR_OUT_OF_MEMORY, "keeping the %zu-byte artifact of kernel '%s'", arts[i].size, type->key);

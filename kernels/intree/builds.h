@@ -38,9 +38,9 @@ void tr_intree_builds_destroy(tr_intree_builds **builds_p); /* NULL and *NULL al
 const tr_artifact *tr_intree_builds_find(tr_intree_builds *builds, const tr_kernel_type *type,
                                          const tr_call_spec *call, size_t *n);
 
-/* Keeps copies of `arts` (1 or 2) for `type` and `call`. Nothing is kept where that identity is
- * already kept or a limit would be passed (*kept says which; may be NULL). OutOfMemoryError
- * keeps nothing. */
+/* Keeps copies of `arts` (1 or 2, each with a cubin) for `type` and `call`. Nothing is kept where
+ * that identity is already kept or a limit would be passed (*kept says whether it was; may be
+ * NULL). An artifact without a cubin is a ValueError; OutOfMemoryError keeps nothing. */
 tr_status *tr_intree_builds_add(tr_intree_builds *builds, const tr_kernel_type *type, const tr_call_spec *call,
                                 const tr_artifact *arts, size_t n, int *kept) TR_MUST_USE;
 

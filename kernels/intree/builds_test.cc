@@ -117,6 +117,13 @@ TEST_CASE("past either limit nothing more is kept, and what was kept stays") {
   CHECK(tr_test::error_of(tr_intree_builds_add(b, looped, &r4.call, none, 3, &kept)) ==
         "ValueError: kernel 'rms_norm_looped': 1 or 2 artifacts are kept per build, got 3");
   CHECK(kept == 0);
+  tr_artifact empty = artifact("rms_norm_looped", 8, 1);
+  free(empty.cubin);
+  empty.cubin = nullptr;
+  CHECK(tr_test::error_of(tr_intree_builds_add(b, looped, &r4.call, &empty, 1, &kept)) ==
+        "ValueError: kernel 'rms_norm_looped': artifact 0 has no cubin (8 bytes)");
+  CHECK(kept == 0);
+  CHECK(tr_intree_builds_get_stats(b).entries == 2);
   tr_intree_builds_destroy(&b);
 }
 
