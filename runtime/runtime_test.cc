@@ -783,18 +783,7 @@ static tr_status *init_fused_later(const tr_backend_api *api) {  // a LinearFwdO
 
 TEST_CASE("a composite op keeps what its first call decided: a later default target does not change it") {
   g_seen.clear();
-  static const char *names[] = {"testcpu", "fusedlater"};
-  static const tr_backend_init_fn inits[] = {init_testcpu, init_fused_later};
-  const char *no_dirs[] = {"/nonexistent"};
-  tr_runtime_options o{};
-  o.manifest_dir = "manifest/spec";
-  o.backend_dirs = no_dirs;
-  o.n_backend_dirs = 1;
-  o.builtin_names = names;
-  o.builtin_inits = inits;
-  o.n_builtins = 2;
-  tr_runtime *rt = nullptr;
-  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_runtime *rt = tr_test::runtime_with_builtins({"testcpu", "fusedlater"}, {init_testcpu, init_fused_later});
   tr_op *linear = nullptr;
   tr_test::ok(tr_op_new(rt, "LinearFwdOp", nullptr, 0, nullptr, &linear));
   HostTensor x({2, 4}), w({3, 4});
@@ -831,20 +820,9 @@ TEST_CASE("an input the call writes arrives as the caller passed it, strided, un
   yaml.replace(at, declared.size(), "running_mean: {dtype: T, shape: \"[C]\", optional: true, mutated: true,");
   tr_test::ok(tr_plat_make_temp_dir("tr-manifest", &dir));
   tr_test::ok(tr_plat_write_file((std::string(dir) + "/norm.yaml").c_str(), yaml.data(), yaml.size()));
-  static const char *names[] = {"testcpu"};
-  static const tr_backend_init_fn inits[] = {init_testcpu};
-  const char *no_dirs[] = {"/nonexistent"};
   for (int shipped = 0; shipped < 2; shipped++) {
     INFO((shipped ? "the shipped manifest: contiguous: true" : "running_mean without contiguous: true"));
-    tr_runtime_options o{};
-    o.manifest_dir = shipped ? "manifest/spec" : dir;
-    o.backend_dirs = no_dirs;
-    o.n_backend_dirs = 1;
-    o.builtin_names = names;
-    o.builtin_inits = inits;
-    o.n_builtins = 1;
-    tr_runtime *rt = nullptr;
-    tr_test::ok(tr_runtime_new(&o, &rt));
+    tr_runtime *rt = tr_test::runtime_with_builtins({"testcpu"}, {init_testcpu}, shipped ? "manifest/spec" : dir);
     tr_op *op = nullptr;
     tr_named_value training[] = {{"training", tr_value_bool(false)}};
     tr_test::ok(tr_op_new(rt, "BatchNormFwdOp", training, 1, nullptr, &op));

@@ -59,22 +59,27 @@ struct Outputs {
   const float *f(int i) const { return static_cast<const float *>(items[i]->dl_tensor.data); }
 };
 
-// A runtime over the shipped manifest whose only backend is the built-in `init` (no plugin
-// folder is read). The runtime copies the name and the function, so they may be temporaries.
-inline tr_runtime *runtime_with_builtin(const char *name, tr_backend_init_fn init) {
-  const char *names[] = {name};
-  const tr_backend_init_fn inits[] = {init};
+// A runtime over the manifest in `manifest_dir` whose only backends are the built-in ones given
+// (no plugin folder is read). The runtime copies the names and functions, so they may be
+// temporaries.
+inline tr_runtime *runtime_with_builtins(std::vector<const char *> names, std::vector<tr_backend_init_fn> inits,
+                                         const char *manifest_dir = "manifest/spec") {
   const char *no_dirs[] = {"/nonexistent"};
   tr_runtime_options o{};
-  o.manifest_dir = "manifest/spec";
+  o.manifest_dir = manifest_dir;
   o.backend_dirs = no_dirs;
   o.n_backend_dirs = 1;
-  o.builtin_names = names;
-  o.builtin_inits = inits;
-  o.n_builtins = 1;
+  o.builtin_names = names.data();
+  o.builtin_inits = inits.data();
+  o.n_builtins = names.size();
   tr_runtime *rt = nullptr;
   ok(tr_runtime_new(&o, &rt));
   return rt;
+}
+
+// A runtime over the shipped manifest whose only backend is the built-in `init`.
+inline tr_runtime *runtime_with_builtin(const char *name, tr_backend_init_fn init) {
+  return runtime_with_builtins({name}, {init});
 }
 
 // A runtime over the shipped manifest with no backend at all (cuda calls go to the in-tree

@@ -197,18 +197,35 @@ TEST_CASE("table 5, rows 6-8: no key runs on the device type, none serves, ambig
   CHECK(amb.key(kGqa, decode(1, 512, 90)) == "gqa_dense_decode_bs1");  // no overlap there: fine
 }
 
+// A call spec with a mutable field (a list), its interface and an implementation: row 10.
+static const tr_call_spec_type *listy_call() {
+  static const tr_call_field fields[] = {{"sizes", TR_VALUE_INT_LIST, 1, 0, {}}};
+  static const tr_call_spec_type listy = {"ListyCall", 1, fields};
+  return &listy;
+}
+static const tr_kernel_interface *listy_interface() {
+  static const char *args[] = {"x"};
+  static const tr_kernel_interface iface = {"ListyFwdInterface", listy_call(), 1, args, 0, nullptr, ""};
+  return &iface;
+}
+static const tr_kernel_type *listy_kernel() {
+  static tr_kernel_type t = [] {
+    tr_kernel_type k = *gemm();
+    k.interface = listy_interface();
+    k.refusal = nullptr;
+    return k;
+  }();
+  return &t;
+}
+
 TEST_CASE("table 5, rows 9-11: the call spec's type, a mutable field, stated device facts") {
   Sel s = gqa();
   Call wrong(gemm_call(), "cuda:0", {{"m", tr_value_int(1)}, {"n", tr_value_int(1)}, {"k", tr_value_int(8)}}, 90);
   CHECK(s.key(kGqa, wrong) == "SelectionError: TestFwdOp: GQADecodeDenseFwdInterface takes a "
                               "AttentionCall call spec, got a GemmCall");
-  static const tr_call_field fields[] = {{"sizes", TR_VALUE_INT_LIST, 1, 0, {}}};
-  static const tr_call_spec_type listy = {"ListyCall", 1, fields};
-  static const char *args[] = {"x"};
-  static const tr_kernel_interface iface = {"ListyFwdInterface", &listy, 1, args, 0, nullptr, ""};
-  tr_kernel_type listy_type = *gemm();
-  listy_type.interface = &iface;
-  listy_type.refusal = nullptr;
+  const tr_call_spec_type &listy = *listy_call();
+  const tr_kernel_interface &iface = *listy_interface();
+  const tr_kernel_type &listy_type = *listy_kernel();
   Sel m({&iface}, {&listy_type});
   int64_t sizes[] = {1, 2};
   tr_value list;
@@ -253,13 +270,9 @@ TEST_CASE("kernel_for checks the call spec as key_for does (rows 9 and 10), cach
           "SelectionError: TestFwdOp: GQADecodeDenseFwdInterface takes a AttentionCall call spec, got a GemmCall");
     CHECK(out.kernel == nullptr);
   }
-  static const tr_call_field fields[] = {{"sizes", TR_VALUE_INT_LIST, 1, 0, {}}};
-  static const tr_call_spec_type listy = {"ListyCall", 1, fields};
-  static const char *args[] = {"x"};
-  static const tr_kernel_interface iface = {"ListyFwdInterface", &listy, 1, args, 0, nullptr, ""};
-  tr_kernel_type listy_type = *gemm();
-  listy_type.interface = &iface;
-  listy_type.refusal = nullptr;
+  const tr_call_spec_type &listy = *listy_call();
+  const tr_kernel_interface &iface = *listy_interface();
+  const tr_kernel_type &listy_type = *listy_kernel();
   Sel m({&iface}, {&listy_type}, facts_sm90);
   int64_t sizes[] = {1, 2};
   tr_value list;
