@@ -51,17 +51,20 @@ static tr_status *echo_start(const char *self, const char *endpoint, echo_peer *
   return tr_client_new(e->server ? tr_server_endpoint(e->server) : endpoint, &opts, &e->client);
 }
 
-/* Three loopback tcp endpoints whose ports the system hands out as free now: servers bound to
- * port 0, all held at once so the ports differ, then stopped. Another process may still take one
- * before the benchmark's servers bind it; that run then fails with the bind error. */
-static tr_status *free_tcp_endpoints(char out[3][64]) {
-  tr_server *probes[3] = {NULL, NULL, NULL};
+/* Servers bound to port 0, all held at once so the ports differ, then stopped. Another process
+ * may still take one before the benchmark's servers bind it; that run then fails with the bind
+ * error. */
+tr_status *tr_bench_free_tcp_endpoints(const char *host, size_t n, char out[][64]) {
+  if (n > 8) return TR_STATUS(TR_VALUE, "at most 8 free tcp endpoints at once, %zu asked", n);
+  char any[64];
+  snprintf(any, sizeof(any), "tcp://%s:*", host);
+  tr_server *probes[8] = {NULL};
   tr_status *status = NULL;
-  for (int i = 0; i < 3 && status == NULL; i++) {
-    status = tr_server_start("tcp://127.0.0.1:*", echo, NULL, NULL, &probes[i]);
+  for (size_t i = 0; i < n && status == NULL; i++) {
+    status = tr_server_start(any, echo, NULL, NULL, &probes[i]);
     if (status == NULL) snprintf(out[i], 64, "%s", tr_server_endpoint(probes[i]));
   }
-  for (int i = 0; i < 3; i++) tr_server_stop(&probes[i]);
+  for (size_t i = 0; i < n; i++) tr_server_stop(&probes[i]);
   return status;
 }
 
@@ -149,7 +152,7 @@ static tr_status *measure(const char *manifest_dir, const char *pipeline_file, l
 
 int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FILE *out, FILE *err) {
   char tcp[3][64]; /* validate, settle, the echo */
-  tr_status *status = free_tcp_endpoints(tcp);
+  tr_status *status = tr_bench_free_tcp_endpoints("127.0.0.1", 3, tcp);
   if (status != NULL) {
     fprintf(err, "tilerun bench: finding free tcp ports: %s\n", tr_status_message(status));
     tr_status_destroy(&status);

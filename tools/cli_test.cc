@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/driver.h"
 #include "platform/test_support.h"
+#include "tools/bench.h"
 #include "tools/cli.h"
 
 struct Run {
@@ -239,4 +240,20 @@ TEST_CASE("run --pipeline: a bad pipeline file is named with file, line and colu
   CHECK(r.rc == 1);
   CHECK(r.err.find("ManifestError: " + file + ":2:25: component 'validate': placement 'far' is not "
                    "inline, thread or process") != std::string::npos);
+}
+
+TEST_CASE("bench pipeline's free tcp ports: all different on loopback; a host not here is the bind's error") {
+  char eps[3][64];
+  tr_test::ok(tr_bench_free_tcp_endpoints("127.0.0.1", 3, eps));
+  for (int i = 0; i < 3; i++) {
+    INFO(eps[i]);
+    CHECK(std::string(eps[i]).rfind("tcp://127.0.0.1:", 0) == 0);
+    CHECK(std::atoi(eps[i] + 16) > 0);
+    for (int j = 0; j < i; j++) CHECK(std::string(eps[i]) != std::string(eps[j]));
+  }
+  // 192.0.2.1 is TEST-NET-1 (RFC 5737): never an address of this machine, so binding it fails
+  std::string e = tr_test::error_of(tr_bench_free_tcp_endpoints("192.0.2.1", 3, eps));
+  CHECK(e.find("tcp://192.0.2.1:*") != std::string::npos);
+  CHECK(tr_test::error_of(tr_bench_free_tcp_endpoints("127.0.0.1", 9, eps)) ==
+        "ValueError: at most 8 free tcp endpoints at once, 9 asked");
 }
