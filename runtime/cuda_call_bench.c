@@ -3,7 +3,9 @@
  * cuLaunchKernel of the very artifact the op built (and a bare overlapped cuLaunchKernelEx, the
  * way the op launches on sm_90), on the same stream, interleaved in rounds so that drift hits
  * all alike. Each round launches a batch per path onto an idle stream, so the GPU's pace never
- * holds the host back. Prints a table of medians (microseconds of host time per call).
+ * holds the host back. Prints a table of medians (microseconds of host time per call). Then the
+ * host time of a memo miss whose build identity the runtime kept (a new batch size) against the
+ * same miss in a fresh runtime, which asks the build component.
  *
  *   bazel build -c opt //runtime:cuda_call_bench && bazel-bin/runtime/cuda_call_bench [ROUNDS]
  */
@@ -169,6 +171,61 @@ int main(int argc, char **argv) {
   printf("goal: tr_op_call at most 0.5 us over the bare launch: %s (%+.2f us); over the bare launch made the same way "
          "as the op's: %+.2f us\n", med[P_CALL] - bare <= 0.5 ? "met" : "NOT met", med[P_CALL] - bare,
          med[P_CALL] - med[P_BARE_EX]);
+
+  /* Memo misses: a new batch size of a build identity this runtime built (its artifacts kept, so
+   * loaded again), against the same call in a fresh runtime (the build component asked: the disk
+   * cache's file read, or NVRTC where the cache is off). Host time of the one call each. */
+  enum { MISSES = 48, FRESH = 8 };
+  void *xb = NULL, *yb = NULL;
+  tr_intree_origin reuse_xb, reuse_yb;
+  if ((status = tr_intree_alloc(0, (size_t)(MISSES + 1) * 4096 * 4, &xb, &reuse_xb)) != NULL ||
+      (status = tr_intree_alloc(0, (size_t)(MISSES + 1) * 4096 * 4, &yb, &reuse_yb)) != NULL) {
+    return fail(status);
+  }
+  double kept[MISSES], fresh[FRESH];
+  for (int i = 0; i < MISSES && status == NULL; i++) {
+    int64_t bs[2] = {2 + i, 4096}; /* batch 1 is memoised already */
+    DLTensor bx = {xb, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, bs, NULL, 0}, by = bx;
+    by.data = yb;
+    const DLTensor *bin[2] = {&bx, &tw};
+    DLTensor *bout[1] = {&by};
+    uint64_t t0 = tr_plat_now_ns();
+    status = tr_op_call_into(op, bin, 2, bout, 1);
+    kept[i] = (double)(tr_plat_now_ns() - t0) / 1e3;
+  }
+  for (int i = 0; i < FRESH && status == NULL; i++) {
+    tr_runtime *rt2 = NULL;
+    tr_op *op2 = NULL;
+    status = tr_runtime_new(NULL, &rt2);
+    if (status == NULL) status = tr_value_int_list(&row, 1, &shape);
+    tr_named_value params2[2] = {{"normalized_shape", shape}, {"eps", tr_value_float(1e-6)}};
+    if (status == NULL) status = tr_op_new(rt2, "RMSNormFwdOp", params2, 2, NULL, &op2);
+    tr_value_clear(&shape);
+    int64_t bs[2] = {2 + i, 4096};
+    DLTensor bx = {xb, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, bs, NULL, 0}, by = bx;
+    by.data = yb;
+    const DLTensor *bin[2] = {&bx, &tw};
+    DLTensor *bout[1] = {&by};
+    uint64_t t0 = tr_plat_now_ns();
+    if (status == NULL) status = tr_op_call_into(op2, bin, 2, bout, 1);
+    fresh[i] = (double)(tr_plat_now_ns() - t0) / 1e3;
+    if (status == NULL) status = tr_cu_stream_sync(stream); /* before its runtime goes */
+    tr_op_destroy(&op2);
+    tr_runtime_destroy(&rt2);
+  }
+  if (status == NULL) status = tr_cu_stream_sync(stream);
+  if (status != NULL) return fail(status);
+  qsort(kept, MISSES, sizeof(double), compare);
+  qsort(fresh, FRESH, sizeof(double), compare);
+  printf("\nmemo misses of RMSNorm 4096 float32 on cuda:0 (host time of one tr_op_call_into, median):\n");
+  printf("| miss | us | calls |\n| --- | --- | --- |\n");
+  printf("| a new batch size, its build identity built by this runtime (artifacts kept) | %.1f | %d |\n",
+         kept[MISSES / 2], MISSES);
+  printf("| the same in a fresh runtime (the build component asked: disk cache %s) | %.1f | %d |\n",
+         cache.enabled ? "on" : "off", fresh[FRESH / 2], FRESH);
+  tr_intree_free(0, xb, (size_t)(MISSES + 1) * 4096 * 4, &reuse_xb);
+  tr_intree_free(0, yb, (size_t)(MISSES + 1) * 4096 * 4, &reuse_yb);
+
   tr_artifact_clear(&art);
   tr_call_spec_clear(&call);
   tr_intree_free(0, x, 4096 * 4, &reuse_x);
