@@ -201,13 +201,13 @@ static tr_status *plugin_kernel(const tr_select_entry *entry, const char *iface,
   return NULL;
 }
 
-/* Whether an implementation of the op (in-tree, or a plugin's kernel type) runs on the device's
- * type, before anything is built. */
-static int runs_in_tree(const tr_op *op, const tr_device *device) {
+/* The op's select entry where an implementation of it (in-tree, or a plugin's kernel type) runs
+ * on the device's type (in-tree ones: cuda; a plugin's: its devices), else NULL. */
+static const tr_select_entry *in_tree_entry(const tr_op *op, const tr_device *device) {
   const char *name = tr_op_def_name(op->def);
   const tr_select_table *table = op->rt->select_table;
   const tr_select_entry *entry = tr_intree_find(name) != NULL && table != NULL ? tr_select_table_find(table, name) : NULL;
-  return entry != NULL && tr_selector_runs_on(entry->selector, device->type);
+  return entry != NULL && tr_selector_runs_on(entry->selector, device->type) ? entry : NULL;
 }
 
 /* The in-tree build: the call spec of the call, the select component's key, then that
@@ -217,12 +217,8 @@ static tr_status *in_tree(tr_op *op, const tr_device *device, const tr_tensor_sp
                           tr_kernel *out) {
   const char *name = tr_op_def_name(op->def);
   const tr_intree_op *fam = tr_intree_find(name);
-  const tr_select_table *table = op->rt->select_table;
-  const tr_select_entry *entry = fam != NULL && table != NULL ? tr_select_table_find(table, name) : NULL;
-  /* on a device type no implementation runs on (in-tree ones: cuda; a plugin's: its devices) */
-  if (fam == NULL || entry == NULL || !tr_selector_runs_on(entry->selector, device->type)) {
-    return not_in_tree(op, device);
-  }
+  const tr_select_entry *entry = in_tree_entry(op, device);
+  if (entry == NULL) return not_in_tree(op, device);
   const char *iface = NULL;
   tr_call_spec call;
   TR_RETURN_IF_ERROR(fam->call_spec(ptrs, n_decl, op->named, op->n_params, device, &iface, &call));
@@ -394,7 +390,7 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
                      "kernels do not run on this target's devices.", op->target, tr_op_def_name(def),
                      known);
   }
-  if (builtin && !runs_in_tree(op, &check.device)) return not_in_tree(op, &check.device);
+  if (builtin && in_tree_entry(op, &check.device) == NULL) return not_in_tree(op, &check.device);
   kernel_entry *e = calloc(1, sizeof(*e));
   if (e == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "a memo entry of %s", tr_op_def_name(def));
   atomic_init(&e->refs, 1);

@@ -60,18 +60,11 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
     free(rt);
     return status;
   }
-  status = tr_intree_builds_new(TR_INTREE_BUILDS_MAX_ENTRIES, TR_INTREE_BUILDS_MAX_BYTES, &rt->intree_builds);
-  if (status != NULL) {
-    tr_plat_mutex_destroy(&rt->lock);
-    free(rt->builtin_names);
-    free(rt->builtin_inits);
-    free(rt);
-    return status;
-  }
   const char *dir = o->manifest_dir;
   if (dir == NULL) dir = tr_plat_getenv("TILERUN_MANIFEST_DIR");
   if (dir == NULL || dir[0] == '\0') dir = "manifest/spec";
-  status = tr_manifest_load_dir(dir, &rt->manifest);
+  status = tr_intree_builds_new(TR_INTREE_BUILDS_MAX_ENTRIES, TR_INTREE_BUILDS_MAX_BYTES, &rt->intree_builds);
+  if (status == NULL) status = tr_manifest_load_dir(dir, &rt->manifest);
   if (status == NULL) status = tr_registry_new(rt->warn, rt->warn_ctx, &rt->registry);
   if (status == NULL && o->backend_dirs != NULL) {
     rt->backend_dirs = calloc(o->n_backend_dirs + 1, sizeof(char *));

@@ -1102,7 +1102,7 @@ tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_or
   origin->graph = captured;
   if (stream == TR_CU_PER_THREAD_STREAM && !captured) {
     t_alloc_devices |= (uint64_t)1 << index;
-    if (t_thread_ended && !t_hook_armed) arm_exit_hook(1); /* exit-time code after the thread's hook ran */
+    rearm_if_ended(stream, 1); /* exit-time code after the thread's hook ran */
   }
   if (poolable(stream) && p->ready && !captured) {
     tr_plat_mutex_lock(&p->lock);
