@@ -423,6 +423,20 @@ TEST_CASE("a chain of bases that comes back on itself is refused when the op is 
   b.base = &a;
   CHECK(new_error({batch_norm_infer_interface()}, {&a}) ==
         "SelectionError: TestFwdOp: kernel type 'infer_a': its bases form a cycle: infer_a -> infer_b -> infer_a");
+  std::vector<tr_kernel_type> deep(17, *batch_norm_infer());  // a chain of 17 distinct types
+  static const char *names[17] = {"d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7", "d8",
+                                  "d9", "d10", "d11", "d12", "d13", "d14", "d15", "d16"};
+  for (size_t i = 0; i < deep.size(); i++) {
+    deep[i].key = names[i];
+    deep[i].base = i + 1 < deep.size() ? &deep[i + 1] : nullptr;
+  }
+  CHECK(new_error({batch_norm_infer_interface()}, {&deep[0]}) ==
+        "SelectionError: TestFwdOp: kernel type 'd0': its bases are more than 16 deep: d0 -> d1 -> d2 -> d3 -> d4 "
+        "-> d5 -> d6 -> d7 -> d8 -> d9 -> d10 -> d11 -> d12 -> d13 -> d14 -> d15 -> d16");
+  deep[15].base = nullptr;  // 16 types: as deep as allowed
+  Sel ok16({batch_norm_infer_interface()}, {&deep[0]});
+  CHECK(ok16.key("BatchNormInferFwdInterface", Call(batch_norm_call(), "cuda:0", {{"n", tr_value_int(1)}, {"c", tr_value_int(4)}}, 90)) ==
+        "d0");
   tr_kernel_type self = *batch_norm_infer();
   self.base = &self;
   CHECK(new_error({batch_norm_infer_interface()}, {&self}) ==

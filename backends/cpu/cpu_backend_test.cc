@@ -571,6 +571,15 @@ TEST_CASE("builder: it refuses on its own what the kernels refuse and the manife
   CHECK(build_directly("GQADecodeFwdOp", bf16_in,
                        {{"heads", tr_value_int(4)}, {"heads_kv", tr_value_int(2)}, {"dim", tr_value_int(8)}}) ==
         "ValueError: cpu GQADecodeFwdOp: input 'seqlens' dtype is int64; the cpu target serves int32");
+  // A rank the builder would index past: refused, not read out of bounds.
+  CHECK(build_directly("GroupNormFwdOp", {{f32, {4}}, {f32, {4}, true}, {f32, {4}, true}},
+                       {{"num_groups", tr_value_int(2)}}) ==
+        "ValueError: cpu GroupNormFwdOp: input 'x' has rank 1; the cpu target needs [N, C, ...]");
+  CHECK(build_directly("BatchNormFwdOp", {{f32, {4}}, {f32, {4}}, {f32, {4}}, {f32, {4}, true}, {f32, {4}, true}},
+                       {{"training", tr_value_bool(true)}}) ==
+        "ValueError: cpu BatchNormFwdOp: input 'x' has rank 1; the cpu target needs [N, C, ...]");
+  CHECK(build_directly("RoPEFwdOp", {{TR_INT64, {}}, {f32, {}}, {f32, {7, 4}}}, {{"is_neox", tr_value_bool(true)}}) ==
+        "ValueError: cpu RoPEFwdOp: input 'x' is a scalar; the cpu target needs [..., H, D]");
   // A request the kernels serve is built.
   CHECK(build_directly("GroupNormFwdOp", {{f32, {2, 4, 3}}, {f32, {4}, true}, {f32, {4}, true}},
                        {{"num_groups", tr_value_int(2)}}) == "built");
