@@ -166,19 +166,16 @@ static tr_status *check_type(const char *op, const tr_kernel_type *t) {
     return TR_STATUS(TR_SELECTION, "%s: kernel type '%s' does not implement %s: it has no factory "
                      "(a kernel builds through entry_for and its factory)", op, t->key, iface->name);
   }
-  if (t->forward_args != NULL) {
+  if (t->forward_args != NULL) { /* positionally, as the spec: the count decides, not the names */
     size_t n = 0;
-    int same = 1;
-    for (const char *const *a = t->forward_args; *a != NULL; a++, n++) {
-      same = same && n < iface->n_args && strcmp(*a, iface->args[n]) == 0;
-    }
-    if (!same || n != iface->n_args) {
+    for (const char *const *a = t->forward_args; *a != NULL; a++) n++;
+    if (n != iface->n_args) {
       char want[256];
       size_t used = 0;
       want[0] = '\0';
       for (size_t i = 0; i < iface->n_args; i++) tr__appendf(want, sizeof(want), &used, "%s%s", i ? ", " : "", iface->args[i]);
-      return TR_STATUS(TR_SELECTION, "%s: kernel type '%s': forward does not take %s's arguments "
-                       "(%s)", op, t->key, iface->name, want);
+      return TR_STATUS(TR_SELECTION, "%s: kernel type '%s': forward takes %zu arguments, and %s's forward passes "
+                       "%zu positionally (%s)", op, t->key, n, iface->name, iface->n_args, want);
     }
   }
   const char *const *devices = devices_of(t);

@@ -136,7 +136,8 @@ struct tr_kernel_type {
   tr_refusal_fn refusal;
   tr_entry_for_fn entry_for;
   tr_factory_fn factory; /* NULL: not a kernel ("does not implement <Interface>") */
-  const char *const *forward_args; /* NULL-terminated; must be the interface's args */
+  const char *const *forward_args; /* NULL-terminated; NULL: the interface's. As many as the
+                                    * interface's args (they pass positionally: names may differ) */
   void *ctx;
 };
 

@@ -159,8 +159,17 @@ TEST_CASE("table 5, rows 1-5: checks when the op is constructed") {
   static const char *args[] = {"x", "w", nullptr};
   bad_forward.forward_args = args;
   CHECK(new_error({layer_norm_interface()}, {&bad_forward}) ==
-        "SelectionError: TestFwdOp: kernel type 'layer_norm': forward does not take "
-        "LayerNormFwdInterface's arguments (x, weight, bias)");
+        "SelectionError: TestFwdOp: kernel type 'layer_norm': forward takes 2 arguments, and "
+        "LayerNormFwdInterface's forward passes 3 positionally (x, weight, bias)");
+  static const char *four[] = {"x", "weight", "bias", "extra", nullptr};
+  bad_forward.forward_args = four;
+  CHECK(new_error({layer_norm_interface()}, {&bad_forward}).find("forward takes 4 arguments") != std::string::npos);
+  /* positionally: other names, the same count, are accepted (the selector is built) */
+  tr_kernel_type renamed = *layer_norm();
+  static const char *other_names[] = {"input", "gamma", "beta", nullptr};
+  renamed.forward_args = other_names;
+  Sel accepted({layer_norm_interface()}, {&renamed});
+  CHECK(accepted.sel != nullptr);
 
   tr_kernel_type second_general = *gqa_decode();
   second_general.key = "gqa_other_general";
