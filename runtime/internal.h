@@ -70,9 +70,7 @@ struct tr_op {
    * (or revoked), 1 served whole by its target, 2 runs its composition */
   int composite;
   tr_op **steps; /* a composite op's sub-op instances, made at its first call */
-  size_t n_config; /* tr_op_kernel_config's answer, copied (kernels may be released) */
-  tr_named_value config[16];
-  char config_names[16][64];
+  tr_launch_config config; /* tr_op_kernel_config's answer, copied (kernels may be released) */
 };
 
 /* The call's device made current while a kernel is built or tuned (cuda only). */
@@ -91,6 +89,14 @@ tr_status *tr__cuda_facts(const tr_device *device, tr_device_facts *out) TR_MUST
  * kernel, which `kernel` then wraps), or by descriptor (nothing is built here; the launch
  * process builds its own). On failure `kernel` is left as it was. */
 tr_status *tr__route_kernel(tr_op *op, int by_descriptor, tr_kernel *kernel) TR_MUST_USE;
+
+/* Puts the op in the launch process in tuned mode (launch placement: process): its kernels
+ * there built so far are tuned again, later ones before their first call. `target`: the op's
+ * settled one. The process's error, with the note saying where it happened. */
+tr_status *tr__route_tune(tr_op *op, const char *target) TR_MUST_USE;
+
+/* Whether the op is in tuned mode (tr_op_request_tune ran on it). */
+int tr__op_in_tuned_mode(tr_op *op);
 
 /* Runs backend discovery once. */
 tr_status *tr__runtime_discover(tr_runtime *rt);

@@ -120,14 +120,8 @@ static tr_status *tune_entry(tr_op *op, kernel_entry *e) {
   if (e->kernel.request_tune == NULL) {
     if (!op->warned_untunable) {
       op->warned_untunable = 1;
-      if (op->rt->launch_placement == TR_PLACE_PROCESS) {
-        tr__runtime_warn(op->rt, "%s: its kernels are built and launched in another process (launch placement: "
-                         "process), and the launch protocol carries no tuning request: they are not tuned",
-                         tr_op_def_name(op->def));
-      } else {
-        tr__runtime_warn(op->rt, "%s: a kernel of target '%s' has no request_tune; it is not tuned",
-                         tr_op_def_name(op->def), op->target ? op->target : "?");
-      }
+      tr__runtime_warn(op->rt, "%s: a kernel of target '%s' has no request_tune; it is not tuned",
+                       tr_op_def_name(op->def), op->target ? op->target : "?");
     }
     return NULL;
   }
@@ -632,8 +626,20 @@ tr_status *tr_op_request_tune(tr_op *op) {
   tune_ctx t = {op, NULL};
   /* idempotent per device: every request tunes every kernel built so far again */
   tr_memo_each(op->memo, retune_one, &t);
+  /* launch in another process: its kernels are there (each call also carries the tuned mode) */
+  char target[64] = "";
+  int remote = op->rt->launch_placement == TR_PLACE_PROCESS && op->target != NULL && tr_memo_count(op->memo) > 0;
+  if (remote) snprintf(target, sizeof(target), "%s", op->target);
   tr_plat_mutex_unlock(&op->lock);
+  if (remote && t.first == NULL) t.first = tr__route_tune(op, target);
   return t.first;
+}
+
+int tr__op_in_tuned_mode(tr_op *op) {
+  tr_plat_mutex_lock(&op->lock);
+  int tuned = op->tuned_mode;
+  tr_plat_mutex_unlock(&op->lock);
+  return tuned;
 }
 
 typedef struct config_ctx {
@@ -648,27 +654,18 @@ static void config_of(void *vctx, void *value) {
   c->n = e->kernel.config(e->kernel.self, &c->values);
 }
 
-static void clear_config(tr_op *op) {
-  for (size_t i = 0; i < op->n_config; i++) tr_value_clear(&op->config[i].value);
-  op->n_config = 0;
-}
+static void clear_config(tr_op *op) { tr_launch_config_clear(&op->config); }
 
 size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out) {
   config_ctx c = {NULL, 0};
   tr_plat_mutex_lock(&op->lock);
   tr_memo_each(op->memo, config_of, &c);
-  clear_config(op);
-  for (size_t i = 0; i < c.n && i < 16; i++) { /* copied: the kernel may be released later */
-    snprintf(op->config_names[i], sizeof(op->config_names[i]), "%s", c.values[i].name);
-    op->config[i].name = op->config_names[i];
-    tr_status *copied = tr_value_copy(&c.values[i].value, &op->config[i].value);
-    if (copied != NULL) {
-      tr_status_destroy(&copied);
-      break;
-    }
-    op->n_config = i + 1;
+  tr_status *copied = tr_launch_config_set(&op->config, c.values, c.n); /* the kernel may be released later */
+  if (copied != NULL) { /* out of memory: the values copied so far */
+    tr__runtime_warn(op->rt, "%s: its kernel config: %s", tr_op_def_name(op->def), tr_status_message(copied));
+    tr_status_destroy(&copied);
   }
-  size_t n = op->n_config;
+  size_t n = op->config.n;
   tr_plat_mutex_unlock(&op->lock);
   if (n == 0 && op->steps != NULL) { /* a composite: its first step's config */
     for (size_t s = 0; s < tr_op_def_step_count(op->def) && n == 0; s++) {
@@ -676,6 +673,6 @@ size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out) {
     }
     return n;
   }
-  *out = op->config;
+  *out = op->config.values;
   return n;
 }

@@ -103,16 +103,42 @@ static tr_status *op_for(tr_op_cache *c, const char *op, const tr_named_value *p
   return NULL;
 }
 
-tr_status *tr_op_cache_call(void *cache, const char *op, const tr_named_value *params, size_t n_params,
-                            const char *target, DLTensor *const *inputs, size_t n_inputs,
-                            DLTensor *const *outputs, size_t n_outputs) {
+static tr_status *cache_call(void *cache, const tr_launch_descriptor *d, DLTensor *const *inputs, size_t n_inputs,
+                             DLTensor *const *outputs, size_t n_outputs) {
   tr_op_cache *c = cache;
   tr_plat_mutex_lock(&c->lock);
   tr_op *o = NULL;
-  tr_status *status = op_for(c, op, params, n_params, target, &o);
+  tr_status *status = op_for(c, d->op, d->params, d->n_params, d->target, &o);
+  if (status == NULL && d->tuned && !tr__op_in_tuned_mode(o)) status = tr_op_request_tune(o);
   if (status == NULL) {
     status = tr_op_call_into(o, (const DLTensor *const *)inputs, n_inputs, outputs, n_outputs);
   }
   tr_plat_mutex_unlock(&c->lock);
   return status;
 }
+
+static tr_status *cache_tune(void *cache, const tr_launch_descriptor *d) {
+  tr_op_cache *c = cache;
+  tr_plat_mutex_lock(&c->lock);
+  tr_op *o = NULL;
+  tr_status *status = op_for(c, d->op, d->params, d->n_params, d->target, &o);
+  if (status == NULL) status = tr_op_request_tune(o);
+  tr_plat_mutex_unlock(&c->lock);
+  return status;
+}
+
+static tr_status *cache_config(void *cache, const tr_launch_descriptor *d, tr_launch_config *out) {
+  tr_op_cache *c = cache;
+  tr_plat_mutex_lock(&c->lock);
+  tr_op *o = NULL;
+  tr_status *status = op_for(c, d->op, d->params, d->n_params, d->target, &o);
+  if (status == NULL) {
+    const tr_named_value *values = NULL;
+    size_t n = tr_op_kernel_config(o, &values);
+    status = tr_launch_config_set(out, values, n);
+  }
+  tr_plat_mutex_unlock(&c->lock);
+  return status;
+}
+
+const tr_launch_ops tr_op_cache_ops = {cache_call, cache_tune, cache_config};

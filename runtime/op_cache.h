@@ -5,6 +5,7 @@
 #ifndef TILERUN_RUNTIME_OP_CACHE_H_
 #define TILERUN_RUNTIME_OP_CACHE_H_
 
+#include "components/launch/launch.h"
 #include "registry/registry.h"
 #include "tilerun/tilerun.h"
 
@@ -19,11 +20,12 @@ tr_status *tr_op_cache_new(tr_runtime *runtime, tr_op_cache **out) TR_MUST_USE;
 /* Destroys the ops; before the runtime. */
 void tr_op_cache_destroy(tr_op_cache **cache_p);
 
-/* A tr_launch_op_fn (components/launch/launch.h): `cache` is a tr_op_cache. `target` "" lets the
- * device decide. The op's errors are its own (tr_op_call_into's). Calls are serialised. */
-tr_status *tr_op_cache_call(void *cache, const char *op, const tr_named_value *params, size_t n_params,
-                            const char *target, DLTensor *const *inputs, size_t n_inputs,
-                            DLTensor *const *outputs, size_t n_outputs) TR_MUST_USE;
+/* The launch handler's ops by descriptor (components/launch/launch.h), their context a
+ * tr_op_cache; `target` "" lets the device decide; calls are serialised. A call runs
+ * tr_op_call_into (its errors are the op's own), entering tuned mode first where the descriptor
+ * says the caller's op is in it and this one is not (made again after it went from the cache);
+ * tune is tr_op_request_tune; config copies tr_op_kernel_config's values. */
+extern const tr_launch_ops tr_op_cache_ops;
 
 /* The runtime's registry (device names to DLPack devices, for the launch handler). */
 const tr_registry *tr_op_cache_registry(const tr_op_cache *cache);

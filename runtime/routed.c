@@ -1,6 +1,8 @@
 /* routed.c: kernels launched through the pipeline's launch component when it is not inline:
  * on a thread, by address (the kernel built here); in another process, by descriptor (the op,
- * its params and target: that process builds its own kernel) with each tensor's memory shared. */
+ * its params and target: that process builds its own kernel) with each tensor's memory shared.
+ * By descriptor, tuning and the kernel config are asked of that process too. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,20 +16,45 @@ typedef struct routed {
   char target[64];
   tr_kernel inner; /* thread: the kernel built here */
   int by_descriptor;
+  atomic_int tuned;        /* by descriptor: the op is in tuned mode; each call says so */
+  tr_launch_config config; /* by descriptor: the last config the launch process gave */
 } routed;
 
-enum { REPLY_MAX = 4096 };
+/* Where it happened: the other process answers for the whole call there (its build, its
+ * launch, its kernel), and cannot tell them apart, so every error from there says so, the
+ * kernel's own included (the one place an error is not passed on exactly as the kernel gave it). */
+static tr_status *from_there(tr_status *status, const char *name) {
+  return status != NULL ? tr_status_append(status, " (%s, launched in another process)", name) : NULL;
+}
+
+/* A tune or config ask of the launch process for the op (target: its settled one). */
+static tr_status *ask(tr_runtime *rt, const tr_op *op, const char *target, tr_launch_action action,
+                      tr_launch_config *config) {
+  const char *name = tr_op_def_name(op->def);
+  uint8_t *request = malloc(TR_LAUNCH_REQUEST_MAX + TR_LAUNCH_REPLY_MAX), *reply = request + TR_LAUNCH_REQUEST_MAX;
+  if (request == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "%s: a launch request", name);
+  size_t request_size = 0, reply_size = 0;
+  tr_launch_descriptor d = {name, target, op->named, op->n_params, 0};
+  tr_status *status = tr_launch_encode_ask(&d, action, request, TR_LAUNCH_REQUEST_MAX, &request_size);
+  if (status == NULL) {
+    status = tr_pipeline_call(rt->pipeline, TR_COMPONENT_LAUNCH, request, request_size, reply, TR_LAUNCH_REPLY_MAX,
+                              &reply_size);
+  }
+  if (status == NULL) status = tr_launch_decode(reply, reply_size, config);
+  free(request);
+  return from_there(status, name);
+}
 
 static tr_status *routed_call(void *self, DLTensor *const *inputs, size_t n_inputs, DLTensor *const *outputs,
                               size_t n_outputs) {
   routed *r = self;
-  uint8_t *request = malloc(TR_LAUNCH_REQUEST_MAX + REPLY_MAX), *reply = request + TR_LAUNCH_REQUEST_MAX;
+  uint8_t *request = malloc(TR_LAUNCH_REQUEST_MAX + TR_LAUNCH_REPLY_MAX), *reply = request + TR_LAUNCH_REQUEST_MAX;
   const char *name = tr_op_def_name(r->op->def);
   if (request == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "%s: a launch request", name);
   size_t request_size = 0, reply_size = 0;
   tr_status *status;
   if (r->by_descriptor) {
-    tr_launch_descriptor d = {name, r->target, r->op->named, r->op->n_params};
+    tr_launch_descriptor d = {name, r->target, r->op->named, r->op->n_params, atomic_load(&r->tuned)};
     status = tr_launch_encode_shared(r->rt->registry, &d, inputs, n_inputs, outputs, n_outputs, request,
                                      TR_LAUNCH_REQUEST_MAX, &request_size);
     /* the other process reads the inputs once the work queued on them here is done */
@@ -37,31 +64,41 @@ static tr_status *routed_call(void *self, DLTensor *const *inputs, size_t n_inpu
                               TR_LAUNCH_REQUEST_MAX, &request_size);
   }
   if (status == NULL) {
-    status = tr_pipeline_call(r->rt->pipeline, TR_COMPONENT_LAUNCH, request, request_size, reply, REPLY_MAX,
-                              &reply_size);
+    status = tr_pipeline_call(r->rt->pipeline, TR_COMPONENT_LAUNCH, request, request_size, reply,
+                              TR_LAUNCH_REPLY_MAX, &reply_size);
   }
-  if (status == NULL) status = tr_launch_decode(reply, reply_size);
+  if (status == NULL) status = tr_launch_decode(reply, reply_size, NULL);
   free(request);
-  /* where it happened: the other process answers for the whole call there (its build, its
-   * launch, its kernel), and cannot tell them apart, so every error from there says so, the
-   * kernel's own included (the one place an error is not passed on exactly as the kernel gave it) */
-  if (status != NULL && r->by_descriptor) status = tr_status_append(status, " (%s, launched in another process)", name);
-  return status;
+  return r->by_descriptor ? from_there(status, name) : status;
 }
 
 static tr_status *routed_tune(void *self, const tr_device *device) {
   routed *r = self;
+  if (r->by_descriptor) { /* the launch process tunes its own: told by tr__route_tune, then by each call */
+    atomic_store(&r->tuned, 1);
+    return NULL;
+  }
   return r->inner.request_tune ? r->inner.request_tune(r->inner.self, device) : NULL;
 }
 
 static size_t routed_config(void *self, const tr_named_value **out) {
   routed *r = self;
-  return r->inner.config ? r->inner.config(r->inner.self, out) : 0;
+  if (!r->by_descriptor) return r->inner.config ? r->inner.config(r->inner.self, out) : 0;
+  tr_status *status = ask(r->rt, r->op, r->target, TR_LAUNCH_CONFIG, &r->config);
+  if (status != NULL) {
+    tr__runtime_warn(r->rt, "%s: its kernel config could not be asked for: %s", tr_op_def_name(r->op->def),
+                     tr_status_message(status));
+    tr_status_destroy(&status);
+    tr_launch_config_clear(&r->config);
+  }
+  *out = r->config.values;
+  return r->config.n;
 }
 
 static void routed_release(void *self) {
   routed *r = self;
   if (r->inner.release != NULL) r->inner.release(r->inner.self);
+  tr_launch_config_clear(&r->config);
   free(r);
 }
 
@@ -72,13 +109,18 @@ tr_status *tr__route_kernel(tr_op *op, int by_descriptor, tr_kernel *kernel) {
   r->op = op;
   snprintf(r->target, sizeof(r->target), "%s", op->target ? op->target : "");
   r->by_descriptor = by_descriptor;
+  atomic_init(&r->tuned, 0);
   if (!by_descriptor) r->inner = *kernel;
   memset(kernel, 0, sizeof(*kernel));
   kernel->struct_size = sizeof(*kernel);
   kernel->self = r;
   kernel->call = routed_call;
-  kernel->request_tune = !by_descriptor && r->inner.request_tune ? routed_tune : NULL;
+  kernel->request_tune = by_descriptor || r->inner.request_tune ? routed_tune : NULL;
   kernel->config = routed_config;
   kernel->release = routed_release;
   return NULL;
+}
+
+tr_status *tr__route_tune(tr_op *op, const char *target) {
+  return ask(op->rt, op, target, TR_LAUNCH_TUNE, NULL);
 }

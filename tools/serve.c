@@ -147,8 +147,8 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
     if (status == NULL) status = tr_op_cache_new(rt, &ops);
     if (status == NULL) status = tr_share_maps_new(&launch_ctx.maps);
     launch_ctx.registry = ops ? tr_op_cache_registry(ops) : NULL;
-    launch_ctx.run_op = tr_op_cache_call;
-    launch_ctx.run_op_ctx = ops;
+    launch_ctx.ops = &tr_op_cache_ops;
+    launch_ctx.ops_ctx = ops;
     handler = tr_launch_handle;
     ctx = &launch_ctx;
   } else if (id == TR_COMPONENT_SETTLE) {

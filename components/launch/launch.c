@@ -116,8 +116,52 @@ static tr_status *tensor_from(const tr_launch_context *c, int by_descriptor, con
   return NULL;
 }
 
-static tr_status *launch(const tr_launch_context *c, const tilerun_LaunchRequest *rq) {
+tr_status *tr_launch_config_set(tr_launch_config *out, const tr_named_value *values, size_t n) {
+  tr_launch_config_clear(out);
+  for (size_t i = 0; i < n && out->n < TR_LAUNCH_CONFIG_MAX; i++) {
+    if (values[i].name == NULL) continue;
+    size_t k = out->n;
+    snprintf(out->names[k], sizeof(out->names[k]), "%s", values[i].name);
+    out->values[k].name = out->names[k];
+    TR_RETURN_IF_ERROR(tr_value_copy(&values[i].value, &out->values[k].value));
+    out->n = k + 1;
+  }
+  return NULL;
+}
+
+void tr_launch_config_clear(tr_launch_config *c) {
+  for (size_t i = 0; i < c->n; i++) tr_value_clear(&c->values[i].value);
+  c->n = 0;
+}
+
+/* The op's config into the reply (the values encoded, so `config` may be cleared after). */
+static tr_status *config_to(const tr_launch_config *config, tilerun_LaunchReply *rp) {
+  for (size_t i = 0; i < config->n; i++) {
+    snprintf(rp->config[i].name, sizeof(rp->config[i].name), "%s", config->values[i].name);
+    rp->config[i].has_value = true;
+    TR_RETURN_IF_ERROR(tr_codec_value_to(&config->values[i].value, &rp->config[i].value));
+    rp->config_count = (pb_size_t)(i + 1);
+  }
+  return NULL;
+}
+
+static const char *action_name(tilerun_LaunchRequest_Action a) {
+  return a == tilerun_LaunchRequest_Action_TUNE ? "tune" : a == tilerun_LaunchRequest_Action_CONFIG ? "config" : "call";
+}
+
+static tr_status *launch(const tr_launch_context *c, const tilerun_LaunchRequest *rq, tilerun_LaunchReply *rp) {
   int by_descriptor = rq->op[0] != '\0';
+  int ask = rq->action != tilerun_LaunchRequest_Action_CALL;
+  if (rq->action != tilerun_LaunchRequest_Action_CALL && rq->action != tilerun_LaunchRequest_Action_TUNE &&
+      rq->action != tilerun_LaunchRequest_Action_CONFIG) {
+    return TR_STATUS(TR_VALUE, "launch: action %d is none this launch component knows (0 call, 1 tune, 2 config)",
+                     (int)rq->action);
+  }
+  if (ask && (!by_descriptor || rq->inputs_count != 0 || rq->outputs_count != 0)) {
+    return TR_STATUS(TR_VALUE, "launch: a %s request names an op and carries no tensors (op '%s', %u inputs, %u "
+                     "outputs)", action_name(rq->action), rq->op, (unsigned)rq->inputs_count,
+                     (unsigned)rq->outputs_count);
+  }
   if (!by_descriptor && rq->kernel == 0) {
     return TR_STATUS(TR_VALUE, "launch: the request names neither a kernel nor an op");
   }
@@ -125,7 +169,7 @@ static tr_status *launch(const tr_launch_context *c, const tilerun_LaunchRequest
     return TR_STATUS(TR_VALUE, "launch: a kernel address means something only in the process that built it, and "
                      "this launch component is in another process; name the op instead (by descriptor)");
   }
-  if (by_descriptor && c->run_op == NULL) {
+  if (by_descriptor && c->ops == NULL) {
     return TR_STATUS(TR_VALUE, "launch: this launch component runs no op by descriptor (asked for %s)", rq->op);
   }
   slot *slots = malloc((MAX_IN + MAX_OUT) * sizeof(slot));
@@ -151,15 +195,23 @@ static tr_status *launch(const tr_launch_context *c, const tilerun_LaunchRequest
       if (status != NULL) status = named(status, "param", n_params, 0);
       else n_params++; /* only values made are cleared below */
     }
-    if (status == NULL) {
-      status = c->run_op(c->run_op_ctx, rq->op, params, n_params, rq->target, in, rq->inputs_count, out,
-                         rq->outputs_count);
+    tr_launch_descriptor d = {rq->op, rq->target, params, n_params, rq->tuned};
+    if (status == NULL && rq->action == tilerun_LaunchRequest_Action_TUNE) {
+      status = c->ops->tune(c->ops_ctx, &d);
+    } else if (status == NULL && rq->action == tilerun_LaunchRequest_Action_CONFIG) {
+      tr_launch_config *config = calloc(1, sizeof(*config));
+      status = config ? c->ops->config(c->ops_ctx, &d, config) : TR_STATUS(TR_OUT_OF_MEMORY, "launch: a config");
+      if (status == NULL) status = config_to(config, rp);
+      if (config != NULL) tr_launch_config_clear(config);
+      free(config);
+    } else if (status == NULL) {
+      status = c->ops->call(c->ops_ctx, &d, in, rq->inputs_count, out, rq->outputs_count);
+      /* cuda work finished before the reply, whatever the op answered: the caller may free its
+       * memory once answered */
+      tr_status *finished = tr_share_finish_cuda(in, rq->inputs_count, out, rq->outputs_count);
+      if (status == NULL) status = finished;
+      else tr_status_destroy(&finished);
     }
-    /* cuda work finished before the reply, whatever the op answered: the caller may free its
-     * memory once answered */
-    tr_status *finished = tr_share_finish_cuda(in, rq->inputs_count, out, rq->outputs_count);
-    if (status == NULL) status = finished;
-    else tr_status_destroy(&finished);
   }
   if (c->maps != NULL) tr_share_maps_unlock(c->maps);
   for (size_t i = 0; i < n_params; i++) tr_value_clear(&params[i].value);
@@ -170,17 +222,23 @@ static tr_status *launch(const tr_launch_context *c, const tilerun_LaunchRequest
 tr_status *tr_launch_handle(void *ctx, const uint8_t *request, size_t request_size, uint8_t *reply,
                             size_t reply_cap, size_t *reply_size) {
   tilerun_LaunchRequest *rq = calloc(1, sizeof(*rq));
-  if (rq == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "launch: a request");
-  tilerun_LaunchReply rp = tilerun_LaunchReply_init_zero;
+  tilerun_LaunchReply *rp = calloc(1, sizeof(*rp));
+  if (rq == NULL || rp == NULL) {
+    free(rq);
+    free(rp);
+    return TR_STATUS(TR_OUT_OF_MEMORY, "launch: a request");
+  }
   tr_status *status = tr_codec_decode(tilerun_LaunchRequest_fields, request, request_size, rq, "a LaunchRequest");
   if (status == NULL) {
-    tr_status *answer = launch((const tr_launch_context *)ctx, rq);
-    tr_wire_reply_envelope(&rq->envelope, "launch", answer, &rp.envelope);
-    rp.has_envelope = true;
+    tr_status *answer = launch((const tr_launch_context *)ctx, rq, rp);
+    if (answer != NULL) rp->config_count = 0; /* an error answers nothing else */
+    tr_wire_reply_envelope(&rq->envelope, "launch", answer, &rp->envelope);
+    rp->has_envelope = true;
     tr_status_destroy(&answer);
-    status = tr_codec_encode(tilerun_LaunchReply_fields, &rp, reply, reply_cap, reply_size, "a LaunchReply");
+    status = tr_codec_encode(tilerun_LaunchReply_fields, rp, reply, reply_cap, reply_size, "a LaunchReply");
   }
   free(rq);
+  free(rp);
   return status;
 }
 
@@ -215,6 +273,27 @@ static tr_status *tensor_to(const tr_registry *reg, const DLTensor *t, int share
   return NULL;
 }
 
+/* The op, its target and params, and its tuned mode into a request. */
+static tr_status *descriptor_to(const tr_launch_descriptor *d, tilerun_LaunchRequest *rq) {
+  if (d->n_params > MAX_PARAMS) {
+    return TR_STATUS(TR_VALUE, "launch: %zu params; a LaunchRequest carries at most %zu", d->n_params,
+                     (size_t)MAX_PARAMS);
+  }
+  if (strlen(d->op) >= sizeof(rq->op) || strlen(d->target) >= sizeof(rq->target)) {
+    return TR_STATUS(TR_VALUE, "launch: op '%s' or target '%s' is too long for a LaunchRequest", d->op, d->target);
+  }
+  strcpy(rq->op, d->op);
+  strcpy(rq->target, d->target);
+  rq->tuned = d->tuned != 0;
+  rq->params_count = (pb_size_t)d->n_params;
+  for (size_t i = 0; i < d->n_params; i++) {
+    snprintf(rq->params[i].name, sizeof(rq->params[i].name), "%s", d->params[i].name);
+    rq->params[i].has_value = true;
+    TR_RETURN_IF_ERROR(tr_codec_value_to(&d->params[i].value, &rq->params[i].value));
+  }
+  return NULL;
+}
+
 static tr_status *encode(const tr_registry *registry, const tr_kernel *kernel, const tr_launch_descriptor *d,
                          DLTensor *const *inputs, size_t n_inputs, DLTensor *const *outputs, size_t n_outputs,
                          uint8_t *buf, size_t size, size_t *out_size) {
@@ -228,21 +307,7 @@ static tr_status *encode(const tr_registry *registry, const tr_kernel *kernel, c
   tr_wire_request_envelope("launch", 0, &rq->envelope);
   rq->has_envelope = true;
   rq->kernel = (uint64_t)(uintptr_t)kernel;
-  tr_status *status = NULL;
-  if (d != NULL) {
-    if (strlen(d->op) >= sizeof(rq->op) || strlen(d->target) >= sizeof(rq->target)) {
-      status = TR_STATUS(TR_VALUE, "launch: op '%s' or target '%s' is too long for a LaunchRequest", d->op, d->target);
-    } else {
-      strcpy(rq->op, d->op);
-      strcpy(rq->target, d->target);
-    }
-    rq->params_count = (pb_size_t)d->n_params;
-    for (size_t i = 0; i < d->n_params && status == NULL; i++) {
-      snprintf(rq->params[i].name, sizeof(rq->params[i].name), "%s", d->params[i].name);
-      rq->params[i].has_value = true;
-      status = tr_codec_value_to(&d->params[i].value, &rq->params[i].value);
-    }
-  }
+  tr_status *status = d != NULL ? descriptor_to(d, rq) : NULL;
   for (size_t i = 0; i < n_inputs && status == NULL; i++) {
     status = tensor_to(registry, inputs[i], d != NULL, "input", i, &rq->inputs[i]);
   }
@@ -268,8 +333,32 @@ tr_status *tr_launch_encode_shared(const tr_registry *registry, const tr_launch_
   return encode(registry, NULL, descriptor, inputs, n_inputs, outputs, n_outputs, buf, size, out_size);
 }
 
-tr_status *tr_launch_decode(const uint8_t *reply, size_t size) {
-  tilerun_LaunchReply rp = tilerun_LaunchReply_init_zero;
-  TR_RETURN_IF_ERROR(tr_codec_decode(tilerun_LaunchReply_fields, reply, size, &rp, "a LaunchReply"));
-  return tr_wire_reply_error(&rp.envelope);
+tr_status *tr_launch_encode_ask(const tr_launch_descriptor *descriptor, tr_launch_action action, uint8_t *buf,
+                                size_t size, size_t *out_size) {
+  tilerun_LaunchRequest *rq = calloc(1, sizeof(*rq));
+  if (rq == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "launch: a request");
+  tr_status *status = descriptor_to(descriptor, rq);
+  rq->action = action == TR_LAUNCH_TUNE ? tilerun_LaunchRequest_Action_TUNE : tilerun_LaunchRequest_Action_CONFIG;
+  if (status == NULL) status = tr_codec_encode(tilerun_LaunchRequest_fields, rq, buf, size, out_size, "a LaunchRequest");
+  free(rq);
+  return status;
+}
+
+tr_status *tr_launch_decode(const uint8_t *reply, size_t size, tr_launch_config *config) {
+  tilerun_LaunchReply *rp = calloc(1, sizeof(*rp));
+  if (rp == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "launch: a reply");
+  tr_status *status = tr_codec_decode(tilerun_LaunchReply_fields, reply, size, rp, "a LaunchReply");
+  if (status == NULL) status = tr_wire_reply_error(&rp->envelope);
+  if (config != NULL) tr_launch_config_clear(config);
+  if (status == NULL && config != NULL) {
+    for (size_t i = 0; i < rp->config_count && i < TR_LAUNCH_CONFIG_MAX && status == NULL; i++) {
+      snprintf(config->names[i], sizeof(config->names[i]), "%s", rp->config[i].name);
+      config->values[i].name = config->names[i];
+      status = tr_codec_value_from(&rp->config[i].value, &config->values[i].value);
+      if (status == NULL) config->n = i + 1;
+    }
+    if (status != NULL) tr_launch_config_clear(config);
+  }
+  free(rp);
+  return status;
 }

@@ -99,14 +99,16 @@ size_t tr_op_memo_count(const tr_op *op);
  * for, with that device current), and on each kernel built later before its first call. A kernel
  * without request_tune is not tuned and the op warns once. Returns the first failure. Where the
  * launch component runs in another process (placement: process), the kernels are built and kept
- * there, and the launch protocol carries no tuning request: they are not tuned, and the op warns
- * once, saying so. */
+ * there: the request goes there (the op there is put in tuned mode, and each call says the op
+ * is in it, so an op that process made again keeps it), its failure comes back with the note
+ * "(Op, launched in another process)", and that process's warnings go to its own stderr. */
 tr_status *tr_op_request_tune(tr_op *op) TR_MUST_USE;
 
 /* The op's config: the first non-empty config of a kernel it built (count returned, 0: none); a
  * composite op gives its steps'. The values are the op's copy, valid until the next call of this
- * function on the op or its destruction. With launch in another process: 0 (the kernels, and
- * their configs, are that process's). */
+ * function on the op or its destruction. With launch in another process: asked of that process
+ * (the config of the kernels its op built; at most 16 values; a failure to ask is warned, and
+ * 0). */
 size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out);
 
 /* Registered targets, sorted (with `op_name`: those with a builder for it). Fills up to `max`

@@ -74,10 +74,9 @@ static void make_selector(void) {
 }
 
 /* The launch process's op: reads the first and last byte every tensor reaches. */
-static tr_status *touch_op(void *ctx, const char *op, const tr_named_value *params, size_t n_params,
-                           const char *target, DLTensor *const *inputs, size_t n_inputs, DLTensor *const *outputs,
-                           size_t n_outputs) {
-  (void)ctx, (void)op, (void)params, (void)n_params, (void)target;
+static tr_status *touch_op(void *ctx, const tr_launch_descriptor *d, DLTensor *const *inputs, size_t n_inputs,
+                           DLTensor *const *outputs, size_t n_outputs) {
+  (void)ctx, (void)d;
   volatile unsigned char sink = 0;
   for (size_t k = 0; k < n_inputs + n_outputs; k++) {
     const DLTensor *t = k < n_inputs ? inputs[k] : outputs[k - n_inputs];
@@ -102,6 +101,19 @@ static tr_status *touch_op(void *ctx, const char *op, const tr_named_value *para
   return NULL;
 }
 
+static tr_status *tune_op(void *ctx, const tr_launch_descriptor *d) {
+  (void)ctx, (void)d;
+  return NULL;
+}
+
+/* The op's params given back as its config: the reply encodes what the request decoded. */
+static tr_status *config_op(void *ctx, const tr_launch_descriptor *d, tr_launch_config *out) {
+  (void)ctx;
+  return tr_launch_config_set(out, d->params, d->n_params);
+}
+
+static const tr_launch_ops g_ops = {touch_op, tune_op, config_op};
+
 static void once(void) {
   if (g_manifest != NULL) return;
   tr_plat_shm_unlink("/tilerun-fuzz");
@@ -114,7 +126,7 @@ static void once(void) {
   s = tr_registry_new(NULL, NULL, &g_registry);
   if (s != NULL) abort();
   make_selector();
-  g_launch = (tr_launch_context){g_registry, 0, g_maps, touch_op, NULL};
+  g_launch = (tr_launch_context){g_registry, 0, g_maps, &g_ops, NULL};
 }
 
 static void decode_as(const pb_msgdesc_t *fields, size_t size, const uint8_t *data, size_t n) {
@@ -158,7 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 3: decode_as(tilerun_BuildRequest_fields, sizeof(tilerun_BuildRequest), body, n); break;
     case 4:
       s = tr_launch_handle(&g_launch, body, n, reply, sizeof(reply), &reply_size);
-      if (s == NULL) s = tr_launch_decode(reply, reply_size);
+      if (s == NULL) s = tr_launch_decode(reply, reply_size, NULL);
       break;
     case 5:
       decode_as(tilerun_ValidateReply_fields, sizeof(tilerun_ValidateReply), body, n);
