@@ -174,8 +174,9 @@ static tr_status *check_type(const char *op, const tr_kernel_type *t) {
       size_t used = 0;
       want[0] = '\0';
       for (size_t i = 0; i < iface->n_args; i++) tr__appendf(want, sizeof(want), &used, "%s%s", i ? ", " : "", iface->args[i]);
-      return TR_STATUS(TR_SELECTION, "%s: kernel type '%s': forward takes %zu arguments, and %s's forward passes "
-                       "%zu positionally (%s)", op, t->key, n, iface->name, iface->n_args, want);
+      return TR_STATUS(TR_SELECTION, "%s: kernel type '%s': forward does not take %s's arguments: it takes %zu, "
+                       "and %s's forward passes %zu positionally (%s)", op, t->key, iface->name, n, iface->name,
+                       iface->n_args, want);
     }
   }
   const char *const *devices = devices_of(t);

@@ -159,11 +159,12 @@ TEST_CASE("table 5, rows 1-5: checks when the op is constructed") {
   static const char *args[] = {"x", "w", nullptr};
   bad_forward.forward_args = args;
   CHECK(new_error({layer_norm_interface()}, {&bad_forward}) ==
-        "SelectionError: TestFwdOp: kernel type 'layer_norm': forward takes 2 arguments, and "
-        "LayerNormFwdInterface's forward passes 3 positionally (x, weight, bias)");
+        "SelectionError: TestFwdOp: kernel type 'layer_norm': forward does not take LayerNormFwdInterface's "
+        "arguments: it takes 2, and LayerNormFwdInterface's forward passes 3 positionally (x, weight, bias)");
   static const char *four[] = {"x", "weight", "bias", "extra", nullptr};
   bad_forward.forward_args = four;
-  CHECK(new_error({layer_norm_interface()}, {&bad_forward}).find("forward takes 4 arguments") != std::string::npos);
+  CHECK(new_error({layer_norm_interface()}, {&bad_forward}).find("forward does not take LayerNormFwdInterface's arguments: it takes 4") !=
+        std::string::npos);
   /* positionally: other names, the same count, are accepted (the selector is built) */
   tr_kernel_type renamed = *layer_norm();
   static const char *other_names[] = {"input", "gamma", "beta", nullptr};
