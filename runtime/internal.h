@@ -95,6 +95,9 @@ tr_status *tr__route_kernel(tr_op *op, int by_descriptor, tr_kernel *kernel) TR_
  * settled one. The process's error, with the note saying where it happened. */
 tr_status *tr__route_tune(tr_op *op, const char *target) TR_MUST_USE;
 
+/* The kernel config of the op in the launch process (launch placement: process), into `out`. */
+tr_status *tr__route_config(tr_op *op, const char *target, tr_launch_config *out) TR_MUST_USE;
+
 /* Whether the op is in tuned mode (tr_op_request_tune ran on it). */
 int tr__op_in_tuned_mode(tr_op *op);
 

@@ -616,14 +616,19 @@ static void retune_one(void *vctx, void *value) {
 }
 
 tr_status *tr_op_request_tune(tr_op *op) {
-  if (op->steps != NULL) { /* a composite: its steps' kernels */
+  tr_plat_mutex_lock(&op->lock);
+  op->tuned_mode = 1; /* first: steps made from now on are tuned, whatever a step below answers */
+  tr_plat_mutex_unlock(&op->lock);
+  tr_status *first = NULL;
+  if (op->steps != NULL) { /* a composite: its steps' kernels, every step tried */
     for (size_t s = 0; s < tr_op_def_step_count(op->def); s++) {
-      if (op->steps[s] != NULL) TR_RETURN_IF_ERROR(tr_op_request_tune(op->steps[s]));
+      tr_status *status = op->steps[s] != NULL ? tr_op_request_tune(op->steps[s]) : NULL;
+      if (first == NULL) first = status;
+      else tr_status_destroy(&status);
     }
   }
   tr_plat_mutex_lock(&op->lock);
-  op->tuned_mode = 1;
-  tune_ctx t = {op, NULL};
+  tune_ctx t = {op, first};
   /* idempotent per device: every request tunes every kernel built so far again */
   tr_memo_each(op->memo, retune_one, &t);
   /* launch in another process: its kernels are there (each call also carries the tuned mode) */
@@ -631,7 +636,11 @@ tr_status *tr_op_request_tune(tr_op *op) {
   int remote = op->rt->launch_placement == TR_PLACE_PROCESS && op->target != NULL && tr_memo_count(op->memo) > 0;
   if (remote) snprintf(target, sizeof(target), "%s", op->target);
   tr_plat_mutex_unlock(&op->lock);
-  if (remote && t.first == NULL) t.first = tr__route_tune(op, target);
+  if (remote) {
+    tr_status *there = tr__route_tune(op, target);
+    if (t.first == NULL) t.first = there;
+    else tr_status_destroy(&there);
+  }
   return t.first;
 }
 
@@ -656,17 +665,50 @@ static void config_of(void *vctx, void *value) {
 
 static void clear_config(tr_op *op) { tr_launch_config_clear(&op->config); }
 
-size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out) {
-  config_ctx c = {NULL, 0};
+/* Launch in another process: the config of its op, asked once per request, and not under the
+ * op's lock (its calls go on meanwhile); nothing built yet, none. A failed ask is warned. */
+static void ask_config(tr_op *op) {
+  char target[64] = "";
   tr_plat_mutex_lock(&op->lock);
-  tr_memo_each(op->memo, config_of, &c);
-  tr_status *copied = tr_launch_config_set(&op->config, c.values, c.n); /* the kernel may be released later */
-  if (copied != NULL) { /* out of memory: the values copied so far */
-    tr__runtime_warn(op->rt, "%s: its kernel config: %s", tr_op_def_name(op->def), tr_status_message(copied));
-    tr_status_destroy(&copied);
-  }
-  size_t n = op->config.n;
+  int built = op->target != NULL && tr_memo_count(op->memo) > 0;
+  if (built) snprintf(target, sizeof(target), "%s", op->target);
   tr_plat_mutex_unlock(&op->lock);
+  tr_launch_config *got = calloc(1, sizeof(*got));
+  tr_status *status = got == NULL ? TR_STATUS(TR_OUT_OF_MEMORY, "%s: a kernel config", tr_op_def_name(op->def))
+                      : built     ? tr__route_config(op, target, got)
+                                  : NULL;
+  tr_plat_mutex_lock(&op->lock);
+  if (status == NULL) status = tr_launch_config_set(&op->config, got->values, got->n);
+  else clear_config(op);
+  tr_plat_mutex_unlock(&op->lock);
+  if (status != NULL) {
+    tr__runtime_warn(op->rt, "%s: its kernel config could not be asked of the launch process: %s",
+                     tr_op_def_name(op->def), tr_status_message(status));
+    tr_status_destroy(&status);
+  }
+  if (got != NULL) tr_launch_config_clear(got);
+  free(got);
+}
+
+size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out) {
+  size_t n = 0;
+  if (op->rt->launch_placement == TR_PLACE_PROCESS) {
+    ask_config(op);
+    tr_plat_mutex_lock(&op->lock);
+    n = op->config.n;
+    tr_plat_mutex_unlock(&op->lock);
+  } else {
+    config_ctx c = {NULL, 0};
+    tr_plat_mutex_lock(&op->lock);
+    tr_memo_each(op->memo, config_of, &c);
+    tr_status *copied = tr_launch_config_set(&op->config, c.values, c.n); /* the kernel may be released later */
+    if (copied != NULL) { /* out of memory: the values copied so far */
+      tr__runtime_warn(op->rt, "%s: its kernel config: %s", tr_op_def_name(op->def), tr_status_message(copied));
+      tr_status_destroy(&copied);
+    }
+    n = op->config.n;
+    tr_plat_mutex_unlock(&op->lock);
+  }
   if (n == 0 && op->steps != NULL) { /* a composite: its first step's config */
     for (size_t s = 0; s < tr_op_def_step_count(op->def) && n == 0; s++) {
       if (op->steps[s] != NULL) n = tr_op_kernel_config(op->steps[s], out);

@@ -72,8 +72,11 @@ static tr_status *key_of(const char *op, const tr_named_value *params, size_t n,
   return NULL;
 }
 
+/* The op kept for (op, params, target), made (`make`) when there is none; NULL *out: none kept
+ * and not made. */
 static tr_status *op_for(tr_op_cache *c, const char *op, const tr_named_value *params, size_t n, const char *target,
-                         tr_op **out) {
+                         int make, tr_op **out) {
+  *out = NULL;
   char *key = malloc(KEY_MAX);
   if (key == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "an op cache key");
   tr_status *status = key_of(op, params, n, target, key);
@@ -86,6 +89,10 @@ static tr_status *op_for(tr_op_cache *c, const char *op, const tr_named_value *p
     }
   }
   tr_op *made = NULL;
+  if (status == NULL && !make) {
+    free(key);
+    return NULL;
+  }
   if (status == NULL) status = tr_op_new(c->rt, op, params, n, target[0] ? target : NULL, &made);
   if (status != NULL) {
     free(key);
@@ -108,7 +115,7 @@ static tr_status *cache_call(void *cache, const tr_launch_descriptor *d, DLTenso
   tr_op_cache *c = cache;
   tr_plat_mutex_lock(&c->lock);
   tr_op *o = NULL;
-  tr_status *status = op_for(c, d->op, d->params, d->n_params, d->target, &o);
+  tr_status *status = op_for(c, d->op, d->params, d->n_params, d->target, 1, &o);
   if (status == NULL && d->tuned && !tr__op_in_tuned_mode(o)) status = tr_op_request_tune(o);
   if (status == NULL) {
     status = tr_op_call_into(o, (const DLTensor *const *)inputs, n_inputs, outputs, n_outputs);
@@ -121,7 +128,7 @@ static tr_status *cache_tune(void *cache, const tr_launch_descriptor *d) {
   tr_op_cache *c = cache;
   tr_plat_mutex_lock(&c->lock);
   tr_op *o = NULL;
-  tr_status *status = op_for(c, d->op, d->params, d->n_params, d->target, &o);
+  tr_status *status = op_for(c, d->op, d->params, d->n_params, d->target, 1, &o);
   if (status == NULL) status = tr_op_request_tune(o);
   tr_plat_mutex_unlock(&c->lock);
   return status;
@@ -131,8 +138,9 @@ static tr_status *cache_config(void *cache, const tr_launch_descriptor *d, tr_la
   tr_op_cache *c = cache;
   tr_plat_mutex_lock(&c->lock);
   tr_op *o = NULL;
-  tr_status *status = op_for(c, d->op, d->params, d->n_params, d->target, &o);
-  if (status == NULL) {
+  tr_status *status = op_for(c, d->op, d->params, d->n_params, d->target, 0, &o);
+  if (status == NULL && o == NULL) tr_launch_config_clear(out); /* none kept: no kernel, no config */
+  if (status == NULL && o != NULL) {
     const tr_named_value *values = NULL;
     size_t n = tr_op_kernel_config(o, &values);
     status = tr_launch_config_set(out, values, n);

@@ -16,8 +16,7 @@ typedef struct routed {
   char target[64];
   tr_kernel inner; /* thread: the kernel built here */
   int by_descriptor;
-  atomic_int tuned;        /* by descriptor: the op is in tuned mode; each call says so */
-  tr_launch_config config; /* by descriptor: the last config the launch process gave */
+  atomic_int tuned; /* by descriptor: the op is in tuned mode; each call says so */
 } routed;
 
 /* Where it happened: the other process answers for the whole call there (its build, its
@@ -81,24 +80,16 @@ static tr_status *routed_tune(void *self, const tr_device *device) {
   return r->inner.request_tune ? r->inner.request_tune(r->inner.self, device) : NULL;
 }
 
+/* By descriptor the kernel is the launch process's: the op asks for its config once
+ * (tr__route_config), not each of its kernels. */
 static size_t routed_config(void *self, const tr_named_value **out) {
   routed *r = self;
-  if (!r->by_descriptor) return r->inner.config ? r->inner.config(r->inner.self, out) : 0;
-  tr_status *status = ask(r->rt, r->op, r->target, TR_LAUNCH_CONFIG, &r->config);
-  if (status != NULL) {
-    tr__runtime_warn(r->rt, "%s: its kernel config could not be asked for: %s", tr_op_def_name(r->op->def),
-                     tr_status_message(status));
-    tr_status_destroy(&status);
-    tr_launch_config_clear(&r->config);
-  }
-  *out = r->config.values;
-  return r->config.n;
+  return !r->by_descriptor && r->inner.config ? r->inner.config(r->inner.self, out) : 0;
 }
 
 static void routed_release(void *self) {
   routed *r = self;
   if (r->inner.release != NULL) r->inner.release(r->inner.self);
-  tr_launch_config_clear(&r->config);
   free(r);
 }
 
@@ -123,4 +114,8 @@ tr_status *tr__route_kernel(tr_op *op, int by_descriptor, tr_kernel *kernel) {
 
 tr_status *tr__route_tune(tr_op *op, const char *target) {
   return ask(op->rt, op, target, TR_LAUNCH_TUNE, NULL);
+}
+
+tr_status *tr__route_config(tr_op *op, const char *target, tr_launch_config *out) {
+  return ask(op->rt, op, target, TR_LAUNCH_CONFIG, out);
 }

@@ -362,6 +362,26 @@ TEST_CASE("a composite op runs its composition; each sub-op settles its own targ
   tr_op_destroy(&linear);
 }
 
+TEST_CASE("tuning a composite op: every step is tried, the first failure returned, later kernels tuned") {
+  Env env;
+  tr_op *linear = env.op("LinearFwdOp");
+  HostTensor x({2, 4}), w({5, 4}), bias({5});
+  const DLTensor *in[] = {&x.t, &w.t, &bias.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(linear, in, 3, out.items, 1));  // Gemm and Add steps, each a kernel
+  REQUIRE(g_tunes == 0);
+  g_fail_tune = 1;
+  CHECK(tr_test::error_of(tr_op_request_tune(linear)) == "CompileError: autotuner crashed");
+  CHECK(g_tunes == 2);  // the Add step was tried after the Gemm step failed
+  g_fail_tune = 0;
+  HostTensor x3({3, 4});  // new kernels, built in tuned mode: tuned before their first call
+  const DLTensor *in3[] = {&x3.t, &w.t, &bias.t};
+  out.reset();
+  tr_test::ok(tr_op_call(linear, in3, 3, out.items, 1));
+  CHECK(g_tunes == 4);
+  tr_op_destroy(&linear);
+}
+
 TEST_CASE("a call with too many inputs names the count it got") {
   Env env;
   tr_op *op = env.op("AddFwdOp");

@@ -134,12 +134,21 @@ void tr_launch_config_clear(tr_launch_config *c) {
   c->n = 0;
 }
 
-/* The op's config into the reply (the values encoded, so `config` may be cleared after). */
+_Static_assert(tilerun_LaunchReply_size <= TR_LAUNCH_REPLY_MAX, "a LaunchReply fits TR_LAUNCH_REPLY_MAX");
+
+/* The op's config into the reply (the values encoded, so `config` may be cleared after); a
+ * string longer than the message holds is cut to fit, as names are. */
 static tr_status *config_to(const tr_launch_config *config, tilerun_LaunchReply *rp) {
   for (size_t i = 0; i < config->n; i++) {
     snprintf(rp->config[i].name, sizeof(rp->config[i].name), "%s", config->values[i].name);
     rp->config[i].has_value = true;
-    TR_RETURN_IF_ERROR(tr_codec_value_to(&config->values[i].value, &rp->config[i].value));
+    const tr_value *v = &config->values[i].value;
+    if (v->kind == TR_VALUE_STR && v->as.str.len >= sizeof(rp->config[i].value.kind.s)) {
+      rp->config[i].value.which_kind = tilerun_Value_s_tag;
+      snprintf(rp->config[i].value.kind.s, sizeof(rp->config[i].value.kind.s), "%s", v->as.str.data);
+    } else {
+      TR_RETURN_IF_ERROR(tr_codec_value_to(v, &rp->config[i].value));
+    }
     rp->config_count = (pb_size_t)(i + 1);
   }
   return NULL;
@@ -335,8 +344,13 @@ tr_status *tr_launch_encode_shared(const tr_registry *registry, const tr_launch_
 
 tr_status *tr_launch_encode_ask(const tr_launch_descriptor *descriptor, tr_launch_action action, uint8_t *buf,
                                 size_t size, size_t *out_size) {
+  if (action != TR_LAUNCH_TUNE && action != TR_LAUNCH_CONFIG) {
+    return TR_STATUS(TR_VALUE, "launch: ask %d is neither tune (1) nor config (2)", (int)action);
+  }
   tilerun_LaunchRequest *rq = calloc(1, sizeof(*rq));
   if (rq == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "launch: a request");
+  tr_wire_request_envelope("launch", 0, &rq->envelope);
+  rq->has_envelope = true;
   tr_status *status = descriptor_to(descriptor, rq);
   rq->action = action == TR_LAUNCH_TUNE ? tilerun_LaunchRequest_Action_TUNE : tilerun_LaunchRequest_Action_CONFIG;
   if (status == NULL) status = tr_codec_encode(tilerun_LaunchRequest_fields, rq, buf, size, out_size, "a LaunchRequest");

@@ -93,7 +93,8 @@ tr_status *tr_launch_encode_shared(const tr_registry *registry, const tr_launch_
                                    size_t n_outputs, uint8_t *buf, size_t size, size_t *out_size) TR_MUST_USE;
 
 /* The caller's side of the asks with no tensors, by descriptor: tuned mode for the op there
- * (TR_LAUNCH_TUNE), or its kernel config (TR_LAUNCH_CONFIG). */
+ * (TR_LAUNCH_TUNE), or its kernel config (TR_LAUNCH_CONFIG; a string value longer than 255
+ * bytes comes back cut to 255). Another action is a ValueError. */
 typedef enum tr_launch_action { TR_LAUNCH_TUNE = 1, TR_LAUNCH_CONFIG = 2 } tr_launch_action;
 tr_status *tr_launch_encode_ask(const tr_launch_descriptor *descriptor, tr_launch_action action, uint8_t *buf,
                                 size_t size, size_t *out_size) TR_MUST_USE;

@@ -451,8 +451,13 @@ TEST_CASE("the launch contract by descriptor: tuning and the kernel config are a
       // A call builds the kernel; its config comes back, untuned.
       REQUIRE(run_shared(p, reg, "AddFwdOp", {two}, {&a.t, &b.t}, {&c.t}, "tunable") == "ran");
       REQUIRE(ask(p, "AddFwdOp", {two}, TR_LAUNCH_CONFIG, &config) == "ran");
-      REQUIRE(config.n == 1);
+      REQUIRE(config.n == 3);
       CHECK(tunes_in(config.values, config.n) == 0);
+      CHECK(std::string(config.values[1].name) == "variant");
+      REQUIRE(config.values[1].value.kind == TR_VALUE_STR);
+      CHECK(std::string(config.values[1].value.as.str.data) == "tunable-add");
+      REQUIRE(config.values[2].value.kind == TR_VALUE_STR);  // 300 bytes there, cut to what a message holds
+      CHECK(std::string(config.values[2].value.as.str.data) == std::string(255, 'n'));
       // Tune: the kernel there is tuned, again at each ask (request_tune's idempotence).
       REQUIRE(ask(p, "AddFwdOp", {two}, TR_LAUNCH_TUNE) == "ran");
       REQUIRE(ask(p, "AddFwdOp", {two}, TR_LAUNCH_CONFIG, &config) == "ran");
@@ -473,7 +478,7 @@ TEST_CASE("the launch contract by descriptor: tuning and the kernel config are a
       // The op's own errors come back; an ask that carries tensors, names no op, or an action
       // the handler does not know is refused, naming it.
       CHECK(ask(p, "NoSuchOp", {}, TR_LAUNCH_TUNE).find("OpNotAvailableError: no op 'NoSuchOp'") == 0);
-      CHECK(ask(p, "AddFwdOp", {tr_named_value{"alpha", tr_value_bool(true)}}, TR_LAUNCH_CONFIG).find("alpha") !=
+      CHECK(ask(p, "AddFwdOp", {tr_named_value{"alpha", tr_value_bool(true)}}, TR_LAUNCH_TUNE).find("alpha") !=
             std::string::npos);
       std::string reply;
       CHECK(ask(p, "AddFwdOp", {two}, TR_LAUNCH_TUNE, nullptr, "nosuchtarget").find("nosuchtarget") !=
@@ -563,7 +568,9 @@ TEST_CASE("the runtime launches through the launch component placed in a thread 
     for (size_t i = 0; i < 6; i++) CHECK(static_cast<const float *>(out[0]->dl_tensor.data)[i] == 100.0f + 2 * b.data[i]);
     out[0]->deleter(out[0]);
     size_t n_config = tr_op_kernel_config(tuned, &config);
-    REQUIRE(n_config == 1);
+    REQUIRE(n_config == 3);
+    REQUIRE(config[1].value.kind == TR_VALUE_STR);
+    CHECK(std::string(config[1].value.as.str.data) == "tunable-add");
     CHECK(tunes_in(config, n_config) == 0);
     ok(tr_op_request_tune(tuned));
     n_config = tr_op_kernel_config(tuned, &config);
@@ -644,12 +651,24 @@ TEST_CASE("the runtime launches through the launch component placed in a thread 
       CHECK(e.find("(AddFwdOp, launched in another process)") != std::string::npos);
       CHECK(out[0] == nullptr);
     }
-    tr_op_destroy(&add);
-    tr_runtime_destroy(&rt);
     if (server != nullptr) {
+      ok(tr_op_call(add, in, 2, out, 1));  // built there again (the refused call above revoked it)
+      out[0]->deleter(out[0]);
+      REQUIRE(tr_op_memo_count(add) == 1);
       tr_plat_process_kill(server, 0);
       CHECK(tr_plat_process_wait(&server, 5000) == 0);
+      // The launch process gone: a tune request is a transport error saying where; a config
+      // ask is warned, and none.
+      warnings.lines.clear();
+      std::string e = error_of(tr_op_request_tune(add));
+      CHECK(e.find("TransportError") == 0);
+      CHECK(e.find("(AddFwdOp, launched in another process)") != std::string::npos);
+      CHECK(tr_op_kernel_config(add, &config) == 0);
+      REQUIRE(warnings.lines.size() == 1);
+      CHECK(warnings.lines[0].find("AddFwdOp: its kernel config could not be asked of the launch process: ") == 0);
     }
+    tr_op_destroy(&add);
+    tr_runtime_destroy(&rt);
   }
   ok(tr_plat_remove_tree(dir));
   std::free(dir);

@@ -4,8 +4,9 @@
  * SettleRequest (and the settle handler), 2 SelectRequest (and the select handler, over one op
  * with two implementations), 3 BuildRequest, 4 LaunchRequest (and the launch handler as a launch
  * process runs it: references mapped, one real segment "/tilerun-fuzz" of 4096 bytes, and an op
- * that touches the first and last byte each tensor reaches, so an overrun crashes), 5 the
- * replies, 6 an Envelope. */
+ * that touches the first and last byte each tensor reaches, so an overrun crashes; a tune ask
+ * answered, a config ask answered with the request's params as the config, which the reply
+ * decoder reads back), 5 the replies, 6 an Envelope. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,10 +169,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       break;
     case 3: decode_as(tilerun_BuildRequest_fields, sizeof(tilerun_BuildRequest), body, n); break;
-    case 4:
+    case 4: {
       s = tr_launch_handle(&g_launch, body, n, reply, sizeof(reply), &reply_size);
-      if (s == NULL) s = tr_launch_decode(reply, reply_size, NULL);
+      static tr_launch_config config; /* a config ask's answer decodes too */
+      if (s == NULL) s = tr_launch_decode(reply, reply_size, &config);
+      tr_launch_config_clear(&config);
       break;
+    }
     case 5:
       decode_as(tilerun_ValidateReply_fields, sizeof(tilerun_ValidateReply), body, n);
       decode_as(tilerun_SettleReply_fields, sizeof(tilerun_SettleReply), body, n);

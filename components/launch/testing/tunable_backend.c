@@ -1,8 +1,10 @@
 /* tunable_backend.c: a test backend, target "tunable", whose AddFwdOp kernel on cpu tensors
- * supports request_tune and reports a config ("tunes": how many times request_tune reached it),
- * so that the launch tests see a tuning request and a config cross to a launch process and back.
- * It claims no device: an op names it as its target. */
+ * supports request_tune and reports a config ("tunes": how many times request_tune reached it;
+ * "variant": a string; "note": a string of 300 bytes, more than a message carries), so that the
+ * launch tests see a tuning request and a config cross to a launch process and back. It claims
+ * no device: an op names it as its target. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "tilerun/backend.h"
 
@@ -10,7 +12,7 @@
 
 typedef struct tunable_kernel {
   double alpha;
-  tr_named_value config[1]; /* "tunes" */
+  tr_named_value config[3]; /* "tunes", "variant", "note" */
 } tunable_kernel;
 
 static tr_status *detect(void *ctx, const tr_device *device, int *claims) {
@@ -28,10 +30,15 @@ static tr_status *tune(void *self, const tr_device *device) {
 
 static size_t config(void *self, const tr_named_value **out) {
   *out = ((tunable_kernel *)self)->config;
-  return 1;
+  return 3;
 }
 
-static void release(void *self) { free(self); }
+static void release(void *self) {
+  tunable_kernel *k = self;
+  tr_value_clear(&k->config[1].value);
+  tr_value_clear(&k->config[2].value);
+  free(k);
+}
 
 /* c = a + alpha * b, float32, contiguous (the op makes its inputs so). */
 static tr_status *call_add(void *self, DLTensor *const *in, size_t n_in, DLTensor *const *out, size_t n_out) {
@@ -54,6 +61,17 @@ static tr_status *build_add(void *ctx, const tr_build_request *req, tr_kernel *o
   k->alpha = tr_build_param(req, "alpha")->as.f;
   k->config[0].name = "tunes";
   k->config[0].value = tr_value_int(0);
+  k->config[1].name = "variant";
+  k->config[2].name = "note";
+  char note[301];
+  memset(note, 'n', 300);
+  note[300] = '\0';
+  tr_status *status = tr_value_str("tunable-add", &k->config[1].value);
+  if (status == NULL) status = tr_value_str(note, &k->config[2].value);
+  if (status != NULL) {
+    release(k);
+    return status;
+  }
   out->self = k;
   out->call = call_add;
   out->request_tune = tune;
