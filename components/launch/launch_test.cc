@@ -332,17 +332,33 @@ static std::vector<uint8_t> edited(const tr_registry *reg, SharedTensor &a, Shar
   return buf;
 }
 
-TEST_CASE("the launch contract by descriptor: the op runs on the caller's shared tensors in every placement") {
+// What `tilerun serve launch` runs by descriptor: a runtime's op cache, and the shared
+// references it maps, behind the handler's context.
+struct OpServer {
   tr_runtime *rt = cpu_runtime();
   tr_op_cache *cache = nullptr;
-  ok(tr_op_cache_new(rt, &cache));
   tr_share_maps *maps = nullptr;
-  ok(tr_share_maps_new(&maps));
-  const tr_registry *reg = tr_op_cache_registry(cache);
-  tr_launch_context ctx{reg, 1, maps, &tr_op_cache_ops, cache};
+  const tr_registry *reg = nullptr;
+  tr_launch_context ctx{};
+  OpServer() {
+    ok(tr_op_cache_new(rt, &cache));
+    ok(tr_share_maps_new(&maps));
+    reg = tr_op_cache_registry(cache);
+    ctx = tr_launch_context{reg, 1, maps, &tr_op_cache_ops, cache};
+  }
+  ~OpServer() {
+    tr_share_maps_destroy(&maps);
+    tr_op_cache_destroy(&cache);
+    tr_runtime_destroy(&rt);
+  }
+};
+
+TEST_CASE("the launch contract by descriptor: the op runs on the caller's shared tensors in every placement") {
+  OpServer server;
+  const tr_registry *reg = server.reg;
   for (Where where : every_placement()) {
     INFO(where_name(where));
-    Placed p(TR_COMPONENT_LAUNCH, where, tr_launch_handle, &ctx);
+    Placed p(TR_COMPONENT_LAUNCH, where, tr_launch_handle, &server.ctx);
     // c = a + 2 b, written into the caller's memory.
     SharedTensor a({3, 4}, 1.0f), b({3, 4}, -2.0f), c({3, 4}, 99.0f);
     tr_named_value alpha{"alpha", tr_value_float(2.0)};
@@ -424,23 +440,15 @@ TEST_CASE("the launch contract by descriptor: the op runs on the caller's shared
     CHECK(e.find("ValueError: launch: input 1: cpu memory at ") == 0);
     CHECK(e.find("is not from tilerun's shared-memory allocator (tr_alloc_shared)") != std::string::npos);
   }
-  tr_share_maps_destroy(&maps);
-  tr_op_cache_destroy(&cache);
-  tr_runtime_destroy(&rt);
 }
 
 TEST_CASE("the launch contract by descriptor: tuning and the kernel config are asked of the op there") {
   for (Where where : every_placement()) {
     INFO(where_name(where));
-    tr_runtime *rt = cpu_runtime();
-    tr_op_cache *cache = nullptr;
-    ok(tr_op_cache_new(rt, &cache));
-    tr_share_maps *maps = nullptr;
-    ok(tr_share_maps_new(&maps));
-    const tr_registry *reg = tr_op_cache_registry(cache);
-    tr_launch_context ctx{reg, 1, maps, &tr_op_cache_ops, cache};
+    OpServer server;  // a fresh one each time: nothing built, nothing tuned
+    const tr_registry *reg = server.reg;
     {
-      Placed p(TR_COMPONENT_LAUNCH, where, tr_launch_handle, &ctx);
+      Placed p(TR_COMPONENT_LAUNCH, where, tr_launch_handle, &server.ctx);
       SharedTensor a({2, 3}, 1.0f), b({2, 3}, 2.0f), c({2, 3}, 0.0f);
       tr_named_value two{"alpha", tr_value_float(2.0)}, three{"alpha", tr_value_float(3.0)},
           four{"alpha", tr_value_float(4.0)};
@@ -507,9 +515,6 @@ TEST_CASE("the launch contract by descriptor: tuning and the kernel config are a
             "ValueError: launch: action 7 is none this launch component knows (0 call, 1 tune, 2 config)");
       tr_launch_config_clear(&config);
     }
-    tr_share_maps_destroy(&maps);
-    tr_op_cache_destroy(&cache);
-    tr_runtime_destroy(&rt);
   }
 }
 
