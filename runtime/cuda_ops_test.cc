@@ -473,6 +473,62 @@ TEST_CASE("a block freed while its maker's exit-time code uses it is kept for th
   tr_runtime_destroy(&rt);
 }
 
+TEST_CASE("a thread whose only use of its per-thread stream is a free waits for that stream as it ends") {
+  // A thread that never allocated through tilerun frees an output whose maker has ended: the
+  // block goes back to the driver on the freeing thread's per-thread stream. That stream is then
+  // one this thread used, so its exit hook waits for it too, with whatever else is queued there
+  // (here, memsets the thread queued itself), as for a thread that allocated. Checked by
+  // mutation on the H200: with the free not marking the stream as used, the thread never
+  // finished ending (the driver hang the hook's wait exists for; the test then times out).
+  tr_runtime *rt = cuda_runtime();
+  const int64_t row = 4096, rows = 1024;
+  tr_op *op = rms_op(rt, row);
+  CudaTensor x({rows, row}, values((size_t)(rows * row), 61)), w({row}, values((size_t)row, 62));
+  const DLTensor *in[] = {&x.t, &w.t};
+  const size_t busy_bytes = (size_t)512 << 20;
+  void *busy = nullptr;
+  REQUIRE(cudaMalloc(&busy, busy_bytes) == cudaSuccess);
+  tr_intree_trim();
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const tr_intree_stats before = tr_intree_get_stats();
+  DLManagedTensor *theirs = nullptr;
+  int failed = 0;
+  std::thread maker([&] {
+    tr_test::Outputs made;
+    tr_status *s = tr_op_call(op, in, 2, made.items, 1);
+    failed = s != nullptr;
+    tr_status_destroy(&s);
+    theirs = made.items[0];  // handed over
+    made.items[0] = nullptr;
+  });
+  maker.join();
+  REQUIRE(failed == 0);
+  REQUIRE(theirs != nullptr);
+  REQUIRE(tr_intree_get_stats().thread_ends == before.thread_ends + 1);
+  AtExit seen;
+  int hooked = 0, queued = 0;
+  std::thread freer([&] {
+    hooked = tr_plat_at_thread_exit(record_at_exit, &seen);  // runs after the runtime's hook
+    for (int i = 0; i < 16; i++) {  // 8 GiB of writes queued on this thread's stream, not tilerun's
+      if (cudaMemsetAsync(busy, i, busy_bytes, cudaStreamPerThread) != cudaSuccess) failed = 1;
+    }
+    theirs->deleter(theirs);  // the orphan, freed on this thread's per-thread stream
+    queued = cudaStreamQuery(cudaStreamPerThread) == cudaErrorNotReady;
+  });
+  freer.join();
+  REQUIRE(hooked == 1);
+  REQUIRE(failed == 0);
+  CHECK(queued);  // it ended with the memsets still queued
+  tr_intree_stats after = tr_intree_get_stats();
+  CHECK(after.orphans_freed == before.orphans_freed + 1);
+  CHECK(after.thread_ends == before.thread_ends + 2);  // the freeing thread's hook ran ...
+  CHECK(seen.stream_query == cudaSuccess);             // ... and had waited for its stream
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(cudaFree(busy) == cudaSuccess);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
 TEST_CASE("the blocks the pool keeps for a thread go back on its stream as the thread ends") {
   // A block kept for a thread's per-thread default stream is no other thread's to take; once the
   // thread has ended nobody could, so it goes back to the driver then, on that stream, while the
