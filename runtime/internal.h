@@ -71,6 +71,7 @@ struct tr_op {
   int composite;
   tr_op **steps; /* a composite op's sub-op instances, made at its first call */
   tr_launch_config config; /* tr_op_kernel_config's answer, copied (kernels may be released) */
+  uint64_t config_asks, config_answered; /* launch in another process: asks made, the last kept */
 };
 
 /* The call's device made current while a kernel is built or tuned (cuda only). */

@@ -616,17 +616,22 @@ static void retune_one(void *vctx, void *value) {
 }
 
 tr_status *tr_op_request_tune(tr_op *op) {
+  /* tuned mode first: steps made from now on are tuned, whatever a step below answers; the
+   * steps made so far read under the lock (a composite call makes them under it) */
+  size_t n_steps = tr_op_def_step_count(op->def);
+  tr_op **steps = n_steps > 0 ? calloc(n_steps, sizeof(*steps)) : NULL;
+  if (n_steps > 0 && steps == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "%s: its steps", tr_op_def_name(op->def));
   tr_plat_mutex_lock(&op->lock);
-  op->tuned_mode = 1; /* first: steps made from now on are tuned, whatever a step below answers */
+  op->tuned_mode = 1;
+  for (size_t s = 0; s < n_steps && op->steps != NULL; s++) steps[s] = op->steps[s];
   tr_plat_mutex_unlock(&op->lock);
   tr_status *first = NULL;
-  if (op->steps != NULL) { /* a composite: its steps' kernels, every step tried */
-    for (size_t s = 0; s < tr_op_def_step_count(op->def); s++) {
-      tr_status *status = op->steps[s] != NULL ? tr_op_request_tune(op->steps[s]) : NULL;
-      if (first == NULL) first = status;
-      else tr_status_destroy(&status);
-    }
+  for (size_t s = 0; s < n_steps; s++) { /* a composite: its steps' kernels, every step tried */
+    tr_status *status = steps[s] != NULL ? tr_op_request_tune(steps[s]) : NULL;
+    if (first == NULL) first = status;
+    else tr_status_destroy(&status);
   }
+  free(steps);
   tr_plat_mutex_lock(&op->lock);
   tune_ctx t = {op, first};
   /* idempotent per device: every request tunes every kernel built so far again */
@@ -666,24 +671,29 @@ static void config_of(void *vctx, void *value) {
 static void clear_config(tr_op *op) { tr_launch_config_clear(&op->config); }
 
 /* Launch in another process: the config of its op, asked once per request, and not under the
- * op's lock (its calls go on meanwhile); nothing built yet, none. A failed ask is warned. */
+ * op's lock (its calls go on meanwhile); nothing built yet, none. An answer is kept only if no
+ * later ask's answer was kept before it. A failure (to ask, or to copy) is warned, and none. */
 static void ask_config(tr_op *op) {
   char target[64] = "";
   tr_plat_mutex_lock(&op->lock);
   int built = op->target != NULL && tr_memo_count(op->memo) > 0;
   if (built) snprintf(target, sizeof(target), "%s", op->target);
+  uint64_t ticket = ++op->config_asks;
   tr_plat_mutex_unlock(&op->lock);
   tr_launch_config *got = calloc(1, sizeof(*got));
   tr_status *status = got == NULL ? TR_STATUS(TR_OUT_OF_MEMORY, "%s: a kernel config", tr_op_def_name(op->def))
                       : built     ? tr__route_config(op, target, got)
                                   : NULL;
   tr_plat_mutex_lock(&op->lock);
-  if (status == NULL) status = tr_launch_config_set(&op->config, got->values, got->n);
-  else clear_config(op);
+  if (ticket > op->config_answered) {
+    op->config_answered = ticket;
+    if (status == NULL) status = tr_launch_config_set(&op->config, got->values, got->n);
+    if (status != NULL) clear_config(op); /* none, not part of one */
+  }
   tr_plat_mutex_unlock(&op->lock);
   if (status != NULL) {
-    tr__runtime_warn(op->rt, "%s: its kernel config could not be asked of the launch process: %s",
-                     tr_op_def_name(op->def), tr_status_message(status));
+    tr__runtime_warn(op->rt, "%s: its kernel config from the launch process: %s", tr_op_def_name(op->def),
+                     tr_status_message(status));
     tr_status_destroy(&status);
   }
   if (got != NULL) tr_launch_config_clear(got);

@@ -486,6 +486,16 @@ TEST_CASE("the launch contract by descriptor: tuning and the kernel config are a
       // The op's own errors come back; an ask that carries tensors, names no op, or an action
       // the handler does not know is refused, naming it.
       CHECK(ask(p, "NoSuchOp", {}, TR_LAUNCH_TUNE).find("OpNotAvailableError: no op 'NoSuchOp'") == 0);
+      // a config ask makes nothing there: none for an op never called, even one that cannot be made
+      REQUIRE(ask(p, "NoSuchOp", {}, TR_LAUNCH_CONFIG, &config) == "ran");
+      CHECK(config.n == 0);
+      {  // the caller's side refuses an ask it does not know
+        std::vector<uint8_t> request(TR_LAUNCH_REQUEST_MAX);
+        size_t n = 0;
+        tr_launch_descriptor d{"AddFwdOp", "tunable", &two, 1, 0};
+        CHECK(error_of(tr_launch_encode_ask(&d, (tr_launch_action)5, request.data(), request.size(), &n)) ==
+              "ValueError: launch: ask 5 is neither tune (1) nor config (2)");
+      }
       CHECK(ask(p, "AddFwdOp", {tr_named_value{"alpha", tr_value_bool(true)}}, TR_LAUNCH_TUNE).find("alpha") !=
             std::string::npos);
       std::string reply;
@@ -670,7 +680,8 @@ TEST_CASE("the runtime launches through the launch component placed in a thread 
       CHECK(e.find("(AddFwdOp, launched in another process)") != std::string::npos);
       CHECK(tr_op_kernel_config(add, &config) == 0);
       REQUIRE(warnings.lines.size() == 1);
-      CHECK(warnings.lines[0].find("AddFwdOp: its kernel config could not be asked of the launch process: ") == 0);
+      CHECK(warnings.lines[0].find("AddFwdOp: its kernel config from the launch process: ") == 0);
+      CHECK(warnings.lines[0].find("(AddFwdOp, launched in another process)") != std::string::npos);
     }
     tr_op_destroy(&add);
     tr_runtime_destroy(&rt);

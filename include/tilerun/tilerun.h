@@ -101,15 +101,18 @@ size_t tr_op_memo_count(const tr_op *op);
  * launch component runs in another process (placement: process), the kernels are built and kept
  * there: the request goes there (the op there is put in tuned mode, and each call says the op
  * is in it, so an op that process made again keeps it), its failure comes back with the note
- * "(Op, launched in another process)" (the op stays in tuned mode here, so its next call asks
- * again), and that process's warnings go to its own stderr. That process keeps one op instance
+ * "(Op, launched in another process)" (the op stays in tuned mode here, and its calls say so: a
+ * launch process that made the op again, after its cache let it go, puts it in tuned mode at
+ * the next call; a kernel there whose tuning failed is tuned again only at the next request),
+ * and that process's warnings go to its own stderr. That process keeps one op instance
  * per op, params and target, shared by every caller op with the same: tuning one tunes it for
  * all of them. */
 tr_status *tr_op_request_tune(tr_op *op) TR_MUST_USE;
 
 /* The op's config: the first non-empty config of a kernel it built (count returned, 0: none); a
  * composite op gives its steps'. The values are the op's copy, valid until the next call of this
- * function on the op or its destruction. With launch in another process: asked of that process,
+ * function on the op (from any thread: callers asking from several threads serialise their
+ * calls) or its destruction. With launch in another process: asked of that process,
  * once per request, while calls go on (the config of its op instance for the same op, params
  * and target; at most 16 values, strings cut to 255 bytes; a failure to ask is warned, and 0). */
 size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out);
