@@ -615,31 +615,42 @@ static void retune_one(void *vctx, void *value) {
   tune_one(vctx, value);
 }
 
+/* A composite op's step s, NULL while not made (a composite call makes its steps under the op's
+ * lock; once made, a step stays until the op goes). */
+static tr_op *step_at(tr_op *op, size_t s) {
+  tr_plat_mutex_lock(&op->lock);
+  tr_op *step = op->steps != NULL ? op->steps[s] : NULL;
+  tr_plat_mutex_unlock(&op->lock);
+  return step;
+}
+
+/* Under the op's lock, with launch in another process: whether the op has kernels there (a
+ * settled target and a memo entry), its target then copied into `target`. */
+static int built_elsewhere_locked(const tr_op *op, char (*target)[64]) {
+  int built = op->rt->launch_placement == TR_PLACE_PROCESS && op->target != NULL && tr_memo_count(op->memo) > 0;
+  snprintf(*target, sizeof(*target), "%s", built ? op->target : "");
+  return built;
+}
+
 tr_status *tr_op_request_tune(tr_op *op) {
-  /* tuned mode first: steps made from now on are tuned, whatever a step below answers; the
-   * steps made so far read under the lock (a composite call makes them under it) */
-  size_t n_steps = tr_op_def_step_count(op->def);
-  tr_op **steps = n_steps > 0 ? calloc(n_steps, sizeof(*steps)) : NULL;
-  if (n_steps > 0 && steps == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "%s: its steps", tr_op_def_name(op->def));
+  /* tuned mode first: steps made from now on are tuned, whatever a step below answers */
   tr_plat_mutex_lock(&op->lock);
   op->tuned_mode = 1;
-  for (size_t s = 0; s < n_steps && op->steps != NULL; s++) steps[s] = op->steps[s];
   tr_plat_mutex_unlock(&op->lock);
   tr_status *first = NULL;
-  for (size_t s = 0; s < n_steps; s++) { /* a composite: its steps' kernels, every step tried */
-    tr_status *status = steps[s] != NULL ? tr_op_request_tune(steps[s]) : NULL;
+  for (size_t s = 0; s < tr_op_def_step_count(op->def); s++) { /* a composite: every step tried */
+    tr_op *step = step_at(op, s);
+    tr_status *status = step != NULL ? tr_op_request_tune(step) : NULL;
     if (first == NULL) first = status;
     else tr_status_destroy(&status);
   }
-  free(steps);
   tr_plat_mutex_lock(&op->lock);
   tune_ctx t = {op, first};
   /* idempotent per device: every request tunes every kernel built so far again */
   tr_memo_each(op->memo, retune_one, &t);
   /* launch in another process: its kernels are there (each call also carries the tuned mode) */
-  char target[64] = "";
-  int remote = op->rt->launch_placement == TR_PLACE_PROCESS && op->target != NULL && tr_memo_count(op->memo) > 0;
-  if (remote) snprintf(target, sizeof(target), "%s", op->target);
+  char target[64];
+  int remote = built_elsewhere_locked(op, &target);
   tr_plat_mutex_unlock(&op->lock);
   if (remote) {
     tr_status *there = tr__route_tune(op, target);
@@ -672,12 +683,12 @@ static void clear_config(tr_op *op) { tr_launch_config_clear(&op->config); }
 
 /* Launch in another process: the config of its op, asked once per request, and not under the
  * op's lock (its calls go on meanwhile); nothing built yet, none. An answer is kept only if no
- * later ask's answer was kept before it. A failure (to ask, or to copy) is warned, and none. */
-static void ask_config(tr_op *op) {
-  char target[64] = "";
+ * later ask's answer was kept before it. A failure (to ask, or to copy) is warned, and none.
+ * Returns the count of the config kept. */
+static size_t ask_config(tr_op *op) {
+  char target[64];
   tr_plat_mutex_lock(&op->lock);
-  int built = op->target != NULL && tr_memo_count(op->memo) > 0;
-  if (built) snprintf(target, sizeof(target), "%s", op->target);
+  int built = built_elsewhere_locked(op, &target);
   uint64_t ticket = ++op->config_asks;
   tr_plat_mutex_unlock(&op->lock);
   tr_launch_config *got = calloc(1, sizeof(*got));
@@ -690,6 +701,7 @@ static void ask_config(tr_op *op) {
     if (status == NULL) status = tr_launch_config_set(&op->config, got->values, got->n);
     if (status != NULL) clear_config(op); /* none, not part of one */
   }
+  size_t n = op->config.n;
   tr_plat_mutex_unlock(&op->lock);
   if (status != NULL) {
     tr__runtime_warn(op->rt, "%s: its kernel config from the launch process: %s", tr_op_def_name(op->def),
@@ -698,15 +710,13 @@ static void ask_config(tr_op *op) {
   }
   if (got != NULL) tr_launch_config_clear(got);
   free(got);
+  return n;
 }
 
 size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out) {
   size_t n = 0;
   if (op->rt->launch_placement == TR_PLACE_PROCESS) {
-    ask_config(op);
-    tr_plat_mutex_lock(&op->lock);
-    n = op->config.n;
-    tr_plat_mutex_unlock(&op->lock);
+    n = ask_config(op);
   } else {
     config_ctx c = {NULL, 0};
     tr_plat_mutex_lock(&op->lock);
@@ -719,11 +729,12 @@ size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out) {
     n = op->config.n;
     tr_plat_mutex_unlock(&op->lock);
   }
-  if (n == 0 && op->steps != NULL) { /* a composite: its first step's config */
+  if (n == 0 && tr_op_def_step_count(op->def) > 0) { /* a composite: its first step's config */
     for (size_t s = 0; s < tr_op_def_step_count(op->def) && n == 0; s++) {
-      if (op->steps[s] != NULL) n = tr_op_kernel_config(op->steps[s], out);
+      tr_op *step = step_at(op, s);
+      if (step != NULL) n = tr_op_kernel_config(step, out);
     }
-    return n;
+    if (n > 0) return n;
   }
   *out = op->config.values;
   return n;
