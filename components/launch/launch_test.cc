@@ -495,6 +495,10 @@ TEST_CASE("the launch contract by descriptor: tuning and the kernel config are a
         tr_launch_descriptor d{"AddFwdOp", "tunable", &two, 1, 0};
         CHECK(error_of(tr_launch_encode_ask(&d, (tr_launch_action)5, request.data(), request.size(), &n)) ==
               "ValueError: launch: ask 5 is neither tune (1) nor config (2)");
+        std::vector<tr_named_value> many(33, two);  // more params than a request carries
+        tr_launch_descriptor crowded{"AddFwdOp", "tunable", many.data(), many.size(), 0};
+        CHECK(error_of(tr_launch_encode_ask(&crowded, TR_LAUNCH_TUNE, request.data(), request.size(), &n)) ==
+              "ValueError: launch: 33 params; a LaunchRequest carries at most 32");
       }
       CHECK(ask(p, "AddFwdOp", {tr_named_value{"alpha", tr_value_bool(true)}}, TR_LAUNCH_TUNE).find("alpha") !=
             std::string::npos);
