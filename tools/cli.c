@@ -79,6 +79,8 @@ static const char kUsage[] =
     "                         none: skipped)\n"
     "  TILERUN_CUDA_OVERLAP   0: launch in-tree kernels plainly, not overlapped with the one\n"
     "                         before (programmatic dependent launch, sm_90 on)\n"
+    "  TILERUN_CUDA_L2_KEEP   0: LayerNorm's weight and bias not kept in L2 across calls\n"
+    "                         (loaded without the evict_last policy; sm_80 on)\n"
     "  TILERUN_CPU_THREADS    threads of the CPU backend's kernels (1 to 64; default 4)\n"
     "\n"
     "exit status: 0 success, 1 the command failed (the message says why), 2 bad usage.\n";

@@ -338,6 +338,12 @@ static void add_text(tr_intree_source *s, const char *fmt, const char *value) {
   s->n_options++;
 }
 
+/* LayerNorm's weight and bias loaded with an L2 evict_last policy, unless TILERUN_CUDA_L2_KEEP=0. */
+static int l2_keep_enabled(void) {
+  const char *v = tr_plat_getenv("TILERUN_CUDA_L2_KEEP");
+  return v == NULL || strcmp(v, "0") != 0;
+}
+
 tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
   memset(out, 0, sizeof(*out));
   const impl_info *info = type->ctx;
@@ -388,6 +394,12 @@ tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *
       add_int(out, "-DTR_RMS=%lld", info->fam == FAM_RMS);
       add_int(out, "-DTR_HAS_W=%lld", tr_call_spec_get(call, "weight")->as.b);
       add_int(out, "-DTR_HAS_B=%lld", tr_call_spec_get(call, "bias")->as.b);
+      /* LayerNorm's many-row build keeps weight and bias in L2 (norm.cu: load_in_order<KEEP>)
+       * unless TILERUN_CUDA_L2_KEEP=0 (read when a kernel is made) */
+      if (info->fam == FAM_LAYER && info->kind == IMPL_LOOPED && tr_call_spec_get(call, "weight")->as.b &&
+          tr_call_spec_get(call, "bias")->as.b && !l2_keep_enabled()) {
+        add_int(out, "-DTR_KEEP_WB=%lld", 0);
+      }
     }
   }
   add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);

@@ -6,11 +6,13 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/test_support.h"
 #include "kernels/artifact.h"
 #include "kernels/intree/intree.h"
+#include "platform/platform.h"
 
 namespace {
 
@@ -124,4 +126,73 @@ TEST_CASE("every specialisation the GPU tests and benchmarks use compiles for sm
   CHECK(compiled > 0);
   WARN("compiled " << compiled << " specialisations (shard " << shard << " of " << shards << ", "
                    << cases.size() << " in all)");
+}
+
+namespace {
+
+// The options (as one string) and the cubin of `c`'s main build for `arch`.
+std::pair<std::string, std::vector<uint8_t>> build_of(const Case &c, const char *arch) {
+  tr_intree_source src;
+  REQUIRE(tr_intree_source_for(c.type, &c.call, &src) == nullptr);
+  for (size_t k = 0; k < src.n_options; k++) src.options[k] = src.option_text[k];
+  std::string opts;
+  for (size_t k = 0; k < src.n_options; k++) opts += std::string(" ") + src.options[k];
+  tr_artifact_source as = {src.name, src.source, arch, src.options, src.n_options, src.entry};
+  tr_artifact art;
+  tr_status *status = tr_artifact_build(&as, nullptr, &art, nullptr, nullptr);
+  INFO(src.name << " " << arch << opts << ": " << (status ? tr_status_message(status) : "ok"));
+  REQUIRE(status == nullptr);
+  std::vector<uint8_t> bytes(art.cubin, art.cubin + art.size);
+  tr_artifact_clear(&art);
+  return {opts, bytes};
+}
+
+void set_keep(const char *value) {
+  tr_status *status = tr_plat_setenv("TILERUN_CUDA_L2_KEEP", value);
+  REQUIRE(status == nullptr);
+}
+
+}  // namespace
+
+TEST_CASE("TILERUN_CUDA_L2_KEEP=0 changes LayerNorm's many-row build with weight and bias, and no other") {
+  if (const char *i = getenv("TEST_SHARD_INDEX")) {
+    if (atol(i) != 0) return;  // compiles: in one shard only
+  }
+  std::vector<Case> cases;
+  const tr_intree_op *ln = tr_intree_find("LayerNormFwdOp"), *rms = tr_intree_find("RMSNormFwdOp");
+  auto spec = [](int64_t row, bool w, bool b) {
+    return std::vector<tr_named_value>{{"dtype", tr_value_dtype(TR_BFLOAT16)}, {"row", tr_value_int(row)},
+                                       {"weight", tr_value_bool(w)}, {"bias", tr_value_bool(b)}};
+  };
+  add(cases, ln, "layer_norm_looped", nullptr, spec(8192, true, true));  // the one it changes
+  add(cases, ln, "layer_norm_looped", nullptr, spec(8192, true, false));
+  add(cases, ln, "layer_norm_warp", nullptr, spec(1000, true, true));
+  add(cases, rms, "rms_norm_looped", nullptr, spec(8192, true, false));
+  for (const char *arch : {"sm_90a", "sm_80"}) {
+    set_keep(nullptr);
+    auto kept = build_of(cases[0], arch);
+    set_keep("1");
+    auto one = build_of(cases[0], arch);
+    set_keep("0");
+    auto off = build_of(cases[0], arch);
+    INFO(arch << ": default" << kept.first << "; =0" << off.first);
+    CHECK(kept.first.find("TR_KEEP_WB") == std::string::npos);
+    CHECK(off.first.find(" -DTR_KEEP_WB=0") != std::string::npos);
+    CHECK(one.first == kept.first);
+    const bool one_same = one.second == kept.second, off_differs = off.second != kept.second;
+    CHECK(one_same);
+    CHECK(off_differs);  // the loads differ
+  }
+  for (size_t i = 1; i < cases.size(); i++) {
+    tr_intree_source a, b;
+    set_keep(nullptr);
+    REQUIRE(tr_intree_source_for(cases[i].type, &cases[i].call, &a) == nullptr);
+    set_keep("0");
+    REQUIRE(tr_intree_source_for(cases[i].type, &cases[i].call, &b) == nullptr);
+    INFO(cases[i].type->key);
+    REQUIRE(a.n_options == b.n_options);
+    for (size_t k = 0; k < a.n_options; k++) CHECK(std::string(a.option_text[k]) == b.option_text[k]);
+  }
+  set_keep(nullptr);
+  for (Case &c : cases) tr_call_spec_clear(&c.call);
 }

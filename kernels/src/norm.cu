@@ -12,11 +12,15 @@
 //           picks by the row count.
 // Statistics in float32. LayerNorm's come from the sums of d = x - x[0] and d * d in one
 // reduction: shifting by a value of the row keeps the variance exact where the mean is large
-// against the spread. TR_HAS_W / TR_HAS_B say whether weight and bias are given.
+// against the spread. TR_HAS_W / TR_HAS_B say whether weight and bias are given; TR_KEEP_WB=0
+// loads LayerNorm's without the L2 evict_last policy (TILERUN_CUDA_L2_KEEP=0).
 // Entries: tr_norm(const T *x, const T *w, const T *b, T *y, i64 rows, float eps) for 16-byte
 // aligned pointers, tr_norm_any for any (the launch picks).
 #ifndef TR_MINB
 #define TR_MINB 1
+#endif
+#ifndef TR_KEEP_WB /* 0: LayerNorm's weight and bias loaded without the L2 evict_last policy */
+#define TR_KEEP_WB 1
 #endif
 typedef TR_T T;
 
@@ -148,11 +152,15 @@ __device__ __forceinline__ void norm_row_held(const T *x, const T *w, const T *b
   constexpr bool AHEAD2 = !EARLY && (TR_HAS_W != TR_HAS_B) && sizeof(T) == 2 && PER == 4 && FULL &&
                           (TR_BLOCK & (TR_BLOCK - 1)) == 0;
   /* both weight and bias (one vector ahead): kept in L2 across calls (load_in_order<true>). On
-   * the H200, standalone benchmark, weight and bias new each call from eight sets rotating with
-   * the inputs, five runs alternating in one visit: LayerNorm 2048x8192 18.31-18.35 us against
-   * 18.53-18.59, 2048x16384 34.91-34.99 against 35.17-35.23, others the same; RMSNorm (weight two
-   * ahead) did not gain (2048x4096 10.35 against 10.19), so it is left without. */
-  constexpr bool KEEP = !EARLY && TR_HAS_W && TR_HAS_B;
+   * the H200 (standalone benchmark, bf16, weight and bias new each call from the sets rotating
+   * with the inputs: eight at 2048x8192, four at 2048x16384; the current kernel, then this, in one
+   * visit): LayerNorm 2048x8192 18.31-18.35 us against 18.53-18.59 (five runs), 2048x16384
+   * 34.91-34.99 against 35.17-35.23 (three), 16384x8192 131.30-131.47 against 131.57-131.93 (two),
+   * 2048x4096 the same.
+   * With the policy on RMSNorm's weight too, RMSNorm was mixed (2048x16384 0.1 us faster, 2048x4096
+   * 10.35 against 10.19 us), so it is left without. Not measured: f16 and float rows, other row
+   * lengths, sm_80. */
+  constexpr bool KEEP = TR_KEEP_WB && !EARLY && TR_HAS_W && TR_HAS_B;
   const int tid = threadIdx.x;
   /* LayerNorm's shift x[0], loaded first and in order (a plain load placed after the vector
    * loads cost 0.15 us at 2048x8192 on the H200) */
