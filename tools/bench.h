@@ -16,8 +16,8 @@ extern "C" {
  * table; returns 0, or 1 when a measurement failed. */
 int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FILE *out, FILE *err);
 
-/* `n` (at most 8) tcp endpoints on `host` ("127.0.0.1") whose ports the system hands out as free
- * now, as "tcp://127.0.0.1:PORT", all different. A host that cannot be bound is the bind's error. */
+/* `n` (at most 8) tcp endpoints on `host` (e.g. "127.0.0.1") whose ports the system hands out as
+ * free now, as "tcp://HOST:PORT", all different. A host that cannot be bound is the bind's error. */
 tr_status *tr_bench_free_tcp_endpoints(const char *host, size_t n, char out[][64]) TR_MUST_USE;
 
 #ifdef __cplusplus

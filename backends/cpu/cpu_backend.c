@@ -203,6 +203,13 @@ static const char *param_text(const tr_build_request *req, const char *name, cha
   return buf;
 }
 
+/* GroupNorm's and BatchNorm's x: [N, C, *S], so at least rank 2. */
+static tr_status *need_channels(const tr_build_request *req, const tr_tensor_spec *x) {
+  if (x->rank >= 2) return NULL;
+  return TR_STATUS(TR_VALUE, TARGET " %s: input 'x' has rank %d; the " TARGET " target needs [N, C, ...]", req->op,
+                   (int)x->rank);
+}
+
 /* Refuses what the kernel `k` (its params resolved from req) would refuse at every call. */
 static tr_status *check_served(const tr_build_request *req, const cpu_kernel *k) {
   const tr_tensor_spec *x = req->inputs[kServes[k->kind].index];
@@ -215,10 +222,7 @@ static tr_status *check_served(const tr_build_request *req, const cpu_kernel *k)
     case OP_GEMM:
       break;
     case OP_GROUP_NORM: /* x [N, C, *S] */
-      if (x->rank < 2) {
-        return TR_STATUS(TR_VALUE, TARGET " %s: input 'x' has rank %d; the " TARGET " target needs [N, C, ...]",
-                         req->op, (int)x->rank);
-      }
+      TR_RETURN_IF_ERROR(need_channels(req, x));
       if (k->groups <= 0 || x->shape[1] % k->groups != 0) {
         return TR_STATUS(TR_VALUE, TARGET " %s: param 'num_groups' is %s; the " TARGET " target "
                          "needs num_groups > 0 dividing C = %lld (input 'x' dim 1)", req->op,
@@ -226,10 +230,7 @@ static tr_status *check_served(const tr_build_request *req, const cpu_kernel *k)
       }
       break;
     case OP_BATCH_NORM: { /* x [N, C, *S]; running_mean, running_var: inputs 1 and 2 */
-      if (x->rank < 2) {
-        return TR_STATUS(TR_VALUE, TARGET " %s: input 'x' has rank %d; the " TARGET " target needs [N, C, ...]",
-                         req->op, (int)x->rank);
-      }
+      TR_RETURN_IF_ERROR(need_channels(req, x));
       /* N * prod(S), as far as telling whether it is more than 1 (so it cannot overflow) */
       int64_t count = x->shape[0];
       for (int32_t d = 2; d < x->rank && count <= 1; d++) count *= x->shape[d];

@@ -161,8 +161,7 @@ static const char *action_name(tilerun_LaunchRequest_Action a) {
 static tr_status *launch(const tr_launch_context *c, const tilerun_LaunchRequest *rq, tilerun_LaunchReply *rp) {
   int by_descriptor = rq->op[0] != '\0';
   int ask = rq->action != tilerun_LaunchRequest_Action_CALL;
-  if (rq->action != tilerun_LaunchRequest_Action_CALL && rq->action != tilerun_LaunchRequest_Action_TUNE &&
-      rq->action != tilerun_LaunchRequest_Action_CONFIG) {
+  if (ask && rq->action != tilerun_LaunchRequest_Action_TUNE && rq->action != tilerun_LaunchRequest_Action_CONFIG) {
     return TR_STATUS(TR_VALUE, "launch: action %d is none this launch component knows (0 call, 1 tune, 2 config)",
                      (int)rq->action);
   }
