@@ -15,6 +15,7 @@
 
 #include "kernels/artifact.h"
 #include "kernels/cuda/driver.h"
+#include "kernels/cuda/pool.h"
 #include "kernels/intree/intree.h"
 #include "platform/platform.h"
 #include "tilerun/tilerun.h"
@@ -67,10 +68,12 @@ int main(int argc, char **argv) {
   tr_cu_ctx ctx = NULL, previous = NULL;
   if ((status = tr_cu_device_context(0, &ctx)) != NULL) return fail(status);
   if ((status = tr_cu_enter_context(ctx, &previous)) != NULL) return fail(status);
-  tr_intree_origin reuse_x, reuse_w, reuse_y;
-  if ((status = tr_intree_alloc(0, 4096 * 4, &x, &reuse_x)) != NULL ||
-      (status = tr_intree_alloc(0, 4096 * 4, &w, &reuse_w)) != NULL ||
-      (status = tr_intree_alloc(0, 4096 * 4, &y, &reuse_y)) != NULL) {
+  tr_cuda_pool *pool = NULL; /* the bench's own blocks; the ops' outputs come from the runtime's */
+  if ((status = tr_cuda_pool_new(&pool)) != NULL) return fail(status);
+  tr_cuda_origin reuse_x, reuse_w, reuse_y;
+  if ((status = tr_cuda_pool_alloc(pool, 0, 4096 * 4, &x, &reuse_x)) != NULL ||
+      (status = tr_cuda_pool_alloc(pool, 0, 4096 * 4, &w, &reuse_w)) != NULL ||
+      (status = tr_cuda_pool_alloc(pool, 0, 4096 * 4, &y, &reuse_y)) != NULL) {
     return fail(status);
   }
   int64_t xs[2] = {1, 4096}, ws[1] = {4096};
@@ -134,9 +137,9 @@ int main(int argc, char **argv) {
         else if (p == P_CAPT) sink += tr_cu_stream_capturing(stream);
         else if (p == P_POOL) { /* the output's block: from the pool and back */
           void *block = NULL;
-          tr_intree_origin reusable;
-          status = tr_intree_alloc(0, 4096 * 4, &block, &reusable);
-          tr_intree_free(0, block, 4096 * 4, &reusable);
+          tr_cuda_origin reusable;
+          status = tr_cuda_pool_alloc(pool, 0, 4096 * 4, &block, &reusable);
+          tr_cuda_pool_free(0, block, 4096 * 4, &reusable);
         }
         else {
           DLManagedTensor *o = NULL;
@@ -165,7 +168,7 @@ int main(int argc, char **argv) {
          med[P_BARE_EX], med[P_BARE_EX] - bare);
   printf("| tr_op_call_into (memo hit) | %.2f | %+.2f us |\n", med[P_INTO], med[P_INTO] - bare);
   printf("| tr_op_call (memo hit, output allocated and freed) | %.2f | %+.2f us |\n", med[P_CALL], med[P_CALL] - bare);
-  printf("| (part of tr_op_call: the output's block from the pool and back, tr_intree_alloc + tr_intree_free) | %.3f | - |\n",
+  printf("| (part of tr_op_call: the output's block from the pool and back, tr_cuda_pool_alloc + tr_cuda_pool_free) | %.3f | - |\n",
          med[P_POOL]);
   printf("| (part of that: one cuStreamIsCapturing, asked at allocation and again at free) | %.3f | - |\n", med[P_CAPT]);
   printf("goal: tr_op_call at most 0.5 us over the bare launch: %s (%+.2f us); over the bare launch made the same way "
@@ -177,9 +180,9 @@ int main(int argc, char **argv) {
    * cache's file read, or NVRTC where the cache is off). Host time of the one call each. */
   enum { MISSES = 48, FRESH = 8 };
   void *xb = NULL, *yb = NULL;
-  tr_intree_origin reuse_xb, reuse_yb;
-  if ((status = tr_intree_alloc(0, (size_t)(MISSES + 1) * 4096 * 4, &xb, &reuse_xb)) != NULL ||
-      (status = tr_intree_alloc(0, (size_t)(MISSES + 1) * 4096 * 4, &yb, &reuse_yb)) != NULL) {
+  tr_cuda_origin reuse_xb, reuse_yb;
+  if ((status = tr_cuda_pool_alloc(pool, 0, (size_t)(MISSES + 1) * 4096 * 4, &xb, &reuse_xb)) != NULL ||
+      (status = tr_cuda_pool_alloc(pool, 0, (size_t)(MISSES + 1) * 4096 * 4, &yb, &reuse_yb)) != NULL) {
     return fail(status);
   }
   double kept[MISSES], fresh[FRESH];
@@ -223,14 +226,15 @@ int main(int argc, char **argv) {
          kept[MISSES / 2], MISSES);
   printf("| the same in a fresh runtime (the build component asked: disk cache %s) | %.1f | %d |\n",
          cache.enabled ? "on" : "off", fresh[FRESH / 2], FRESH);
-  tr_intree_free(0, xb, (size_t)(MISSES + 1) * 4096 * 4, &reuse_xb);
-  tr_intree_free(0, yb, (size_t)(MISSES + 1) * 4096 * 4, &reuse_yb);
+  tr_cuda_pool_free(0, xb, (size_t)(MISSES + 1) * 4096 * 4, &reuse_xb);
+  tr_cuda_pool_free(0, yb, (size_t)(MISSES + 1) * 4096 * 4, &reuse_yb);
 
   tr_artifact_clear(&art);
   tr_call_spec_clear(&call);
-  tr_intree_free(0, x, 4096 * 4, &reuse_x);
-  tr_intree_free(0, w, 4096 * 4, &reuse_w);
-  tr_intree_free(0, y, 4096 * 4, &reuse_y);
+  tr_cuda_pool_free(0, x, 4096 * 4, &reuse_x);
+  tr_cuda_pool_free(0, w, 4096 * 4, &reuse_w);
+  tr_cuda_pool_free(0, y, 4096 * 4, &reuse_y);
+  tr_cuda_pool_destroy(&pool);
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
   for (int p = 0; p < N_PATHS; p++) free(t[p]);

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cuda/pool.h"
 #include "kernels/intree/intree.h"
 #include "platform/platform.h"
 #include "runtime/cuda_testing.h"
@@ -137,7 +138,7 @@ TEST_CASE("an output goes back in the order of the stream it was made on, whoeve
   std::vector<float> xv = values(5 * 4096, 11), wv = values(4096, 12);
   CudaTensor x({5, 4096}, xv), w({4096}, wv);
   const DLTensor *in[] = {&x.t, &w.t};
-  tr_intree_trim();  // an empty pool (an earlier test may have left blocks in it)
+  tr_cuda_trim(rt);  // an empty pool (an earlier test may have left blocks in it)
   {  // made by this thread, freed by another: the other thread does not get it; this one does
     tr_test::Outputs a;
     ok(tr_op_call(op, in, 2, a.items, 1));
@@ -185,7 +186,7 @@ TEST_CASE("a full pool makes room for another thread's block with one of the fre
   std::vector<float> wv = values(4096, 21);
   CudaTensor x1({1, 4096}, values(4096, 22)), x2({2, 4096}, values(2 * 4096, 23)), w({4096}, wv);
   const DLTensor *in1[] = {&x1.t, &w.t}, *in2[] = {&x2.t, &w.t};
-  tr_intree_trim();
+  tr_cuda_trim(rt);
   Stages stages;
   auto advance = [&](int to) { stages.advance(to); };
   auto await = [&](int at) { stages.await(at); };
@@ -207,7 +208,7 @@ TEST_CASE("a full pool makes room for another thread's block with one of the fre
   });
   await(1);
   {
-    std::vector<tr_test::Outputs> mine(TR_INTREE_POOL_BLOCKS);
+    std::vector<tr_test::Outputs> mine(TR_CUDA_POOL_BLOCKS);
     for (auto &o : mine) ok(tr_op_call(op, in2, 2, o.items, 1));
   }  // freed: the pool is full of this thread's blocks
   theirs.reset();  // the worker's block, freed here
@@ -219,9 +220,9 @@ TEST_CASE("a full pool makes room for another thread's block with one of the fre
   CHECK(again == made);  // kept for the worker
   CHECK(tr_intree_get_stats().pool_hits == hits + 1);
   {  // this thread has one block fewer: of as many calls as the pool holds, one is not a hit
-    std::vector<tr_test::Outputs> mine(TR_INTREE_POOL_BLOCKS);
+    std::vector<tr_test::Outputs> mine(TR_CUDA_POOL_BLOCKS);
     for (auto &o : mine) ok(tr_op_call(op, in2, 2, o.items, 1));
-    CHECK(tr_intree_get_stats().pool_hits == hits + 1 + TR_INTREE_POOL_BLOCKS - 1);
+    CHECK(tr_intree_get_stats().pool_hits == hits + 1 + TR_CUDA_POOL_BLOCKS - 1);
     near(host(mine.back().items[0]->dl_tensor), rms_ref(values(2 * 4096, 23), wv, 4096), 1e-5);
   }
   tr_op_destroy(&op);
@@ -314,7 +315,7 @@ TEST_CASE("calls a thread makes as it ends after the runtime's hook ran are wait
   CudaTensor y({rows, row}, std::vector<float>((size_t)(rows * row), NAN));
   const DLTensor *in[] = {&x.t, &w.t}, *in_small[] = {&small.t, &w.t};
   DLTensor *into[] = {&y.t};
-  tr_intree_trim();
+  tr_cuda_trim(rt);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   tr_intree_stats before = tr_intree_get_stats();
   const uint64_t used_before = pool_used();
@@ -366,7 +367,7 @@ TEST_CASE("an output another thread frees after the thread that made it ended go
   // Once a thread has ended, and its hook has waited for its per-thread stream, nobody can take a
   // block kept for it: an output it made that another thread frees later is freed then, on the
   // freeing thread's current stream, not kept for the ended thread (it used to stay in the pool
-  // until tr_intree_trim, so short-lived workers whose outputs another thread freed made the
+  // until tr_cuda_trim, so short-lived workers whose outputs another thread freed made the
   // pool hold all of them). With the legacy stream current, it is freed on the freeing thread's
   // per-thread stream instead (the legacy stream would wait for a stream being captured, which
   // breaks the capture), and parked while that one is captured.
@@ -376,7 +377,7 @@ TEST_CASE("an output another thread frees after the thread that made it ended go
   std::vector<float> wv = values((size_t)row, 41), xv = values((size_t)(rows * row), 42);
   CudaTensor x({rows, row}, xv), w({row}, wv);
   const DLTensor *in[] = {&x.t, &w.t};
-  tr_intree_trim();
+  tr_cuda_trim(rt);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   const uint64_t used_before = pool_used();
   const tr_intree_stats before = tr_intree_get_stats();
@@ -414,7 +415,7 @@ TEST_CASE("an output another thread frees after the thread that made it ended go
   }
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   CHECK(pool_used() > used_before);  // the one freed during the capture is parked ...
-  tr_intree_trim();
+  tr_cuda_trim(rt);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   CHECK(pool_used() == used_before);  // ... and freed by the trim: the driver has all three back
   tr_op_destroy(&op);
@@ -432,7 +433,7 @@ TEST_CASE("a block freed while its maker's exit-time code uses it is kept for th
   tr_op *op = rms_op(rt, row);
   CudaTensor x({rows, row}, values((size_t)(rows * row), 51)), w({row}, values((size_t)row, 52));
   const DLTensor *in[] = {&x.t, &w.t};
-  tr_intree_trim();
+  tr_cuda_trim(rt);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   const uint64_t used_before = pool_used();
   const tr_intree_stats before = tr_intree_get_stats();
@@ -488,7 +489,7 @@ TEST_CASE("a thread whose only use of its per-thread stream is a free waits for 
   const size_t busy_bytes = (size_t)512 << 20;
   void *busy = nullptr;
   REQUIRE(cudaMalloc(&busy, busy_bytes) == cudaSuccess);
-  tr_intree_trim();
+  tr_cuda_trim(rt);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   const tr_intree_stats before = tr_intree_get_stats();
   DLManagedTensor *theirs = nullptr;
@@ -542,13 +543,14 @@ TEST_CASE("the blocks the pool keeps for a thread go back on its stream as the t
   CudaTensor x({rows, row}, xv), w({row}, wv);
   CudaTensor small({2, row}, values(2 * (size_t)row, 33));
   const DLTensor *in[] = {&x.t, &w.t}, *in_small[] = {&small.t, &w.t};
-  tr_intree_trim();
+  tr_cuda_trim(rt);
+  const uint64_t elsewhere = tr_intree_get_stats().pool_kept;  // other runtimes' pools
   {  // this thread's own block, kept before and after the other thread
     tr_test::Outputs mine;
     ok(tr_op_call(op, in_small, 2, mine.items, 1));
   }
   tr_intree_stats before = tr_intree_get_stats();
-  REQUIRE(before.pool_kept == 1);
+  REQUIRE(before.pool_kept == elsewhere + 1);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   const uint64_t used_before = pool_used(), block = (uint64_t)(rows * row) * sizeof(float);
   AtExit seen;

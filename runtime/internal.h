@@ -8,6 +8,7 @@
 #include "components/launch/launch.h"
 #include "components/pipeline/pipeline.h"
 #include "components/select/select.h"
+#include "kernels/cuda/pool.h"
 #include "kernels/intree/builds.h"
 #include "manifest/manifest.h"
 #include "memo/memo.h"
@@ -34,6 +35,7 @@ struct tr_runtime {
   /* The artifacts built per in-tree build identity: a memo miss whose identity was built before
    * (another batch size, another op with the same parameters) loads them, not asking build. */
   tr_intree_builds *intree_builds;
+  tr_cuda_pool *cuda_pool; /* cuda outputs: this runtime's blocks, kept for reuse and parked */
   /* Where launch runs: inline (kernels called directly), thread (by address through the
    * pipeline) or process (by descriptor; then outputs and copies are made in shareable memory). */
   tr_placement launch_placement;
@@ -77,7 +79,7 @@ struct tr_op {
 /* The call's device made current while a kernel is built or tuned (cuda only). */
 typedef struct tr_device_guard {
   int active;
-  int saved;
+  void *ctx, *previous; /* the driver's contexts: the device's, and the caller's to restore */
 } tr_device_guard;
 tr_status *tr__device_enter(const tr_device *device, tr_device_guard *guard) TR_MUST_USE;
 void tr__device_leave(tr_device_guard *guard);

@@ -64,6 +64,7 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   if (dir == NULL) dir = tr_plat_getenv("TILERUN_MANIFEST_DIR");
   if (dir == NULL || dir[0] == '\0') dir = "manifest/spec";
   status = tr_intree_builds_new(TR_INTREE_BUILDS_MAX_ENTRIES, TR_INTREE_BUILDS_MAX_BYTES, &rt->intree_builds);
+  if (status == NULL) status = tr_cuda_pool_new(&rt->cuda_pool);
   if (status == NULL) status = tr_manifest_load_dir(dir, &rt->manifest);
   if (status == NULL) status = tr_registry_new(rt->warn, rt->warn_ctx, &rt->registry);
   if (status == NULL && o->backend_dirs != NULL) {
@@ -106,7 +107,7 @@ void tr_runtime_destroy(tr_runtime **runtime_p) {
   tr_pipeline_destroy(&rt->pipeline); /* its actors read the manifest, registry and selectors */
   tr_select_table_destroy(&rt->select_table);
   tr_intree_builds_destroy(&rt->intree_builds);
-  tr_intree_trim(); /* cuda blocks kept for reuse go back to the driver */
+  tr_cuda_pool_destroy(&rt->cuda_pool); /* its kept blocks now; the rest as its outputs are freed */
   tr_manifest_destroy(&rt->manifest);
   tr_registry_destroy(&rt->registry);
   if (rt->backend_dirs != NULL) tr_plat_free_names(&rt->backend_dirs, rt->n_backend_dirs);
@@ -225,6 +226,10 @@ tr_status *tr_cuda_set_stream(int32_t device_index, void *stream) { return tr_cu
 void *tr_cuda_stream(int32_t device_index) {
   void *s = tr_cu_current_stream(device_index);
   return s == TR_CU_PER_THREAD_STREAM ? NULL : s;
+}
+
+void tr_cuda_trim(tr_runtime *runtime) {
+  if (runtime != NULL) tr_cuda_pool_trim(runtime->cuda_pool);
 }
 
 int tr_runtime_launch_remote(const tr_runtime *runtime) { return runtime->launch_placement == TR_PLACE_PROCESS; }

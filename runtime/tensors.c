@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cuda/driver.h"
+#include "kernels/cuda/pool.h"
 #include "kernels/intree/intree.h"
 #include "sharing/sharing.h"
 #include "runtime/internal.h"
@@ -15,7 +16,7 @@ typedef struct owned {
   DLManagedTensor managed;
   tr_free_fn free_fn; /* NULL: the data is in this block (CPU), or cuda memory (cuda_bytes) */
   size_t cuda_bytes;  /* cuda: the bytes allocated, for the in-tree allocator's pool */
-  tr_intree_origin cuda_origin; /* cuda: where the block was made (its stream, thread, capture) */
+  tr_cuda_origin cuda_origin; /* cuda: where the block was made (its pool, stream, thread, capture) */
   int shared;         /* launch in another process: cpu data from tr_share_alloc, cuda from cuMemAlloc */
   void *free_ctx;
   tr_device device;
@@ -51,8 +52,8 @@ static void delete_owned(DLManagedTensor *self) {
     else free_cuda_shared(o->device.index < 0 ? 0 : o->device.index, o->managed.dl_tensor.data);
   } else if (o->free_fn != NULL) o->free_fn(o->free_ctx, &o->device, o->managed.dl_tensor.data);
   else if (o->cuda_bytes > 0) {
-    tr_intree_free(o->device.index < 0 ? 0 : o->device.index, o->managed.dl_tensor.data, o->cuda_bytes,
-                   &o->cuda_origin);
+    tr_cuda_pool_free(o->device.index < 0 ? 0 : o->device.index, o->managed.dl_tensor.data, o->cuda_bytes,
+                      &o->cuda_origin);
   }
   free(o);
 }
@@ -106,8 +107,8 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
     t->data = (void *)data;
   } else if (is_cuda) {
     void *data = NULL;
-    tr_status *status = tr_intree_alloc(spec->device.index < 0 ? 0 : spec->device.index, bytes ? bytes : 1, &data,
-                                        &o->cuda_origin);
+    tr_status *status = tr_cuda_pool_alloc(rt->cuda_pool, spec->device.index < 0 ? 0 : spec->device.index,
+                                           bytes ? bytes : 1, &data, &o->cuda_origin);
     if (status != NULL) {
       free(o);
       return status;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/cuda/driver.h"
+#include "kernels/cuda/pool.h"
 #include "kernels/intree/intree.h"
 #include "manifest/manifest.h"
 #include "platform/platform.h"
@@ -80,6 +81,7 @@ static double tolerance(tr_dtype dt) {
 
 typedef struct job {
   tr_runtime *rt;
+  tr_cuda_pool *pool; /* cuda: the rows' inputs, and the copy test's blocks */
   int on_gpu;         /* cuda rows run where the op has in-tree kernels */
   double max_bytes;   /* rows moving more are skipped (cpu) or not checked (cuda) */
   double max_flops;   /* cpu rows computing more are skipped */
@@ -99,7 +101,8 @@ typedef struct row_data {
   void *host[TR_SIG_MAX_INPUTS];
   void *dev[TR_SIG_MAX_INPUTS];
   size_t bytes[TR_SIG_MAX_INPUTS];
-  tr_intree_origin origin[TR_SIG_MAX_INPUTS];
+  tr_cuda_origin origin[TR_SIG_MAX_INPUTS];
+  tr_cuda_pool *pool;
   DLTensor host_t[TR_SIG_MAX_INPUTS], dev_t[TR_SIG_MAX_INPUTS];
   int shared; /* launch in another process: inputs in memory it can map */
 } row_data;
@@ -122,7 +125,7 @@ static void row_release(const tr_op_def *def, row_data *d) {
     if (d->shared) tr_free_shared(d->host[i]);
     else free(d->host[i]);
     if (d->dev[i] != NULL && d->shared) tr_cu_free((tr_cu_ptr)(uintptr_t)d->dev[i]);
-    else if (d->dev[i] != NULL) tr_intree_free(0, d->dev[i], d->bytes[i], &d->origin[i]);
+    else if (d->dev[i] != NULL) tr_cuda_pool_free(0, d->dev[i], d->bytes[i], &d->origin[i]);
   }
   if (d->settled_ok) tr_op_params_clear(def, d->settled);
 }
@@ -153,7 +156,7 @@ static tr_status *row_inputs(const tr_op_def *def, row_data *d, int cuda) {
       TR_RETURN_IF_ERROR(tr_cu_alloc(d->bytes[i] ? d->bytes[i] : 1, &p));
       d->dev[i] = (void *)(uintptr_t)p;
     } else {
-      TR_RETURN_IF_ERROR(tr_intree_alloc(0, d->bytes[i], &d->dev[i], &d->origin[i]));
+      TR_RETURN_IF_ERROR(tr_cuda_pool_alloc(d->pool, 0, d->bytes[i], &d->dev[i], &d->origin[i]));
     }
     TR_RETURN_IF_ERROR(tr_cu_stream_sync(tr_cu_current_stream(0)));
     TR_RETURN_IF_ERROR(tr_cu_copy_to_device((tr_cu_ptr)(uintptr_t)d->dev[i], d->host[i], d->bytes[i]));
@@ -278,6 +281,7 @@ static int run_row(job *j, const tr_op_def *def, size_t row, double bytes, doubl
   int ok = 1, checked = 0;
   tr_status *status = row_prepare(def, row, &d);
   d.shared = tr_runtime_launch_remote(j->rt);
+  d.pool = j->pool;
   if (status == NULL) status = row_inputs(def, &d, cuda);
   for (size_t i = 0; i < d.n; i++) inputs[i] = d.has[i] ? (cuda ? &d.dev_t[i] : &d.host_t[i]) : NULL;
   if (status == NULL) status = tr_op_new(j->rt, name, d.params, d.n_params, NULL, &op);
@@ -322,13 +326,13 @@ static int run_row(job *j, const tr_op_def *def, size_t row, double bytes, doubl
 }
 
 /* The device's copy rate (read + write of 256 MiB, device to device, median of 5). */
-static tr_status *copy_rate(double *gbps) {
+static tr_status *copy_rate(tr_cuda_pool *pool, double *gbps) {
   size_t bytes = (size_t)256 << 20;
   void *a = NULL, *b = NULL;
-  tr_intree_origin reuse_a, reuse_b;
+  tr_cuda_origin reuse_a, reuse_b;
   tr_cu_stream s = tr_cu_current_stream(0);
-  tr_status *status = tr_intree_alloc(0, bytes, &a, &reuse_a);
-  if (status == NULL) status = tr_intree_alloc(0, bytes, &b, &reuse_b);
+  tr_status *status = tr_cuda_pool_alloc(pool, 0, bytes, &a, &reuse_a);
+  if (status == NULL) status = tr_cuda_pool_alloc(pool, 0, bytes, &b, &reuse_b);
   double best[5];
   for (int r = 0; status == NULL && r < 5; r++) {
     status = tr_cu_stream_sync(s);
@@ -343,8 +347,8 @@ static tr_status *copy_rate(double *gbps) {
     qsort(best, 5, sizeof(double), compare);
     *gbps = best[2];
   }
-  if (a) tr_intree_free(0, a, bytes, &reuse_a);
-  if (b) tr_intree_free(0, b, bytes, &reuse_b);
+  if (a) tr_cuda_pool_free(0, a, bytes, &reuse_a);
+  if (b) tr_cuda_pool_free(0, b, bytes, &reuse_b);
   return status;
 }
 
@@ -372,14 +376,16 @@ int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
   tr_cu_ctx ctx = NULL, previous = NULL;
   if (status == NULL && j.on_gpu) { /* cuda:0's context current on this thread for the copies */
     status = tr_cu_enter_device(0, &ctx, &previous);
-    if (status == NULL) status = copy_rate(&j.copy_gbps);
-    tr_intree_trim(); /* the copy test's two 256 MiB blocks: not kept for the rows */
+    if (status == NULL) status = tr_cuda_pool_new(&j.pool);
+    if (status == NULL) status = copy_rate(j.pool, &j.copy_gbps);
+    tr_cuda_pool_trim(j.pool); /* the copy test's two 256 MiB blocks: not kept for the rows */
   }
   if (status != NULL) {
     char text[1024];
     tr_status_format(status, text, sizeof(text));
     fprintf(err, "tilerun: %s\n", text);
     tr_status_destroy(&status);
+    tr_cuda_pool_destroy(&j.pool);
     tr_runtime_destroy(&j.rt);
     tr_manifest_destroy(&m);
     return 1;
@@ -436,6 +442,7 @@ int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
   }
   fprintf(out, "%d rows ran, %d failed, %d skipped%s\n", ran, failures, skipped,
           tr_load_failure_count(j.rt) ? " (some backends failed to load: see 'tilerun targets')" : "");
+  tr_cuda_pool_destroy(&j.pool);
   tr_runtime_destroy(&j.rt);
   tr_manifest_destroy(&m);
   if (ctx != NULL) tr_cu_restore_context(ctx, previous);

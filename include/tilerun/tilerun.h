@@ -147,6 +147,15 @@ tr_status *tr_cuda_set_stream(int32_t device_index, void *stream) TR_MUST_USE;
 /* The calling thread's current stream for that device (NULL: the per-thread default stream). */
 void *tr_cuda_stream(int32_t device_index);
 
+/* The runtime's cuda outputs come from its own pool: a freed output is kept for the next output
+ * of its size on its stream, and one freed while a graph was being captured is parked (neither
+ * reused nor freed: the graph may use it at every replay). This gives the runtime's kept and
+ * parked blocks back to the driver (on the legacy default stream): call it when no graph that
+ * used this runtime's outputs will replay again. tr_runtime_destroy gives kept blocks back, and
+ * parked ones once the runtime's last output is freed; another runtime's blocks are never
+ * touched. Accepts NULL; cannot fail. Thread-safe. */
+void tr_cuda_trim(tr_runtime *runtime);
+
 /* Backends that failed to load: how many, and each one's name, descriptor and reason. */
 size_t tr_load_failure_count(tr_runtime *runtime);
 const char *tr_load_failure_backend(tr_runtime *runtime, size_t i);

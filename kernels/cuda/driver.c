@@ -91,6 +91,7 @@ static struct {
   ipc_open_fn ipc_open;
   ipc_close_fn ipc_close;
   tr_plat_mutex lock; /* the contexts */
+  _Atomic(tr_cu_ctx) published[TR_CUDA_MAX_DEVICES]; /* contexts[i] once retained, read without the lock */
   tr_cu_ctx contexts[TR_CUDA_MAX_DEVICES];
 } g;
 
@@ -193,10 +194,11 @@ tr_status *tr_cu_load(void) {
 
 tr_status *tr_cu_device_context(int32_t index, tr_cu_ctx *out) {
   *out = NULL;
-  TR_RETURN_IF_ERROR(tr_cu_load());
   if (index < 0 || index >= TR_CUDA_MAX_DEVICES) {
     return TR_STATUS(TR_VALUE, "cuda device index %d is outside 0..%d", index, TR_CUDA_MAX_DEVICES - 1);
   }
+  if ((*out = atomic_load_explicit(&g.published[index], memory_order_acquire)) != NULL) return NULL;
+  TR_RETURN_IF_ERROR(tr_cu_load());
   tr_plat_mutex_lock(&g.lock);
   tr_status *status = NULL;
   if (g.contexts[index] == NULL) {
@@ -210,8 +212,14 @@ tr_status *tr_cu_device_context(int32_t index, tr_cu_ctx *out) {
     }
   }
   *out = g.contexts[index];
+  if (*out != NULL) atomic_store_explicit(&g.published[index], *out, memory_order_release);
   tr_plat_mutex_unlock(&g.lock);
   return status;
+}
+
+tr_cu_ctx tr_cu_retained_context(int32_t index) {
+  if (index < 0 || index >= TR_CUDA_MAX_DEVICES) return NULL;
+  return atomic_load_explicit(&g.published[index], memory_order_acquire);
 }
 
 tr_status *tr_cu_enter_context(tr_cu_ctx ctx, tr_cu_ctx *previous) {

@@ -29,6 +29,9 @@ tr_status *tr_cu_load(void) TR_MUST_USE;
 
 /* The primary context of device `index`, retained once per process and device. Thread-safe. */
 tr_status *tr_cu_device_context(int32_t index, tr_cu_ctx *out) TR_MUST_USE;
+/* That context where it has been retained already, else NULL; never loads or calls the driver
+ * (for code that must not start CUDA: a thread's exit hook). Thread-safe. */
+tr_cu_ctx tr_cu_retained_context(int32_t index);
 
 /* Makes device `index`'s primary context current on this thread (loading the driver and
  * retaining the context first if needed); *ctx and *previous are for tr_cu_restore_context. */

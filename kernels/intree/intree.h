@@ -2,8 +2,9 @@
  * interface, call-spec type and implementations (availability, refusal, precedence), the call
  * spec a call makes, and the factories that specialise a CUDA C source with NVRTC into an
  * artifact (cached on disk), load it on the call's device and return a kernel that launches it
- * on the device's current stream. Also the device memory and copies the runtime needs for cuda
- * tensors (stream-ordered). No ZeroMQ here; the CUDA driver is loaded at run time. */
+ * on the device's current stream; and the strided copies of cuda tensors. One file per family
+ * behind one table (family.h; docs/adding-a-kernel-family.md). Cuda memory: kernels/cuda/pool.h.
+ * No ZeroMQ here; the CUDA driver is loaded at run time. */
 #ifndef TILERUN_KERNELS_INTREE_H_
 #define TILERUN_KERNELS_INTREE_H_
 
@@ -35,7 +36,7 @@ typedef struct tr_intree_op {
                           tr_call_spec *out);
 } tr_intree_op;
 
-/* The in-tree ops (RMSNormFwdOp, LayerNormFwdOp, SoftmaxFwdOp, AddFwdOp). */
+/* The in-tree ops, family by family (RMSNormFwdOp, LayerNormFwdOp, SoftmaxFwdOp, AddFwdOp). */
 size_t tr_intree_op_count(void);
 const tr_intree_op *tr_intree_op_at(size_t i);
 const tr_intree_op *tr_intree_find(const char *op); /* NULL: no in-tree kernels */
@@ -103,55 +104,14 @@ typedef struct tr_intree_stats {
   uint64_t loaded;      /* modules loaded (once per device and artifact) */
   uint64_t kernels;     /* kernels built (once per memo entry) */
   uint64_t split_launches; /* softmax calls launched split over clusters (few long rows, sm_90 on) */
-  uint64_t pool_hits;      /* cuda allocations served from the pool of freed blocks */
-  uint64_t pool_kept;      /* blocks the pool keeps for reuse now (not parked ones; not a count over time) */
-  uint64_t pool_released;  /* blocks given back to the driver as the thread they were kept for ended */
-  uint64_t thread_ends;    /* runs of the thread exit hook: once as a thread that used its
-                            * per-thread stream ends, again after exit-time code queued work */
-  uint64_t orphans_freed;  /* blocks another thread freed after their maker had ended (and waited
-                            * for its stream), given back to the driver at once */
+  /* the cuda pools' counts (kernels/cuda/pool.h, over the process's live pools) */
+  uint64_t pool_hits, pool_kept, pool_released, thread_ends, orphans_freed;
 } tr_intree_stats;
 tr_intree_stats tr_intree_get_stats(void);
 
-/* Freed blocks kept per device for reuse, at most (and at most 1 GiB). */
-#define TR_INTREE_POOL_BLOCKS 64
-
-/* Where a cuda block was made: the stream (device `index`'s current stream then), the thread that
- * made it (the per-thread default stream is one handle for a stream per thread; 0 for other
- * streams), and whether the stream was being captured into a graph. */
-typedef struct tr_intree_origin {
-  void *stream;
-  uintptr_t thread;
-  int graph;
-} tr_intree_origin;
-
-/* cuda tensors for the runtime: stream-ordered allocation on device `index`'s current stream
- * (this thread's); `bytes` and `origin` at free are what the allocation gave. A block goes back
- * in the order of the stream it was made on, whichever thread frees it and whatever stream is
- * current then: made on the per-thread default stream, it is kept for the next allocation of
- * that size by the thread that made it (as that thread ends, where the platform has a thread
- * exit hook, glibc, its kept blocks go back to the driver on that stream and its end waits for
- * that stream's work, so work queued there must not wait on what another thread does after
- * that end; without the hook they stay until tr_intree_trim; one another thread frees after its
- * maker ended, and waited, is freed at once on the current stream, or for the legacy stream on
- * the freeing thread's per-thread stream, or parked while that is captured); on the legacy
- * stream, for the next on that stream (up to TR_INTREE_POOL_BLOCKS per device, 1 GiB; beyond,
- * freed on its stream, or, for another thread's per-thread stream, room is made by freeing one
- * of the freeing thread's own, else it is parked); on a stream the caller made, freed on that
- * stream, which must therefore outlive the outputs made on it. Work on another stream that uses
- * a block must be ordered before its free by the caller (an event), as with any stream-ordered
- * allocation. A block allocated while
- * the stream is captured into a graph is the graph's (never pooled; freed on the current
- * stream); one allocated outside a capture and freed while the current stream or its own is
- * captured is parked, neither reused nor freed, since the graph may use it at every replay.
- * tr_intree_trim gives pooled and parked blocks back (call it when no graph that used a parked
- * block will run again; tr_runtime_destroy calls it). A strided <-> contiguous copy on the
- * current stream (scatter 0: `src` strided into contiguous `dst`; 1: contiguous
- * `src` into strided `dst`). The copy kernels are loaded when the first in-tree kernel of the
- * device is built; before, a copy is a BackendError. Thread-safe. */
-tr_status *tr_intree_alloc(int32_t index, size_t bytes, void **out, tr_intree_origin *origin) TR_MUST_USE;
-void tr_intree_free(int32_t index, void *ptr, size_t bytes, const tr_intree_origin *origin);
-void tr_intree_trim(void);
+/* A strided <-> contiguous copy on device dst's current stream (scatter 0: `src` strided into
+ * contiguous `dst`; 1: contiguous `src` into strided `dst`). The copy kernels are loaded when the
+ * first in-tree kernel of the device is built; before, a copy is a BackendError. Thread-safe. */
 tr_status *tr_intree_copy(const DLTensor *src, const DLTensor *dst, int scatter) TR_MUST_USE;
 
 #ifdef __cplusplus

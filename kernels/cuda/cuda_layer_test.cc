@@ -1,0 +1,84 @@
+// cuda_layer_test.cc: the CUDA layer's parts that need no GPU: launch geometry, a pool's life
+// without blocks, and allocations and module loads failing cleanly where no driver is.
+#include <catch2/catch.hpp>
+
+#include "core/test_support.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/modules.h"
+#include "kernels/cuda/pool.h"
+
+TEST_CASE("a grid over rows covers every row, in x up to 2^30 blocks") {
+  uint32_t gx = 7, gy = 7;
+  tr_cuda_rows_grid(0, 4, &gx, &gy);
+  CHECK((gx == 0 && gy == 0));
+  tr_cuda_rows_grid(10, 4, &gx, &gy);
+  CHECK((gx == 3 && gy == 1));
+  tr_cuda_rows_grid(8, 4, &gx, &gy);
+  CHECK((gx == 2 && gy == 1));
+  const int64_t many = (int64_t)1 << 33;
+  tr_cuda_rows_grid(many, 1, &gx, &gy);
+  CHECK(gx == (1u << 30));
+  CHECK((int64_t)gx * gy >= many);
+  CHECK((int64_t)gx * (gy - 1) < many);
+}
+
+TEST_CASE("a grid over elements rounds up and stops at its cap") {
+  CHECK(tr_cuda_elements_grid(0, 256, 100) == 0);
+  CHECK(tr_cuda_elements_grid(1, 256, 100) == 1);
+  CHECK(tr_cuda_elements_grid(257, 256, 100) == 2);
+  CHECK(tr_cuda_elements_grid(256 * 1000, 256, 100) == 100);
+}
+
+TEST_CASE("a launch over no rows launches nothing") {
+  // no function, no driver needed: nothing is asked of the driver for zero rows
+  CHECK(tr_cuda_launch_rows(nullptr, "none", 0, 1, 64, nullptr, nullptr, 0) == nullptr);
+}
+
+TEST_CASE("pools count on their own and over the process") {
+  tr_cuda_pool *a = nullptr, *b = nullptr;
+  tr_test::ok(tr_cuda_pool_new(&a));
+  tr_test::ok(tr_cuda_pool_new(&b));
+  REQUIRE(a != nullptr);
+  REQUIRE(a != b);
+  tr_cuda_pool_stats sa = tr_cuda_pool_get_stats(a), all = tr_cuda_pool_get_stats(nullptr);
+  CHECK(sa.kept == 0);
+  CHECK(sa.parked == 0);
+  CHECK(all.kept == 0);
+  tr_cuda_origin none = {a, nullptr, 0, 0};
+  tr_cuda_pool_free(0, nullptr, 16, &none);  // a NULL block: nothing, and no reference dropped
+  tr_cuda_pool_trim(a);
+  tr_cuda_pool_trim(nullptr);
+  tr_cuda_pool_destroy(&a);
+  CHECK(a == nullptr);
+  tr_cuda_pool_destroy(&a);  // NULL again: nothing
+  tr_cuda_pool_destroy(&b);
+}
+
+TEST_CASE("where no CUDA driver is, an allocation and a module load fail naming it") {
+  if (tr_cu_device_count() > 0) return;  // the GPU machine runs tests/pool_scope_test instead
+  tr_cuda_pool *p = nullptr;
+  tr_test::ok(tr_cuda_pool_new(&p));
+  void *block = reinterpret_cast<void *>(1);
+  tr_cuda_origin origin;
+  std::string e = tr_test::error_of(tr_cuda_pool_alloc(p, 0, 64, &block, &origin));
+  CHECK(e.find("BackendError") == 0);
+  CHECK(e.find("CUDA driver") != std::string::npos);
+  CHECK(block == nullptr);
+  CHECK(tr_cuda_pool_get_stats(p).kept == 0);
+  e = tr_test::error_of(tr_cuda_pool_alloc(p, 64, 64, &block, &origin));
+  CHECK(e.find("cuda device index 64 is outside 0..63") != std::string::npos);
+  tr_cuda_pool_destroy(&p);
+
+  uint64_t loaded = tr_cuda_modules_loaded();
+  tr_artifact art = {};
+  snprintf(art.name, sizeof(art.name), "k");
+  snprintf(art.entry, sizeof(art.entry), "k");
+  static uint8_t cubin[] = "not a cubin";
+  art.cubin = cubin;
+  art.size = sizeof(cubin);
+  tr_cuda_loaded out;
+  e = tr_test::error_of(tr_cuda_module_load(0, &art, &out));
+  CHECK(e.find("CUDA driver") != std::string::npos);
+  CHECK(out.function == nullptr);
+  CHECK(tr_cuda_modules_loaded() == loaded);
+}
