@@ -17,7 +17,7 @@ else
   gpu_tests=$(bazel query --noshow_progress 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null || true)
   if [ -n "$gpu_tests" ]; then
     echo "tilerun: no GPU here: these tests need one and are NOT run (run them on the GPU" >&2
-    echo "machine, README.md 'Tests that need a GPU'):" >&2
+    echo "machine, docs/testing-on-a-gpu.md):" >&2
     echo "$gpu_tests" | sed 's/^/  /' >&2
   fi
 fi

@@ -1,7 +1,7 @@
 /* manifest.h: the manifest: every op's signature, loaded from spec files and compiled once into a
  * checker. Checking a call (params, then one tensor spec per input) gives the settled params and
  * the output specs, or a signature error naming the op, the tensor or param, the axis, what was
- * expected and what was received. The format is manifest/FORMAT.md. */
+ * expected and what was received. The format is docs/manifest.md. */
 #ifndef TILERUN_MANIFEST_MANIFEST_H_
 #define TILERUN_MANIFEST_MANIFEST_H_
 
