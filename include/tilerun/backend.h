@@ -1,7 +1,10 @@
 /* backend.h: what a backend author writes against. A backend is a shared object that exports
  * one init function; tilerun calls it with a versioned API table through which the backend
  * registers its detector, its kernel builders, and (when it needs them) device facts, a DLPack
- * device type and an allocator for its own kind of device.
+ * device type and an allocator for its own kind of device, and kernel types that join an
+ * in-tree op's selection (tilerun/kernel_type.h, included at the end). Registering and running
+ * kernels needs these headers alone (every host function is reached through the table); only a
+ * status of the backend's own making (TR_STATUS) needs tilerun's core library linked in.
  *
  * The C form of ../shared/spec/backend-protocol.txt: `detect`, `build_kernel`,
  * `register_detector`, `register_kernel_builder` and `register_device_facts` are the functions of
@@ -160,7 +163,9 @@ typedef struct tr_backend_api {
                                    tr_free_fn free_fn, tr_copy_fn copy, void *ctx);
   /* Adds an implementation to one of an in-tree op's kernel interfaces; it takes part in
    * selection exactly like the in-tree ones. The type must outlive the registry (a static in the
-   * plugin); registering a key twice for one op is an error. */
+   * plugin). A BackendError: a key registered twice for one op; a type, or any of its bases,
+   * whose struct_size is below TR_KERNEL_TYPE_MIN_SIZE (nothing past struct_size is read); no
+   * key; no interface, or one that is not among the op's (take it from find_interface). */
   tr_status *(*register_kernel_type)(void *host, const char *op, const tr_kernel_type *type);
   /* Appended (check TR_STRUCT_HAS first). The kernel interface named `interface_name` of the
    * in-tree op `op` ("RMSNormFwdOp", "RMSNormRowFwdInterface"), to put in a kernel type; NULL
