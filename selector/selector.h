@@ -82,7 +82,9 @@ int tr_selector_runs_on(const tr_selector *selector, const char *device_type);
 
 /* Selects and builds (the factory runs once per build identity). The device facts are derived
  * from the call's device; a call spec stating them is refused (row 11: "this call spec states
- * ['arch']"). A repeated call with an equal call spec is one hash lookup. Thread-safe. */
+ * ['arch']"). A repeated call with an equal call spec is one hash lookup. A factory whose
+ * tr_kernel's struct_size is below TR_KERNEL_MIN_SIZE is a BackendError (nothing of it kept).
+ * Thread-safe. */
 tr_status *tr_selector_kernel_for(tr_selector *selector, const char *interface,
                                   const tr_call_spec *call, tr_selected *out) TR_MUST_USE;
 
