@@ -17,10 +17,17 @@ typedef struct detector_entry {
   int owner;
 } detector_entry;
 
-typedef struct builder_entry {
-  char *op, *target;
+/* A registered builder as tr_registry_builder hands it out: checked_build calls it and checks
+ * the tr_kernel it fills in. Its own allocation, so its address outlives the array's growth. */
+typedef struct builder_ref {
   tr_build_kernel_fn build;
   void *ctx;
+  char backend[]; /* the backend's name, for messages */
+} builder_ref;
+
+typedef struct builder_entry {
+  char *op, *target;
+  builder_ref *ref;
   int owner;
 } builder_entry;
 
@@ -70,6 +77,8 @@ struct tr_registry {
   ARRAY(ktype_entry) ktypes;
   ARRAY(failure_entry) failures;
   ARRAY(tr_plat_lib *) libs;
+  tr_interface_finder find_interface; /* what the API table's find_interface asks; NULL: none */
+  void *find_ctx;
   int owner;           /* the backend now registering (its pass), for rollback */
   int last_owner;      /* the last pass, for a rollback after init */
   const char *backend; /* its name, for messages */
@@ -146,12 +155,39 @@ static tr_status *api_register_kernel_builder(void *host, const char *op, const 
                        "registering the same (op, target) twice is an error", reg->backend, op, target);
     }
   }
-  builder_entry e = {dup_text(op), dup_text(target), build, ctx, reg->owner};
-  if (e.op == NULL || e.target == NULL || !PUSH(reg->builders, e)) {
+  size_t name_size = strlen(reg->backend) + 1;
+  builder_ref *ref = malloc(sizeof(*ref) + name_size);
+  if (ref != NULL) {
+    ref->build = build;
+    ref->ctx = ctx;
+    memcpy(ref->backend, reg->backend, name_size);
+  }
+  builder_entry e = {dup_text(op), dup_text(target), ref, reg->owner};
+  if (e.op == NULL || e.target == NULL || ref == NULL || !PUSH(reg->builders, e)) {
     free(e.op);
     free(e.target);
+    free(ref);
     return OOM();
   }
+  return NULL;
+}
+
+/* A plugin's builder, then the struct_size of the kernel it filled in: shorter than version 1
+ * of tr_kernel is a BackendError, and the kernel is dropped unread (its release is not one
+ * tilerun can trust); members past a shorter struct_size are cleared (absent). */
+static tr_status *checked_build(void *ctx, const tr_build_request *req, tr_kernel *out) {
+  const builder_ref *ref = ctx;
+  TR_RETURN_IF_ERROR(ref->build(ref->ctx, req, out));
+  size_t got = out->struct_size;
+  if (got < TR_KERNEL_MIN_SIZE) {
+    memset(out, 0, sizeof(*out));
+    out->struct_size = sizeof(*out);
+    return TR_STATUS(TR_BACKEND, "backend '%s': the kernel built for (%s, %s) has struct_size %zu, shorter "
+                     "than the %zu bytes of tr_kernel version 1 that tilerun reads; rebuild the backend "
+                     "against tilerun's headers", ref->backend, req->op, req->target, got,
+                     (size_t)TR_KERNEL_MIN_SIZE);
+  }
+  if (got < sizeof(*out)) memset((char *)out + got, 0, sizeof(*out) - got);
   return NULL;
 }
 
@@ -229,12 +265,45 @@ static tr_status *api_register_allocator(void *host, const char *device_type, tr
   return NULL;
 }
 
+/* Bases followed when checking a registered type's chain: further is a chain that loops (the
+ * selector refuses it by name when it is built). */
+enum { MAX_BASES = 64 };
+
+/* The type and each of its bases holds every member the selector reads (version 1's). Reads
+ * struct_size and base only, and base only where struct_size covers it. */
+static tr_status *check_type_sizes(const tr_registry *reg, const char *op, const tr_kernel_type *type) {
+  const tr_kernel_type *t = type;
+  for (int depth = 0; t != NULL && depth < MAX_BASES; depth++, t = t->base) {
+    if (t->struct_size >= TR_KERNEL_TYPE_MIN_SIZE) continue;
+    char which[64] = "its tr_kernel_type";
+    if (depth > 0) snprintf(which, sizeof(which), "the tr_kernel_type of its base %d level%s up", depth, depth == 1 ? "" : "s");
+    return TR_STATUS(TR_BACKEND, "backend '%s': register_kernel_type for %s: %s has struct_size %zu, shorter "
+                     "than the %zu bytes of tr_kernel_type version 1 that tilerun reads; rebuild the "
+                     "backend against tilerun's headers", reg->backend, op, which, t->struct_size,
+                     (size_t)TR_KERNEL_TYPE_MIN_SIZE);
+  }
+  return NULL;
+}
+
 static tr_status *api_register_kernel_type(void *host, const char *op, const tr_kernel_type *type) {
   tr_registry *reg = host;
-  if (op == NULL || type == NULL || type->key == NULL) {
-    return TR_STATUS(TR_BACKEND, "backend '%s': register_kernel_type needs an op and a kernel type with a key", reg->backend);
+  if (op == NULL || type == NULL) {
+    return TR_STATUS(TR_BACKEND, "backend '%s': register_kernel_type needs an op and a kernel type", reg->backend);
+  }
+  TR_RETURN_IF_ERROR(check_type_sizes(reg, op, type)); /* before any member past struct_size */
+  if (type->key == NULL) {
+    return TR_STATUS(TR_BACKEND, "backend '%s': register_kernel_type for %s: the kernel type has no key", reg->backend, op);
   }
   const char *key = type->key;
+  if (type->interface == NULL || type->interface->name == NULL) {
+    return TR_STATUS(TR_BACKEND, "backend '%s': kernel type '%s' for %s names no kernel interface (find it "
+                     "with the API table's find_interface)", reg->backend, key, op);
+  }
+  if (reg->find_interface != NULL && reg->find_interface(reg->find_ctx, op, type->interface->name) != type->interface) {
+    return TR_STATUS(TR_BACKEND, "backend '%s': kernel type '%s' implements %s, which is not a kernel interface "
+                     "of %s (find it with the API table's find_interface)", reg->backend, key,
+                     type->interface->name, op);
+  }
   for (size_t i = 0; i < reg->ktypes.count; i++) {
     if (strcmp(reg->ktypes.items[i].op, op) == 0 && strcmp(reg->ktypes.items[i].key, key) == 0) {
       return TR_STATUS(TR_BACKEND, "backend '%s': %s already has a kernel type '%s'", reg->backend, op, key);
@@ -246,6 +315,17 @@ static tr_status *api_register_kernel_type(void *host, const char *op, const tr_
     return OOM();
   }
   return NULL;
+}
+
+static const tr_kernel_interface *api_find_interface(void *host, const char *op, const char *name) {
+  const tr_registry *reg = host;
+  if (reg->find_interface == NULL || op == NULL || name == NULL) return NULL;
+  return reg->find_interface(reg->find_ctx, op, name);
+}
+
+void tr_registry_set_interface_finder(tr_registry *reg, tr_interface_finder find, void *ctx) {
+  reg->find_interface = find;
+  reg->find_ctx = ctx;
 }
 
 size_t tr_registry_kernel_types(const tr_registry *reg, const char *op, const tr_kernel_type **types,
@@ -276,7 +356,7 @@ static void rollback(tr_registry *reg, int owner) {
     (array).count = kept;                                                   \
   } while (0)
 #define FREE_DETECTOR(e) free((e)->target)
-#define FREE_BUILDER(e) (free((e)->op), free((e)->target))
+#define FREE_BUILDER(e) (free((e)->op), free((e)->target), free((e)->ref))
 #define FREE_TYPE(e) free((e)->device_type)
 #define FREE_KTYPE(e) free((e)->op)
   DROP(reg->detectors, FREE_DETECTOR);
@@ -339,6 +419,7 @@ static tr_status *run_init(tr_registry *reg, const char *name, tr_backend_init_f
   api.register_device_type = api_register_device_type;
   api.register_allocator = api_register_allocator;
   api.register_kernel_type = api_register_kernel_type;
+  api.find_interface = api_find_interface;
   tr_status *failed = init(&api);
   tr_status *copy = NULL;
   if (failed != NULL) {
@@ -418,6 +499,7 @@ void tr_registry_destroy(tr_registry **registry_p) {
   for (size_t i = 0; i < reg->builders.count; i++) {
     free(reg->builders.items[i].op);
     free(reg->builders.items[i].target);
+    free(reg->builders.items[i].ref);
   }
   for (size_t i = 0; i < reg->facts.count; i++) free(reg->facts.items[i].device_type);
   for (size_t i = 0; i < reg->dltypes.count; i++) free(reg->dltypes.items[i].device_type);
@@ -526,8 +608,8 @@ int tr_registry_builder(const tr_registry *reg, const char *op, const char *targ
   for (size_t i = 0; i < reg->builders.count; i++) {
     const builder_entry *b = &reg->builders.items[i];
     if (strcmp(b->op, op) == 0 && strcmp(b->target, target) == 0) {
-      *build = b->build;
-      *ctx = b->ctx;
+      *build = checked_build;
+      *ctx = b->ref;
       return 1;
     }
   }

@@ -31,6 +31,14 @@ typedef void (*tr_warn_fn)(void *ctx, const char *line);
 tr_status *tr_registry_new(tr_warn_fn warn, void *warn_ctx, tr_registry **out) TR_MUST_USE;
 void tr_registry_destroy(tr_registry **registry_p);
 
+/* What the API table's find_interface asks: the kernel interface `name` of op `op`, or NULL.
+ * Must be thread-safe and return data that outlives every plugin (static data). */
+typedef const tr_kernel_interface *(*tr_interface_finder)(void *ctx, const char *op, const char *name);
+
+/* Sets where plugins find kernel interfaces (the in-tree ops' table: tr_select_intree_interface);
+ * without one, find_interface answers NULL. Set it before loading; not thread-safe. */
+void tr_registry_set_interface_finder(tr_registry *registry, tr_interface_finder find, void *ctx);
+
 /* Loads every discovered backend in order, and records the descriptors discovery skipped as
  * failures too. A backend that fails to load (missing file, missing init symbol, ABI too new,
  * init returning an error, a registration failing part-way) is skipped with one warning and
@@ -70,7 +78,10 @@ const char *tr_registry_target_name(const tr_registry *registry, const char *tar
 /* 1 when (op, target) has a builder. */
 int tr_registry_has_builder(const tr_registry *registry, const char *op, const char *target);
 
-/* The builder registered for (op, target); 0 when there is none. */
+/* The builder registered for (op, target), wrapped: it calls the backend's builder, then
+ * checks the tr_kernel's struct_size (shorter than TR_KERNEL_MIN_SIZE: a BackendError naming
+ * the backend, and *out is left empty). `ctx` is valid while the registry is; 0 when there is
+ * no builder. */
 int tr_registry_builder(const tr_registry *registry, const char *op, const char *target,
                         tr_build_kernel_fn *build, void **ctx);
 

@@ -292,3 +292,139 @@ TEST_CASE("a backend cannot take over a DLPack device type tilerun names itself"
         "tilerun names that DLPack device type itself");
   CHECK(tr_registry_device_type_for_dl(r.reg, kDLCPU) == nullptr);
 }
+
+// ---- struct_size: what a plugin wrote is read only as far as it says it reaches ----
+
+// A copy of vendor_bs2 with another key, struct_size and base.
+static tr_kernel_type sized_type(const char *key, size_t struct_size, const tr_kernel_type *base = nullptr) {
+  tr_kernel_type t = *vendor_bs2();
+  t.key = key;
+  t.struct_size = struct_size;
+  t.base = base;
+  return t;
+}
+static tr_kernel_type g_short_type, g_short_base, g_on_short_base, g_ok_type;
+static tr_status *init_short_type(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_kernel_type(api->host, "GQADecodeFwdOp", &g_ok_type));  // rolled back
+  return api->register_kernel_type(api->host, "GQADecodeFwdOp", &g_short_type);
+}
+static tr_status *init_on_short_base(const tr_backend_api *api) {
+  return api->register_kernel_type(api->host, "GQADecodeFwdOp", &g_on_short_base);
+}
+
+TEST_CASE("register_kernel_type refuses a kernel type, or a base, shorter than version 1") {
+  g_ok_type = sized_type("acme_ok", sizeof(tr_kernel_type));
+  g_short_type = sized_type("acme_short", offsetof(tr_kernel_type, refusal));
+  g_short_base = sized_type("acme_short_base", TR_KERNEL_TYPE_MIN_SIZE - 1);
+  g_on_short_base = sized_type("acme_on_short_base", sizeof(tr_kernel_type), &g_short_base);
+  Reg r;
+  CHECK(tr_registry_load_builtin(r.reg, "old", init_short_type) == 0);
+  CHECK(std::string(tr_registry_failure_at(r.reg, 0)->reason) ==
+        "its init failed: BackendError: backend 'old': register_kernel_type for GQADecodeFwdOp: its "
+        "tr_kernel_type has struct_size " + std::to_string(offsetof(tr_kernel_type, refusal)) +
+            ", shorter than the " + std::to_string(sizeof(tr_kernel_type)) +
+            " bytes of tr_kernel_type version 1 that tilerun reads; rebuild the backend against tilerun's headers");
+  CHECK(tr_registry_load_builtin(r.reg, "older_base", init_on_short_base) == 0);
+  CHECK_THAT(tr_registry_failure_at(r.reg, 1)->reason,
+             Catch::Contains("backend 'older_base': register_kernel_type for GQADecodeFwdOp: the tr_kernel_type "
+                             "of its base 1 level up has struct_size " +
+                             std::to_string(TR_KERNEL_TYPE_MIN_SIZE - 1)));
+  const tr_kernel_type *external[4];
+  CHECK(tr_registry_kernel_types(r.reg, "GQADecodeFwdOp", external, 4) == 0);  // acme_ok rolled back
+  CHECK(r.warnings.size() == 2);
+}
+
+// The finder a runtime sets: one op with one interface.
+static const tr_kernel_interface *find_gqa(void *ctx, const char *op, const char *name) {
+  ++*static_cast<int *>(ctx);
+  const tr_kernel_interface *i = tr_test::gqa_decode_interface();
+  return std::string(op) == "GQADecodeFwdOp" && std::string(name) == i->name ? i : nullptr;
+}
+static const tr_kernel_interface *g_found[3];
+static tr_status *init_find(const tr_backend_api *api) {
+  REQUIRE(TR_STRUCT_HAS(api, tr_backend_api, find_interface));
+  g_found[0] = api->find_interface(api->host, "GQADecodeFwdOp", "GQADecodeDenseFwdInterface");
+  g_found[1] = api->find_interface(api->host, "GQADecodeFwdOp", "NoSuchFwdInterface");
+  g_found[2] = api->find_interface(api->host, "GemmFwdOp", "GQADecodeDenseFwdInterface");
+  return nullptr;
+}
+static tr_kernel_type g_no_iface, g_foreign;
+static tr_status *init_no_iface(const tr_backend_api *api) {
+  return api->register_kernel_type(api->host, "GQADecodeFwdOp", &g_no_iface);
+}
+static tr_status *init_foreign(const tr_backend_api *api) {
+  return api->register_kernel_type(api->host, "GemmFwdOp", &g_foreign);
+}
+
+TEST_CASE("find_interface answers from the registry's finder; a type's interface must be one of its op's") {
+  Reg none;  // no finder: NULL for everything
+  REQUIRE(tr_registry_load_builtin(none.reg, "finder", init_find) == 1);
+  CHECK((g_found[0] == nullptr && g_found[1] == nullptr && g_found[2] == nullptr));
+  Reg r;
+  int asked = 0;
+  tr_registry_set_interface_finder(r.reg, find_gqa, &asked);
+  REQUIRE(tr_registry_load_builtin(r.reg, "finder", init_find) == 1);
+  CHECK(g_found[0] == tr_test::gqa_decode_interface());
+  CHECK(g_found[1] == nullptr);
+  CHECK(g_found[2] == nullptr);
+  CHECK(asked == 3);
+  g_no_iface = sized_type("acme_no_iface", sizeof(tr_kernel_type));
+  g_no_iface.interface = nullptr;
+  CHECK(tr_registry_load_builtin(r.reg, "noiface", init_no_iface) == 0);
+  CHECK(std::string(tr_registry_failure_at(r.reg, 0)->reason) ==
+        "its init failed: BackendError: backend 'noiface': kernel type 'acme_no_iface' for GQADecodeFwdOp names "
+        "no kernel interface (find it with the API table's find_interface)");
+  g_foreign = sized_type("acme_foreign", sizeof(tr_kernel_type));  // GQA's interface, for GemmFwdOp
+  CHECK(tr_registry_load_builtin(r.reg, "foreign", init_foreign) == 0);
+  CHECK(std::string(tr_registry_failure_at(r.reg, 1)->reason) ==
+        "its init failed: BackendError: backend 'foreign': kernel type 'acme_foreign' implements "
+        "GQADecodeDenseFwdInterface, which is not a kernel interface of GemmFwdOp (find it with the API "
+        "table's find_interface)");
+  REQUIRE(tr_registry_load_builtin(r.reg, "vendor", init_vendor_type) == 1);  // the op's own: accepted
+}
+
+// Builders that fill in a kernel: whole, lowered to exactly version 1, or too short.
+static tr_status *kernel_call(void *, DLTensor *const *, size_t, DLTensor *const *, size_t) { return nullptr; }
+static int g_released = 0;
+static void kernel_release(void *) { g_released++; }
+static tr_status *build_sized(void *ctx, const tr_build_request *, tr_kernel *out) {
+  size_t size = *static_cast<const size_t *>(ctx);
+  if (size != 0) out->struct_size = size;  // 0: left as tilerun set it
+  out->call = kernel_call;
+  out->release = kernel_release;
+  return nullptr;
+}
+static size_t g_sizes[3] = {0, TR_KERNEL_MIN_SIZE, offsetof(tr_kernel, request_tune)};
+static tr_status *init_sized_builders(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_kernel_builder(api->host, "AddFwdOp", "left", build_sized, &g_sizes[0]));
+  TR_RETURN_IF_ERROR(api->register_kernel_builder(api->host, "AddFwdOp", "exact", build_sized, &g_sizes[1]));
+  return api->register_kernel_builder(api->host, "AddFwdOp", "short", build_sized, &g_sizes[2]);
+}
+
+TEST_CASE("a builder's tr_kernel shorter than version 1 is a BackendError, and nothing of it is kept") {
+  Reg r;
+  REQUIRE(tr_registry_load_builtin(r.reg, "sized", init_sized_builders) == 1);
+  tr_device cpu;
+  tr_test::ok(tr_device_make("cpu", TR_DEVICE_NO_INDEX, &cpu));
+  auto build = [&](const char *target, tr_kernel *k) {
+    tr_build_kernel_fn fn = nullptr;
+    void *ctx = nullptr;
+    REQUIRE(tr_registry_builder(r.reg, "AddFwdOp", target, &fn, &ctx));
+    tr_build_request req = {"AddFwdOp", target, &cpu, nullptr, 0, nullptr, 0};
+    *k = tr_kernel{};
+    k->struct_size = sizeof(*k);
+    return fn(ctx, &req, k);
+  };
+  tr_kernel k;
+  tr_test::ok(build("left", &k));
+  CHECK((k.call == kernel_call && k.release == kernel_release && k.struct_size == sizeof(tr_kernel)));
+  tr_test::ok(build("exact", &k));
+  CHECK((k.call == kernel_call && k.release == kernel_release));
+  CHECK(tr_test::error_of(build("short", &k)) ==
+        "BackendError: backend 'sized': the kernel built for (AddFwdOp, short) has struct_size " +
+            std::to_string(offsetof(tr_kernel, request_tune)) + ", shorter than the " +
+            std::to_string(TR_KERNEL_MIN_SIZE) +
+            " bytes of tr_kernel version 1 that tilerun reads; rebuild the backend against tilerun's headers");
+  CHECK((k.call == nullptr && k.release == nullptr && k.self == nullptr));  // left empty: nothing to release
+  CHECK(g_released == 0);
+}

@@ -67,6 +67,7 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   if (status == NULL) status = tr_cuda_pool_new(&rt->cuda_pool);
   if (status == NULL) status = tr_manifest_load_dir(dir, &rt->manifest);
   if (status == NULL) status = tr_registry_new(rt->warn, rt->warn_ctx, &rt->registry);
+  if (status == NULL) tr_registry_set_interface_finder(rt->registry, tr_select_intree_interface, NULL);
   if (status == NULL && o->backend_dirs != NULL) {
     rt->backend_dirs = calloc(o->n_backend_dirs + 1, sizeof(char *));
     if (rt->backend_dirs == NULL) status = TR_STATUS(TR_OUT_OF_MEMORY, "copying backend dirs");

@@ -71,20 +71,7 @@ void tr_call_spec_state_facts(tr_call_spec *spec, uint32_t which, const tr_devic
   if (which & TR_FACT_SMEM_BUDGET) spec->facts.smem_budget = facts->smem_budget;
 }
 
-const tr_value *tr_call_spec_get(const tr_call_spec *spec, const char *field) {
-  int f = field_index(spec->type, field);
-  return f < 0 ? NULL : &spec->values[f];
-}
-
-int64_t tr_call_spec_int(const tr_call_spec *spec, const char *field) {
-  const tr_value *v = tr_call_spec_get(spec, field);
-  return v && v->kind == TR_VALUE_INT ? v->as.i : 0;
-}
-
-double tr_call_spec_float(const tr_call_spec *spec, const char *field) {
-  const tr_value *v = tr_call_spec_get(spec, field);
-  return v && v->kind == TR_VALUE_FLOAT ? v->as.f : v && v->kind == TR_VALUE_INT ? (double)v->as.i : 0;
-}
+/* tr_call_spec_get, _int and _float are inline in tilerun/kernel_type.h. */
 
 uint64_t tr_call_spec_hash(const tr_call_spec *spec) {
   uint64_t h = tr_hash_u64(TR_HASH_SEED, (uint64_t)(uintptr_t)spec->type);

@@ -538,3 +538,27 @@ TEST_CASE("call specs: defaults, typed fields, hashing, printing, bad fields nam
   CHECK(error_of(tr_call_spec_init(&spec, attention_call(), &d, wrong, 2)) ==
         "ValueError: AttentionCall.batch is int, got 1.5 (float)");
 }
+
+// A factory that fills in a kernel as a plugin built against an older, shorter tr_kernel would.
+static int g_short_released = 0;
+static tr_status *short_factory(const tr_kernel_type *, const tr_call_spec *, tr_kernel *out) {
+  out->struct_size = offsetof(tr_kernel, call);  // not even `call`
+  out->call = [](void *, DLTensor *const *, size_t, DLTensor *const *, size_t) -> tr_status * { return nullptr; };
+  out->release = [](void *) { g_short_released++; };
+  return nullptr;
+}
+
+TEST_CASE("a factory's tr_kernel shorter than version 1 is a BackendError; nothing of it is kept") {
+  static tr_kernel_type t = *layer_norm();
+  t.key = "short_layer_norm";
+  t.factory = short_factory;
+  Sel s({layer_norm_interface()}, {&t}, facts_sm90);
+  Call a(layer_norm_call(), "cuda:0", {{"n", tr_value_int(4096)}});
+  tr_selected out;
+  CHECK(error_of(tr_selector_kernel_for(s.sel, "LayerNormFwdInterface", &a.spec, &out)) ==
+        "BackendError: TestFwdOp: the factory of kernel type 'short_layer_norm' filled in a tr_kernel with "
+        "struct_size " + std::to_string(offsetof(tr_kernel, call)) + ", shorter than the " +
+            std::to_string(TR_KERNEL_MIN_SIZE) + " bytes of tr_kernel version 1");
+  CHECK(tr_selector_get_stats(s.sel).builds == 0);
+  CHECK(g_short_released == 0);  // its release is not one tilerun reads
+}

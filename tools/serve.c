@@ -34,6 +34,7 @@ static int fail(FILE *err, tr_status *status) {
 static tr_status *load_backends(tr_registry *reg) {
   char **dirs = NULL;
   size_t n = 0;
+  tr_registry_set_interface_finder(reg, tr_select_intree_interface, NULL); /* for plugins' kernel types */
   TR_RETURN_IF_ERROR(tr_backend_search_path(&dirs, &n));
   tr_discovery *found = NULL;
   tr_status *status = tr_backend_discover((const char *const *)dirs, n, &found);

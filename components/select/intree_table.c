@@ -2,6 +2,7 @@
 #include "components/select/intree_table.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/intree/intree.h"
 
@@ -34,4 +35,13 @@ tr_status *tr_select_table_new_intree(const tr_registry *registry, tr_facts_fn f
   if (status != NULL) free(s);
   else (*out)->storage = s;
   return status;
+}
+
+const tr_kernel_interface *tr_select_intree_interface(void *ctx, const char *op, const char *name) {
+  (void)ctx;
+  const tr_intree_op *found = tr_intree_find(op);
+  for (size_t i = 0; found != NULL && i < found->n_interfaces; i++) {
+    if (strcmp(found->interfaces[i]->name, name) == 0) return found->interfaces[i];
+  }
+  return NULL;
 }

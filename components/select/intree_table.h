@@ -18,6 +18,11 @@ extern "C" {
 tr_status *tr_select_table_new_intree(const tr_registry *registry, tr_facts_fn facts, void *facts_ctx,
                                       tr_select_table **out) TR_MUST_USE;
 
+/* The in-tree op `op`'s kernel interface named `name`, or NULL: a tr_interface_finder, what
+ * plugins' find_interface answers from (tr_registry_set_interface_finder; `ctx` unused).
+ * Static data; thread-safe. */
+const tr_kernel_interface *tr_select_intree_interface(void *ctx, const char *op, const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,10 @@
 /* backend.h: what a backend author writes against. A backend is a shared object that exports
  * one init function; tilerun calls it with a versioned API table through which the backend
  * registers its detector, its kernel builders, and (when it needs them) device facts, a DLPack
- * device type and an allocator for its own kind of device.
+ * device type and an allocator for its own kind of device, and kernel types that join an
+ * in-tree op's selection (tilerun/kernel_type.h, included at the end). Registering and running
+ * kernels needs these headers alone (every host function is reached through the table); only a
+ * status of the backend's own making (TR_STATUS) needs tilerun's core library linked in.
  *
  * The C form of ../shared/spec/backend-protocol.txt: `detect`, `build_kernel`,
  * `register_detector`, `register_kernel_builder` and `register_device_facts` are the functions of
@@ -35,8 +38,19 @@ extern "C" {
 #define TR_BACKEND_INIT_SYMBOL "tilerun_backend_init"
 #define TR_BACKEND_ABI_SYMBOL "tilerun_backend_abi"
 
-/* An implementation of an in-tree kernel interface (selector/selector.h defines it). */
+/* An implementation of an in-tree kernel interface, and an interface (tilerun/kernel_type.h
+ * defines both; this header includes it at its end). */
 typedef struct tr_kernel_type tr_kernel_type;
+typedef struct tr_kernel_interface tr_kernel_interface;
+
+/* The size of `type` up to and including `member`: a struct_size at least this large holds the
+ * member. */
+#define TR_STRUCT_SIZE_TO(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
+
+/* 1 when the struct `s` points to (its first field struct_size) is long enough to hold `member`
+ * of `type`: how a plugin checks the API table before calling an appended member, and how
+ * tilerun checks what a plugin wrote. */
+#define TR_STRUCT_HAS(s, type, member) ((s)->struct_size >= TR_STRUCT_SIZE_TO(type, member))
 
 /* The four facts kernel selection reads about a device (kernel-selection spec). */
 typedef struct tr_device_facts {
@@ -53,7 +67,9 @@ typedef struct tr_device_facts {
  * gets `release` once per entry, and `request_tune` once per entry per tuning request, and so
  * counts its references and tunes idempotently. */
 typedef struct tr_kernel {
-  size_t struct_size; /* sizeof(tr_kernel) as the backend knows it */
+  size_t struct_size; /* set by tilerun to its sizeof(tr_kernel) before a builder or factory
+                       * runs; a backend may lower it to its own sizeof, never below
+                       * TR_KERNEL_MIN_SIZE (a BackendError); members past it count as absent */
   void *self;         /* the backend's own state */
   /* Runs the kernel. `inputs` in the manifest's declaration order (NULL for an absent optional
    * input; every input the call does not write is contiguous); `outputs` in declaration order,
@@ -71,6 +87,10 @@ typedef struct tr_kernel {
   /* Optional: frees `self`. */
   void (*release)(void *self);
 } tr_kernel;
+
+/* The smallest struct_size tilerun accepts in a built tr_kernel: version 1's members, self to
+ * release. */
+#define TR_KERNEL_MIN_SIZE TR_STRUCT_SIZE_TO(tr_kernel, release)
 
 /* What a builder receives: one spec per manifest input in declaration order (NULL for an
  * optional input the call omitted) and the op instance's params by their manifest names
@@ -114,13 +134,20 @@ typedef void (*tr_free_fn)(void *ctx, const tr_device *device, void *ptr);
  * strided: how the host makes a strided input contiguous and writes a copied input back. */
 typedef tr_status *(*tr_copy_fn)(void *ctx, const DLTensor *src, DLTensor *dst);
 
-/* The table a backend's init receives. Every register_* fails with a BackendError naming what
- * clashed: a detector for a target twice, the same (op, target) twice, facts for a device type
- * twice, facts for `cuda` (tilerun reads those itself), a device type or allocator twice. When
- * init returns an error (or a registration fails and init passes it on), everything the backend
- * registered is rolled back and the backend is reported in tr_load_failures. */
+/* The table a backend's init receives, valid during init only (`host` and the functions may be
+ * kept for later calls of find_interface). Every register_* fails with a BackendError naming
+ * what clashed: a detector for a target twice, the same (op, target) twice, facts for a device
+ * type twice, facts for `cuda` (tilerun reads those itself), a device type or allocator twice, a
+ * kernel type too short (struct_size). The status returned is the backend's to free or to return
+ * from init. When init returns an error (or a registration fails and init passes it on),
+ * everything the backend registered is rolled back and the backend is reported in
+ * tr_load_failures. Calls come from the thread running init, one at a time.
+ *
+ * Members are only ever appended, and an older tilerun passes a shorter table: before calling a
+ * member added after register_kernel_type, a backend checks
+ * TR_STRUCT_HAS(api, tr_backend_api, member) (the ABI number stays 1 for appended members). */
 typedef struct tr_backend_api {
-  size_t struct_size;
+  size_t struct_size; /* sizeof(tr_backend_api) as this tilerun knows it */
   uint32_t abi;
   void *host;
   const char *backend; /* the backend's name, from its descriptor */
@@ -136,8 +163,15 @@ typedef struct tr_backend_api {
                                    tr_free_fn free_fn, tr_copy_fn copy, void *ctx);
   /* Adds an implementation to one of an in-tree op's kernel interfaces; it takes part in
    * selection exactly like the in-tree ones. The type must outlive the registry (a static in the
-   * plugin); registering a key twice for one op is an error. */
+   * plugin). A BackendError: a key registered twice for one op; a type, or any of its bases,
+   * whose struct_size is below TR_KERNEL_TYPE_MIN_SIZE (nothing past struct_size is read); no
+   * key; no interface, or one that is not among the op's (take it from find_interface). */
   tr_status *(*register_kernel_type)(void *host, const char *op, const tr_kernel_type *type);
+  /* Appended (check TR_STRUCT_HAS first). The kernel interface named `interface_name` of the
+   * in-tree op `op` ("RMSNormFwdOp", "RMSNormRowFwdInterface"), to put in a kernel type; NULL
+   * when the op has no in-tree kernels or no such interface. tilerun owns the interface; it
+   * stays valid for the life of the process. Cannot fail otherwise; thread-safe. */
+  const tr_kernel_interface *(*find_interface)(void *host, const char *op, const char *interface_name);
 } tr_backend_api;
 
 /* The function a backend exports as TR_BACKEND_INIT_SYMBOL. */
@@ -146,5 +180,8 @@ typedef tr_status *(*tr_backend_init_fn)(const tr_backend_api *api);
 #ifdef __cplusplus
 }
 #endif
+
+/* The kernel type and its call spec and interface, which register_kernel_type takes. */
+#include "tilerun/kernel_type.h"
 
 #endif /* TILERUN_BACKEND_H_ */
