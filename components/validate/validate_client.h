@@ -26,7 +26,9 @@ typedef struct tr_validate_request {
  * validated call (the device, the output specs, the settled params), which the caller frees
  * with tr_validated_clear; on failure *out holds nothing. The error is the component's (a
  * SignatureError naming input, axis, expected and got; OpNotAvailableError for an unknown op)
- * or the transport's. Thread-safe as tr_pipeline_call. */
+ * or the transport's. Inline with the builtin handler no message is made: the structs go to
+ * tr_validate_run, with the same answer and errors (a request or answer a message could not carry
+ * as it is goes the message way, which names the limit). Thread-safe as tr_pipeline_call. */
 tr_status *tr_validate_call(tr_pipeline *pipeline, const tr_validate_request *req,
                             tr_validated *out) TR_MUST_USE;
 
