@@ -7,11 +7,15 @@
 #include "proto/codec.h"
 #include "proto/wire.h"
 
+static tr_status *unknown_op(const char *op) {
+  return TR_STATUS(TR_OP_NOT_AVAILABLE, "no op '%s' in the manifest", op);
+}
+
 tr_status *tr_validate_run(const tr_manifest *manifest, const char *op, const tr_named_value *params,
                            size_t n_params, const tr_tensor_spec *const *inputs, size_t n_inputs, tr_validated *out) {
   memset(out, 0, sizeof(*out));
   const tr_op_def *def = tr_manifest_find(manifest, op);
-  if (def == NULL) return TR_STATUS(TR_OP_NOT_AVAILABLE, "no op '%s' in the manifest", op);
+  if (def == NULL) return unknown_op(op);
   tr_value settled[TR_SIG_MAX_PARAMS];
   TR_RETURN_IF_ERROR(tr_op_def_bind_params(def, params, n_params, settled)); /* cleared on failure */
   tr_call_check check;
@@ -35,8 +39,10 @@ tr_status *tr_validate_run(const tr_manifest *manifest, const char *op, const tr
   return NULL;
 }
 
-/* Validates a decoded request and fills the reply. */
+/* Validates a decoded request and fills the reply (an unknown op named before anything of the
+ * request is decoded). */
 static tr_status *validate(const tr_manifest *m, const tilerun_ValidateRequest *rq, tilerun_ValidateReply *rp) {
+  if (tr_manifest_find(m, rq->op) == NULL) return unknown_op(rq->op);
   tr_named_value given[TR_SIG_MAX_PARAMS];
   size_t n_given = 0;
   tr_status *status = NULL;
