@@ -337,15 +337,26 @@ static tr_status *build_backend(tr_op *op, miss_call *m, tr_kernel *out) {
   return m->build(m->build_ctx, &req, out);
 }
 
-/* Selects (in-tree) and builds the kernel with the call's device current, then routes it to a
- * launch component in a thread. With launch in another process, nothing is selected or built
- * here: that process builds its own. */
-static tr_status *select_and_build(tr_op *op, miss_call *m, tr_kernel *out) {
+/* In-tree, the select component's key for the call, asked with the call's device current. With
+ * a target's builder nothing is selected; with launch in another process neither: that process
+ * selects and builds its own. */
+static tr_status *select_kernel(tr_op *op, miss_call *m) {
+  if (!m->builtin || op->rt->launch_placement == TR_PLACE_PROCESS) return NULL;
+  tr_device_guard guard;
+  TR_RETURN_IF_ERROR(tr__device_enter(&m->validated.device, &guard));
+  tr_status *status = select_in_tree(op, m);
+  tr__device_leave(&guard);
+  return status;
+}
+
+/* The kernel, built with the call's device current (in-tree: select's key), then routed to a
+ * launch component in a thread; with launch in another process, a kernel that sends the op
+ * there by descriptor. */
+static tr_status *build_kernel(tr_op *op, miss_call *m, tr_kernel *out) {
   if (op->rt->launch_placement == TR_PLACE_PROCESS) return tr__route_kernel(op, 1, out);
   tr_device_guard guard;
   TR_RETURN_IF_ERROR(tr__device_enter(&m->validated.device, &guard));
-  tr_status *status = m->builtin ? select_in_tree(op, m) : NULL;
-  if (status == NULL) status = m->builtin ? build_in_tree(op, m, out) : build_backend(op, m, out);
+  tr_status *status = m->builtin ? build_in_tree(op, m, out) : build_backend(op, m, out);
   tr__device_leave(&guard);
   if (status == NULL && out->call != NULL && op->rt->launch_placement == TR_PLACE_THREAD) {
     status = tr__route_kernel(op, 0, out);
@@ -371,7 +382,8 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   tr_status *status = validate_and_settle(op, inputs, n_inputs, &m);
   if (status == NULL) status = kernel_source(op, &m);
   if (status == NULL) status = new_entry(op, &m, &e);
-  if (status == NULL) status = select_and_build(op, &m, &e->kernel);
+  if (status == NULL) status = select_kernel(op, &m);
+  if (status == NULL) status = build_kernel(op, &m, &e->kernel);
   if (status == NULL && op->tuned_mode) status = tune_entry(op, e);
   if (status == NULL) status = tr_memo_insert(op->memo, key, e);
   miss_call_clear(&m);
