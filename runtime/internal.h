@@ -61,7 +61,7 @@ struct tr_op {
   const tr_op_def *def;
   size_t n_params;
   tr_value settled[TR_SIG_MAX_PARAMS];
-  tr_named_value named[TR_SIG_MAX_PARAMS]; /* the same values by name, for builders */
+  tr_named_value named[TR_SIG_MAX_PARAMS]; /* the same values by name: what validate and launch are sent */
   const char *requested; /* NULL, TR_BUILTIN or a registry-owned name */
   const char *target;    /* the settled target, NULL while none */
   tr_memo *memo;

@@ -5,9 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "components/build/build.h"
-#include "components/settle/settle.h"
-#include "components/validate/validate.h"
+#include "components/build/build_client.h"
+#include "components/select/select_client.h"
+#include "components/settle/settle_client.h"
+#include "components/validate/validate_client.h"
 #include "kernels/intree/intree.h"
 #include "manifest/compose.h"
 #include "runtime/internal.h"
@@ -135,119 +136,6 @@ static tr_status *tune_entry(tr_op *op, kernel_entry *e) {
   return NULL;
 }
 
-/* The in-tree path where it cannot run: the message the spec gives for cpu. */
-static tr_status *not_in_tree(const tr_op *op, const tr_device *device) {
-  char dev[TR_DEVICE_FORMAT_MAX], known[1024];
-  tr_device_format(device, dev, sizeof(dev));
-  tr_registry_targets_text(op->rt->registry, tr_op_def_name(op->def), known, sizeof(known));
-  return TR_STATUS(TR_OP_NOT_AVAILABLE, "%s's in-tree kernels do not run on %s; known targets for "
-                   "this op: %s", tr_op_def_name(op->def), dev, known);
-}
-
-/* The build component's artifacts for an in-tree implementation, loaded on the call's device;
- * kept by the runtime for their build identity (`type` and the whole call spec), so that the
- * next miss with it loads them without asking build again. */
-static tr_status *build_in_tree(tr_op *op, const char *iface, const char *key, const tr_kernel_type *type,
-                                const tr_call_spec *call, int32_t arch, tr_kernel *out) {
-  size_t n_kept = 0;
-  const tr_artifact *kept = tr_intree_builds_find(op->rt->intree_builds, type, call, &n_kept);
-  if (kept != NULL) return tr_intree_kernel(type, call, kept, n_kept, out);
-  enum { REQUEST_MAX = 16 * 1024 };
-  char arch_name[16];
-  tr_intree_arch_name(arch, arch_name, sizeof(arch_name));
-  uint8_t *request = malloc(REQUEST_MAX + TR_BUILD_REPLY_MAX), *reply = request + REQUEST_MAX;
-  if (request == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "a build request of %s", tr_op_def_name(op->def));
-  size_t request_size = 0, reply_size = 0, n = 0;
-  tr_artifact arts[2];
-  tr_status *status = tr_build_encode(tr_op_def_name(op->def), iface, key, call, arch_name, request, REQUEST_MAX,
-                                      &request_size);
-  if (status == NULL) {
-    status = tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_BUILD, request, request_size, reply, TR_BUILD_REPLY_MAX,
-                              &reply_size);
-  }
-  if (status == NULL) status = tr_build_decode(reply, reply_size, arts, &n);
-  free(request);
-  if (status == NULL) status = tr_intree_kernel(type, call, arts, n, out);
-  if (status == NULL) { /* kept only once they loaded: they are this kernel's, for this card */
-    tr_status *keeping = tr_intree_builds_add(op->rt->intree_builds, type, call, arts, n, NULL);
-    tr_status_destroy(&keeping); /* best effort: not kept, the next miss asks build again */
-  }
-  for (size_t i = 0; i < n; i++) tr_artifact_clear(&arts[i]);
-  return status;
-}
-
-/* A plugin's kernel type builds in this process, through the op's selector (kernel_for): its
- * factory runs only the first time its build identity appears (its entry_for, else the whole call
- * spec), whichever memo entry or op instance asks, and the selector keeps the kernel until the
- * runtime goes, so a memo entry's copy releases nothing. The selector decides as the select
- * component did (the same types), which is checked. */
-static tr_status *plugin_kernel(const tr_select_entry *entry, const char *iface, const char *key,
-                                const tr_call_spec *call, tr_kernel *out) {
-  tr_selected selected;
-  TR_RETURN_IF_ERROR(tr_selector_kernel_for(entry->selector, iface, call, &selected));
-  if (strcmp(selected.key, key) != 0) {
-    return TR_STATUS(TR_SELECTION, "the select component answered '%s' for %s, the op's own selector '%s'", key,
-                     entry->op, selected.key);
-  }
-  *out = *selected.kernel;
-  out->struct_size = sizeof(*out);
-  out->release = NULL; /* the selector's */
-  return NULL;
-}
-
-/* The op's select entry where an implementation of it (in-tree, or a plugin's kernel type) runs
- * on the device's type (in-tree ones: cuda; a plugin's: its devices), else NULL. */
-static const tr_select_entry *in_tree_entry(const tr_op *op, const tr_device *device) {
-  const char *name = tr_op_def_name(op->def);
-  const tr_select_table *table = op->rt->select_table;
-  const tr_select_entry *entry = tr_intree_find(name) != NULL && table != NULL ? tr_select_table_find(table, name) : NULL;
-  return entry != NULL && tr_selector_runs_on(entry->selector, device->type) ? entry : NULL;
-}
-
-/* The in-tree build: the call spec of the call, the select component's key, then that
- * implementation's factory (compile or load the artifact, load it on the device) with the
- * device's facts, which are read only now that the target is settled. */
-static tr_status *in_tree(tr_op *op, const tr_device *device, const tr_tensor_spec *const *ptrs, size_t n_decl,
-                          tr_kernel *out) {
-  const char *name = tr_op_def_name(op->def);
-  const tr_intree_op *fam = tr_intree_find(name);
-  const tr_select_entry *entry = in_tree_entry(op, device);
-  if (entry == NULL) return not_in_tree(op, device);
-  const char *iface = NULL;
-  tr_call_spec call;
-  TR_RETURN_IF_ERROR(fam->call_spec(ptrs, n_decl, op->named, op->n_params, device, &iface, &call));
-  uint8_t request[4096], reply[4096];
-  size_t request_size = 0, reply_size = 0;
-  char key[64];
-  tr_status *status = tr_select_encode(name, iface, &call, request, sizeof(request), &request_size);
-  if (status == NULL) {
-    status = tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_SELECT, request, request_size, reply, sizeof(reply),
-                              &reply_size);
-  }
-  if (status == NULL) status = tr_select_decode(reply, reply_size, key);
-  const tr_kernel_type *type = NULL;
-  if (status == NULL && (type = tr_selector_type(entry->selector, iface, key)) == NULL) {
-    status = TR_STATUS(TR_SELECTION, "the select component answered '%s' for %s, which %s's %s does not hold", key,
-                       name, name, iface);
-  }
-  if (status == NULL && !tr_intree_owns(type)) {
-    status = plugin_kernel(entry, iface, key, &call, out);
-    tr_call_spec_clear(&call);
-    return status;
-  }
-  tr_device_facts facts;
-  if (status == NULL) status = tr_device_facts_of(op->rt, device, &facts);
-  if (status == NULL) {
-    tr_call_spec_state_facts(&call, TR_FACT_ARCH | TR_FACT_SM_COUNT | TR_FACT_SMEM_BUDGET, &facts);
-    out->struct_size = sizeof(*out);
-    /* an in-tree kernel is built by the build component (artifacts: it may be elsewhere) and
-     * loaded here */
-    status = build_in_tree(op, iface, key, type, &call, facts.arch, out);
-  }
-  tr_call_spec_clear(&call);
-  return status;
-}
-
 tr_status *tr__specs_from_dl(const tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
                              tr_tensor_spec *specs, const tr_tensor_spec **ptrs) {
   const tr_op_def *def = op->def;
@@ -272,159 +160,236 @@ tr_status *tr__check_call(const tr_op *op, const DLTensor *const *inputs, size_t
   return tr_op_def_check(op->def, op->settled, ptrs, n_inputs, check);
 }
 
-/* The settle component's answer: the op's target, which must be one this process registered
- * (it builds and launches here). */
-static tr_status *settle_answer(tr_op *op, const uint8_t *reply, size_t reply_size) {
-  char target[32];
-  TR_RETURN_IF_ERROR(tr_settle_decode(reply, reply_size, target));
-  if (strcmp(target, TR_BUILTIN) == 0) {
+/* What a miss learns on its way: the call's specs, validate's answer, the kernel's source (a
+ * target's builder, or the op's in-tree table entry) and, in-tree, the call spec and select's
+ * key. */
+typedef struct miss_call {
+  tr_tensor_spec specs[TR_SIG_MAX_INPUTS];
+  const tr_tensor_spec *ptrs[TR_SIG_MAX_INPUTS];
+  size_t n_decl;
+  tr_validated validated; /* the device, the outputs, the settled params */
+  int builtin;
+  tr_build_kernel_fn build; /* a target's builder */
+  void *build_ctx;
+  const tr_intree_op *fam; /* in-tree: the op's family and select entry */
+  const tr_select_entry *entry;
+  const char *iface;
+  int has_call;
+  tr_call_spec call;
+  tr_selected_key key;
+  const tr_kernel_type *type; /* the implementation select answered */
+} miss_call;
+
+static void miss_call_clear(miss_call *m) {
+  tr_validated_clear(&m->validated);
+  if (m->has_call) tr_call_spec_clear(&m->call);
+  m->has_call = 0;
+}
+
+/* The in-tree path where it cannot run: the message the spec gives for cpu. */
+static tr_status *not_in_tree(const tr_op *op, const tr_device *device) {
+  char dev[TR_DEVICE_FORMAT_MAX], known[1024];
+  tr_device_format(device, dev, sizeof(dev));
+  tr_registry_targets_text(op->rt->registry, tr_op_def_name(op->def), known, sizeof(known));
+  return TR_STATUS(TR_OP_NOT_AVAILABLE, "%s's in-tree kernels do not run on %s; known targets for "
+                   "this op: %s", tr_op_def_name(op->def), dev, known);
+}
+
+/* Settle's answer as the op's target, which must be one this process registered (it builds and
+ * launches here). */
+static tr_status *take_target(tr_op *op, const tr_settled *settled) {
+  if (strcmp(settled->target, TR_BUILTIN) == 0) {
     op->target = TR_BUILTIN;
     return NULL;
   }
-  const char *here = tr_registry_target_name(op->rt->registry, target);
+  const char *here = tr_registry_target_name(op->rt->registry, settled->target);
   if (here == NULL) {
     return TR_STATUS(TR_BACKEND, "the settle component answered target '%s' for %s, which this process "
-                     "has not registered", target, tr_op_def_name(op->def));
+                     "has not registered", settled->target, tr_op_def_name(op->def));
   }
   op->target = here;
   return NULL;
 }
 
-enum { SETTLE_REQUEST_MAX = 512, SETTLE_REPLY_MAX = 4096 };
-
-/* The settle request for the op's call on `device`. */
-static tr_status *settle_request(const tr_op *op, const tr_device *device, uint8_t request[SETTLE_REQUEST_MAX],
-                                 size_t *size) {
-  return tr_settle_encode(tr_op_def_name(op->def), op->requested, tr_default_target(op->rt), device, request,
-                          SETTLE_REQUEST_MAX, size);
-}
-
-/* The settle component asked alone, for `device`. */
-static tr_status *settle_call(tr_op *op, const tr_device *device) {
-  uint8_t request[SETTLE_REQUEST_MAX], reply[SETTLE_REPLY_MAX];
-  size_t request_size = 0, reply_size = 0;
-  TR_RETURN_IF_ERROR(settle_request(op, device, request, &request_size));
-  TR_RETURN_IF_ERROR(tr_pipeline_call(op->rt->pipeline, TR_COMPONENT_SETTLE, request, request_size, reply,
-                                      sizeof(reply), &reply_size));
-  return settle_answer(op, reply, reply_size);
-}
-
 /* The validate component (the call's specs checked against the manifest) and, while the op has
- * no target, the settle component, through the pipeline. Settle needs only the call's device,
- * which the tensors give before validate answers, so both requests are in flight at once: through
- * components in threads or processes a miss waits for one round trip, not two. On success *out
- * is validate's answer (the caller clears it). */
-static tr_status *validate_and_settle(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
-                                      tr_tensor_spec *specs, const tr_tensor_spec **ptrs, tr_validated *out) {
+ * no target, the settle component. Settle needs only the call's device, which the tensors give
+ * before validate answers, so both requests are in flight at once: through components in threads
+ * or processes a miss waits for one round trip, not two. */
+static tr_status *validate_and_settle(tr_op *op, const DLTensor *const *inputs, size_t n_inputs, miss_call *m) {
   const tr_op_def *def = op->def;
-  size_t n_decl = tr_op_def_input_count(def);
-  if (n_inputs > n_decl) { /* named by the manifest's own check, before any tensor is read */
+  m->n_decl = tr_op_def_input_count(def);
+  if (n_inputs > m->n_decl) { /* named by the manifest's own check, before any tensor is read */
     tr_call_check check;
     return tr_op_def_check(def, op->settled, NULL, n_inputs, &check);
   }
-  TR_RETURN_IF_ERROR(tr__specs_from_dl(op, inputs, n_inputs, specs, ptrs));
-  uint8_t *request = malloc(2 * (size_t)TR_VALIDATE_MAX), *reply = request + TR_VALIDATE_MAX;
-  uint8_t settle_req[SETTLE_REQUEST_MAX], settle_reply[SETTLE_REPLY_MAX];
-  tr_pipeline_exchange x[2] = {{TR_COMPONENT_VALIDATE, request, 0, reply, TR_VALIDATE_MAX, 0, NULL, 0},
-                               {TR_COMPONENT_SETTLE, settle_req, 0, settle_reply, sizeof(settle_reply), 0, NULL, 0}};
-  int settle = op->target == NULL;
-  tr_device device;
-  tr_status *status = request ? NULL : TR_STATUS(TR_OUT_OF_MEMORY, "%s: a validate request", tr_op_def_name(def));
-  if (status == NULL) {
-    status = tr_validate_encode(tr_op_def_name(def), op->named, op->n_params, ptrs, n_decl, request,
-                                TR_VALIDATE_MAX, &x[0].request_size);
+  TR_RETURN_IF_ERROR(tr__specs_from_dl(op, inputs, n_inputs, m->specs, m->ptrs));
+  tr_validate_request vreq = {tr_op_def_name(def), op->named, op->n_params, m->ptrs, m->n_decl};
+  if (op->target != NULL) return tr_validate_call(op->rt->pipeline, &vreq, &m->validated);
+  tr_settle_request sreq = {tr_op_def_name(def), op->requested, tr_default_target(op->rt), {"", 0}};
+  tr_op_def_call_device(def, m->ptrs, m->n_decl, &sreq.device);
+  tr_settled settled;
+  TR_RETURN_IF_ERROR(tr_settle_call_with_validate(op->rt->pipeline, &vreq, &sreq, &m->validated, &settled));
+  return take_target(op, &settled);
+}
+
+/* The op's select entry where an implementation of it (in-tree, or a plugin's kernel type) runs
+ * on the device's type (in-tree ones: cuda; a plugin's: its devices), else NULL. */
+static const tr_select_entry *in_tree_entry(const tr_op *op, const tr_device *device) {
+  const char *name = tr_op_def_name(op->def);
+  const tr_select_table *table = op->rt->select_table;
+  const tr_select_entry *entry = tr_intree_find(name) != NULL && table != NULL ? tr_select_table_find(table, name) : NULL;
+  return entry != NULL && tr_selector_runs_on(entry->selector, device->type) ? entry : NULL;
+}
+
+/* Where the settled target's kernel comes from: the target's builder, or the op's in-tree
+ * implementations where they run on the call's device. */
+static tr_status *kernel_source(const tr_op *op, miss_call *m) {
+  const char *name = tr_op_def_name(op->def);
+  m->builtin = strcmp(op->target, TR_BUILTIN) == 0;
+  if (m->builtin) {
+    m->fam = tr_intree_find(name);
+    m->entry = in_tree_entry(op, &m->validated.device);
+    return m->entry != NULL ? NULL : not_in_tree(op, &m->validated.device);
   }
-  int together = settle; /* settle asked with validate */
-  if (status == NULL && settle) {
-    tr_op_def_call_device(def, ptrs, n_decl, &device);
-    tr_status *encoded = settle_request(op, &device, settle_req, &x[1].request_size);
-    together = encoded == NULL; /* else asked alone after validate, which says why first */
-    tr_status_destroy(&encoded);
+  if (tr_registry_builder(op->rt->registry, name, op->target, &m->build, &m->build_ctx)) return NULL;
+  char known[1024];
+  tr_registry_targets_text(op->rt->registry, name, known, sizeof(known));
+  return TR_STATUS(TR_OP_NOT_AVAILABLE, "target '%s' registers no kernel builder for %s; targets "
+                   "that do: %s. There is no fall back to the in-tree implementation: those "
+                   "kernels do not run on this target's devices.", op->target, name, known);
+}
+
+/* A memo entry for validate's answer: the call's device and the output specs, no kernel yet. */
+static tr_status *new_entry(const tr_op *op, const miss_call *m, kernel_entry **out) {
+  kernel_entry *e = calloc(1, sizeof(*e));
+  if (e == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "a memo entry of %s", tr_op_def_name(op->def));
+  atomic_init(&e->refs, 1);
+  e->device = m->validated.device;
+  tr_status *status = tr_registry_device_to_dl(op->rt->registry, &e->device, &e->dl_device);
+  if (status != NULL) {
+    free(e);
+    return status;
   }
-  if (status == NULL) {
-    /* a call validate refuses waits for no settle reply (nor asks an inline settle) */
-    tr_pipeline_call_each(op->rt->pipeline, x, together ? 2 : 1, 1);
-    status = x[0].status;
-    x[0].status = NULL;
+  e->n_outputs = (int32_t)m->validated.n_outputs;
+  memcpy(e->output_present, m->validated.output_present, sizeof(e->output_present));
+  memcpy(e->outputs, m->validated.outputs, sizeof(e->outputs));
+  e->kernel.struct_size = sizeof(e->kernel);
+  *out = e;
+  return NULL;
+}
+
+/* In-tree: the call spec of the call (from validate's settled params) and the select
+ * component's key for it, with the implementation the key names. */
+static tr_status *select_in_tree(tr_op *op, miss_call *m) {
+  const char *name = tr_op_def_name(op->def);
+  TR_RETURN_IF_ERROR(m->fam->call_spec(m->ptrs, m->n_decl, m->validated.settled, m->validated.n_settled,
+                                       &m->validated.device, &m->iface, &m->call));
+  m->has_call = 1;
+  tr_select_request req = {name, m->iface, &m->call};
+  TR_RETURN_IF_ERROR(tr_select_call(op->rt->pipeline, &req, &m->key));
+  m->type = tr_selector_type(m->entry->selector, m->iface, m->key.key);
+  if (m->type != NULL) return NULL;
+  return TR_STATUS(TR_SELECTION, "the select component answered '%s' for %s, which %s's %s does not hold", m->key.key,
+                   name, name, m->iface);
+}
+
+/* The kernel of select's key. A plugin's kernel type builds in this process, through the op's
+ * selector, without selecting again: its factory runs only the first time its build identity
+ * appears, whichever memo entry or op instance asks, and the selector keeps the kernel until the
+ * runtime goes, so a memo entry's copy releases nothing. An in-tree implementation's artifacts
+ * come from the build component (it may be elsewhere) with the device's facts, read only now
+ * that the target is settled, and are loaded on the call's device; they are kept by the runtime
+ * for their build identity (the type and the whole call spec), so that the next miss with it
+ * loads them without asking build again. */
+static tr_status *build_in_tree(tr_op *op, miss_call *m, tr_kernel *out) {
+  if (!tr_intree_owns(m->type)) {
+    tr_selected selected;
+    TR_RETURN_IF_ERROR(tr_selector_kernel_of(m->entry->selector, m->iface, m->key.key, &m->call, &selected));
+    *out = *selected.kernel;
+    out->struct_size = sizeof(*out);
+    out->release = NULL; /* the selector's */
+    return NULL;
   }
-  if (status == NULL) status = tr_validate_decode(reply, x[0].reply_size, out);
-  if (status == NULL && settle) {
-    if (!together || !tr_device_equal(&device, &out->device)) { /* the device differs never for a valid call */
-      status = settle_call(op, &out->device);
-    } else {
-      status = x[1].status;
-      x[1].status = NULL;
-      if (status == NULL) status = settle_answer(op, settle_reply, x[1].reply_size);
-    }
-    if (status != NULL) tr_validated_clear(out);
+  tr_device_facts facts;
+  TR_RETURN_IF_ERROR(tr_device_facts_of(op->rt, &m->validated.device, &facts));
+  tr_call_spec_state_facts(&m->call, TR_FACT_ARCH | TR_FACT_SM_COUNT | TR_FACT_SMEM_BUDGET, &facts);
+  size_t n_kept = 0;
+  const tr_artifact *kept = tr_intree_builds_find(op->rt->intree_builds, m->type, &m->call, &n_kept);
+  if (kept != NULL) return tr_intree_kernel(m->type, &m->call, kept, n_kept, out);
+  char arch[16];
+  tr_intree_arch_name(facts.arch, arch, sizeof(arch));
+  tr_build_artifacts_request req = {tr_op_def_name(op->def), m->iface, m->key.key, &m->call, arch};
+  tr_built_artifacts built;
+  TR_RETURN_IF_ERROR(tr_build_call(op->rt->pipeline, &req, &built));
+  tr_status *status = tr_intree_kernel(m->type, &m->call, built.artifacts, built.n, out);
+  if (status == NULL) { /* kept only once they loaded: they are this kernel's, for this card */
+    tr_status *keeping = tr_intree_builds_add(op->rt->intree_builds, m->type, &m->call, built.artifacts, built.n, NULL);
+    tr_status_destroy(&keeping); /* best effort: not kept, the next miss asks build again */
   }
-  tr_status_destroy(&x[1].status);
-  free(request);
+  tr_built_artifacts_clear(&built);
   return status;
 }
 
-/* Validates, settles, builds and memoises; called with the op's lock held. */
-static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
-                       const tr_memo_key *key, kernel_entry **out) {
-  const tr_op_def *def = op->def;
-  size_t n_decl = tr_op_def_input_count(def);
-  tr_tensor_spec specs[TR_SIG_MAX_INPUTS];
-  const tr_tensor_spec *ptrs[TR_SIG_MAX_INPUTS];
-  tr_validated check;
-  TR_RETURN_IF_ERROR(validate_and_settle(op, inputs, n_inputs, specs, ptrs, &check));
-  tr_validated_clear(&check); /* the op keeps its own settled params */
-  int builtin = strcmp(op->target, TR_BUILTIN) == 0;
-  tr_build_kernel_fn build = NULL;
-  void *ctx = NULL;
-  if (!builtin && !tr_registry_builder(op->rt->registry, tr_op_def_name(def), op->target, &build, &ctx)) {
-    char known[1024];
-    tr_registry_targets_text(op->rt->registry, tr_op_def_name(def), known, sizeof(known));
-    return TR_STATUS(TR_OP_NOT_AVAILABLE, "target '%s' registers no kernel builder for %s; targets "
-                     "that do: %s. There is no fall back to the in-tree implementation: those "
-                     "kernels do not run on this target's devices.", op->target, tr_op_def_name(def),
-                     known);
-  }
-  if (builtin && in_tree_entry(op, &check.device) == NULL) return not_in_tree(op, &check.device);
-  kernel_entry *e = calloc(1, sizeof(*e));
-  if (e == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "a memo entry of %s", tr_op_def_name(def));
-  atomic_init(&e->refs, 1);
-  e->device = check.device;
-  tr_status *dl_status = tr_registry_device_to_dl(op->rt->registry, &check.device, &e->dl_device);
-  if (dl_status != NULL) {
-    free(e);
-    return dl_status;
-  }
-  e->n_outputs = check.n_outputs;
-  memcpy(e->output_present, check.output_present, sizeof(e->output_present));
-  memcpy(e->outputs, check.outputs, sizeof(e->outputs));
-  tr_build_request req = {tr_op_def_name(def), op->target, &check.device, ptrs, n_decl,
-                          op->named, op->n_params};
-  e->kernel.struct_size = sizeof(e->kernel);
+/* A target's kernel, from its builder: the call's specs and validate's settled params. */
+static tr_status *build_backend(tr_op *op, miss_call *m, tr_kernel *out) {
+  tr_build_request req = {tr_op_def_name(op->def), op->target, &m->validated.device, m->ptrs, m->n_decl,
+                          m->validated.settled, m->validated.n_settled};
+  return m->build(m->build_ctx, &req, out);
+}
+
+/* In-tree, the select component's key for the call, asked with the call's device current. With
+ * a target's builder nothing is selected; with launch in another process neither: that process
+ * selects and builds its own. */
+static tr_status *select_kernel(tr_op *op, miss_call *m) {
+  if (!m->builtin || op->rt->launch_placement == TR_PLACE_PROCESS) return NULL;
   tr_device_guard guard;
-  tr_status *status = NULL;
-  if (op->rt->launch_placement == TR_PLACE_PROCESS) { /* the launch process builds its own */
-    status = tr__route_kernel(op, 1, &e->kernel);
-  } else if ((status = tr__device_enter(&check.device, &guard)) == NULL) { /* the call's device current */
-    status = builtin ? in_tree(op, &check.device, ptrs, n_decl, &e->kernel) : build(ctx, &req, &e->kernel);
-    tr__device_leave(&guard);
-    if (status == NULL && e->kernel.call != NULL && op->rt->launch_placement == TR_PLACE_THREAD) {
-      status = tr__route_kernel(op, 0, &e->kernel);
-      if (status != NULL && e->kernel.release != NULL) e->kernel.release(e->kernel.self);
-      if (status != NULL) e->kernel.release = NULL;
-    }
+  TR_RETURN_IF_ERROR(tr__device_enter(&m->validated.device, &guard));
+  tr_status *status = select_in_tree(op, m);
+  tr__device_leave(&guard);
+  return status;
+}
+
+/* The kernel, built with the call's device current (in-tree: select's key), then routed to a
+ * launch component in a thread; with launch in another process, a kernel that sends the op
+ * there by descriptor. */
+static tr_status *build_kernel(tr_op *op, miss_call *m, tr_kernel *out) {
+  if (op->rt->launch_placement == TR_PLACE_PROCESS) return tr__route_kernel(op, 1, out);
+  tr_device_guard guard;
+  TR_RETURN_IF_ERROR(tr__device_enter(&m->validated.device, &guard));
+  tr_status *status = m->builtin ? build_in_tree(op, m, out) : build_backend(op, m, out);
+  tr__device_leave(&guard);
+  if (status == NULL && out->call != NULL && op->rt->launch_placement == TR_PLACE_THREAD) {
+    status = tr__route_kernel(op, 0, out);
+    if (status != NULL && out->release != NULL) out->release(out->self);
+    if (status != NULL) out->release = NULL;
   }
-  if (status == NULL && e->kernel.call == NULL) {
-    status = TR_STATUS(TR_BACKEND, "target '%s' built a kernel for %s with no call function",
-                       op->target, tr_op_def_name(def));
+  if (status == NULL && out->call == NULL) {
+    status = TR_STATUS(TR_BACKEND, "target '%s' built a kernel for %s with no call function", op->target,
+                       tr_op_def_name(op->def));
   }
+  return status;
+}
+
+/* The miss path: validate (and settle, while the op has no target), select, build, memoise;
+ * called with the op's lock held. */
+static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs, const tr_memo_key *key,
+                       kernel_entry **out) {
+  *out = NULL;
+  miss_call m;
+  m.has_call = 0;
+  memset(&m.validated, 0, sizeof(m.validated));
+  kernel_entry *e = NULL;
+  tr_status *status = validate_and_settle(op, inputs, n_inputs, &m);
+  if (status == NULL) status = kernel_source(op, &m);
+  if (status == NULL) status = new_entry(op, &m, &e);
+  if (status == NULL) status = select_kernel(op, &m);
+  if (status == NULL) status = build_kernel(op, &m, &e->kernel);
   if (status == NULL && op->tuned_mode) status = tune_entry(op, e);
   if (status == NULL) status = tr_memo_insert(op->memo, key, e);
-  if (status != NULL) {
-    entry_unref(e); /* built but not memoised: released now, built again next time */
-    return status;
-  }
-  *out = e;
-  return NULL;
+  miss_call_clear(&m);
+  if (status != NULL && e != NULL) entry_unref(e); /* built but not memoised: released now, built again next time */
+  if (status == NULL) *out = e;
+  return status;
 }
 
 /* ---- the call ---- */

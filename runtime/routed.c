@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "components/launch/launch.h"
+#include "components/launch/launch_client.h"
 #include "runtime/internal.h"
 
 typedef struct routed {
@@ -26,55 +26,23 @@ static tr_status *from_there(tr_status *status, const char *name) {
   return status != NULL ? tr_status_append(status, " (%s, launched in another process)", name) : NULL;
 }
 
-/* A buffer for one exchange with the launch component: the request, then room for the reply. */
-static uint8_t *exchange_buffer(void) { return malloc(TR_LAUNCH_REQUEST_MAX + TR_LAUNCH_REPLY_MAX); }
-
-/* Sends the request encoded in `buf` (unless `status` already failed), decodes the reply (its
- * config into `config` where given), frees `buf`. */
-static tr_status *exchange(tr_runtime *rt, tr_status *status, uint8_t *buf, size_t request_size,
-                           tr_launch_config *config) {
-  uint8_t *reply = buf + TR_LAUNCH_REQUEST_MAX;
-  size_t reply_size = 0;
-  if (status == NULL) {
-    status = tr_pipeline_call(rt->pipeline, TR_COMPONENT_LAUNCH, buf, request_size, reply, TR_LAUNCH_REPLY_MAX,
-                              &reply_size);
-  }
-  if (status == NULL) status = tr_launch_decode(reply, reply_size, config);
-  free(buf);
-  return status;
-}
-
 /* A tune or config ask of the launch process for the op (target: its settled one). */
 static tr_status *ask(tr_runtime *rt, const tr_op *op, const char *target, tr_launch_action action,
                       tr_launch_config *config) {
   const char *name = tr_op_def_name(op->def);
-  uint8_t *request = exchange_buffer();
-  if (request == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "%s: a launch request", name);
-  size_t request_size = 0;
   tr_launch_descriptor d = {name, target, op->named, op->n_params, 0};
-  tr_status *status = tr_launch_encode_ask(&d, action, request, TR_LAUNCH_REQUEST_MAX, &request_size);
-  return from_there(exchange(rt, status, request, request_size, config), name);
+  tr_launch_request req = {name, NULL, NULL, &d, (int)action, NULL, 0, NULL, 0};
+  return from_there(tr_launch_call(rt->pipeline, &req, config), name);
 }
 
 static tr_status *routed_call(void *self, DLTensor *const *inputs, size_t n_inputs, DLTensor *const *outputs,
                               size_t n_outputs) {
   routed *r = self;
-  uint8_t *request = exchange_buffer();
   const char *name = tr_op_def_name(r->op->def);
-  if (request == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "%s: a launch request", name);
-  size_t request_size = 0;
-  tr_status *status;
-  if (r->by_descriptor) {
-    tr_launch_descriptor d = {name, r->target, r->op->named, r->op->n_params, atomic_load(&r->tuned)};
-    status = tr_launch_encode_shared(r->rt->registry, &d, inputs, n_inputs, outputs, n_outputs, request,
-                                     TR_LAUNCH_REQUEST_MAX, &request_size);
-    /* the other process reads the inputs once the work queued on them here is done */
-    if (status == NULL) status = tr_share_finish_cuda(inputs, n_inputs, outputs, n_outputs);
-  } else {
-    status = tr_launch_encode(r->rt->registry, &r->inner, inputs, n_inputs, outputs, n_outputs, request,
-                              TR_LAUNCH_REQUEST_MAX, &request_size);
-  }
-  status = exchange(r->rt, status, request, request_size, NULL);
+  tr_launch_descriptor d = {name, r->target, r->op->named, r->op->n_params, atomic_load(&r->tuned)};
+  tr_launch_request req = {name, r->rt->registry, r->by_descriptor ? NULL : &r->inner, r->by_descriptor ? &d : NULL,
+                           0, inputs, n_inputs, outputs, n_outputs};
+  tr_status *status = tr_launch_call(r->rt->pipeline, &req, NULL);
   return r->by_descriptor ? from_there(status, name) : status;
 }
 

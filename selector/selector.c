@@ -616,3 +616,22 @@ const tr_kernel_type *tr_selector_type(const tr_selector *sel, const char *inter
   }
   return NULL;
 }
+
+tr_status *tr_selector_kernel_of(tr_selector *sel, const char *interface, const char *key, const tr_call_spec *call,
+                                 tr_selected *out) {
+  out->key = NULL;
+  out->kernel = NULL;
+  const tr_kernel_type *t = tr_selector_type(sel, interface, key);
+  if (t == NULL) return TR_STATUS(TR_SELECTION, "%s: %s has no implementation '%s'", sel->op_name, interface, key);
+  tr_call_spec full;
+  TR_RETURN_IF_ERROR(with_facts(sel, call, &full));
+  tr_plat_mutex_lock(&sel->lock);
+  const tr_kernel *kernel = NULL;
+  tr_status *status = build_for(sel, t, &full, &kernel);
+  tr_plat_mutex_unlock(&sel->lock);
+  if (status == NULL) {
+    out->key = t->key;
+    out->kernel = kernel;
+  }
+  return status;
+}

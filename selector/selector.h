@@ -88,6 +88,13 @@ int tr_selector_runs_on(const tr_selector *selector, const char *device_type);
 tr_status *tr_selector_kernel_for(tr_selector *selector, const char *interface,
                                   const tr_call_spec *call, tr_selected *out) TR_MUST_USE;
 
+/* The kernel of the implementation `key` for `call`, built as kernel_for builds it (the factory
+ * once per build identity; the selector owns the kernel), without selecting: for a key the select
+ * component answered. A key `interface` does not hold is a SelectionError; otherwise errors as
+ * kernel_for's factory and facts give them. Thread-safe. */
+tr_status *tr_selector_kernel_of(tr_selector *selector, const char *interface, const char *key,
+                                 const tr_call_spec *call, tr_selected *out) TR_MUST_USE;
+
 /* The implementation registered under `key` for `interface`, or NULL (what the build step runs
  * once select has answered a key). */
 const tr_kernel_type *tr_selector_type(const tr_selector *selector, const char *interface, const char *key);

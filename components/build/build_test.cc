@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "components/build/build.h"
+#include "components/build/build_client.h"
 #include "components/pipeline/pipeline_testing.h"
 #include "components/select/select_testing.h"
 
@@ -64,6 +65,14 @@ std::string build(Placed &p, const IntreeCall &c, const std::string &key, const 
   return s ? error_of(s) : "";
 }
 
+// The same through the client.
+std::string via_client(Placed &p, const IntreeCall &c, const std::string &key, const char *arch,
+                       tr_built_artifacts *out) {
+  tr_build_artifacts_request req = {c.op.c_str(), c.iface.c_str(), key.c_str(), &c.call, arch};
+  tr_status *s = tr_build_call(p.pipeline, &req, out);
+  return s ? error_of(s) : "";
+}
+
 }  // namespace
 
 TEST_CASE("the build contract: the component returns the artifacts kernels/intree builds, in every placement") {
@@ -92,6 +101,15 @@ TEST_CASE("the build contract: the component returns the artifacts kernels/intre
         CHECK(got[i].size == want[i].size);
         CHECK(std::memcmp(got[i].cubin, want[i].cubin, got[i].size) == 0);
       }
+      tr_built_artifacts built;
+      REQUIRE(via_client(p, c, key, "sm_90a", &built) == "");
+      REQUIRE(built.n == n_want);
+      for (size_t i = 0; i < built.n; i++) {
+        CHECK(built.artifacts[i].size == want[i].size);
+        CHECK(std::memcmp(built.artifacts[i].cubin, want[i].cubin, want[i].size) == 0);
+      }
+      tr_built_artifacts_clear(&built);
+      CHECK(built.n == 0);
       for (size_t i = 0; i < n_got; i++) tr_artifact_clear(&got[i]);
       for (size_t i = 0; i < n_want; i++) tr_artifact_clear(&want[i]);
     }
@@ -114,6 +132,10 @@ TEST_CASE("the build contract: each bad request is answered with an error naming
           "elements; got row 4096");
     CHECK(build(p, cs[0], "rms_norm_fast", "sm_90a", out, &n) ==
           "SelectionError: RMSNormFwdOp: RMSNormRowFwdInterface has no implementation 'rms_norm_fast'");
+    tr_built_artifacts built;
+    CHECK(via_client(p, cs[0], "rms_norm_fast", "sm_90a", &built) ==
+          "SelectionError: RMSNormFwdOp: RMSNormRowFwdInterface has no implementation 'rms_norm_fast'");
+    CHECK(built.n == 0);
     std::string bad_arch = build(p, cs[3], "add_elementwise", "sm_xx", out, &n);
     CHECK(bad_arch.find("CompileError") == 0);
     CHECK(bad_arch.find("sm_xx") != std::string::npos);

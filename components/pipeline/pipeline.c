@@ -9,6 +9,7 @@
 #include "components/pipeline/stages.h"
 #include "components/pipeline/transport.h"
 #include "manifest/yaml_doc.h"
+#include "proto/wire.h"
 
 static const char *const kNames[TR_COMPONENT_COUNT] = {"validate", "settle", "select", "build", "launch"};
 
@@ -209,6 +210,14 @@ tr_status *tr_pipeline_call(tr_pipeline *p, tr_component_id id, const uint8_t *r
 
 tr_placement tr_pipeline_placement(const tr_pipeline *p, tr_component_id id) { return p->channels[id].placement; }
 
+int tr_pipeline_inline_handler(const tr_pipeline *p, tr_component_id id, tr_component_handler *handler, void **ctx) {
+  const channel *ch = &p->channels[id];
+  int plain = ch->placement == TR_PLACE_INLINE && ch->trace == NULL && ch->pins == NULL && ch->handler != NULL;
+  *handler = plain ? ch->handler : NULL;
+  *ctx = plain ? ch->ctx : NULL;
+  return plain;
+}
+
 void tr_pipeline_call_each(tr_pipeline *p, tr_pipeline_exchange *x, size_t n, int until_failure) {
   enum { MAX_SENT = TR_COMPONENT_COUNT };
   tr_client_pending sent[MAX_SENT];
@@ -242,4 +251,12 @@ void tr_pipeline_call_each(tr_pipeline *p, tr_pipeline_exchange *x, size_t n, in
     if (until_failure && e->status != NULL) break;
   }
   while (k < n_sent) tr_client_abandon(&sent[k++]); /* after a failure: no wait for their replies */
+}
+
+tr_status *tr_pipeline_as_replied(tr_status *status) {
+  if (status == NULL) return NULL;
+  tilerun_Status msg;
+  tr_wire_status_from(status, &msg);
+  tr_status_destroy(&status);
+  return tr_wire_status_to(&msg);
 }

@@ -105,6 +105,19 @@ void tr_pipeline_call_each(tr_pipeline *pipeline, tr_pipeline_exchange *x, size_
 
 tr_placement tr_pipeline_placement(const tr_pipeline *pipeline, tr_component_id id);
 
+/* Where tr_pipeline_call of component `id` is a plain call of its handler (placed inline, its
+ * builtin implementation: no trace stage, not pinned): 1, with that handler and its context, so
+ * that a client that knows the handler can pass structs to the component's library instead of
+ * bytes. Otherwise 0, and both NULL. Cannot fail; thread-safe. */
+int tr_pipeline_inline_handler(const tr_pipeline *pipeline, tr_component_id id, tr_component_handler *handler,
+                               void **ctx);
+
+/* `status` as a component's reply carries it back: its code and message kept (a message longer
+ * than a reply holds cut as the wire cuts it). For a client that called its component's library
+ * directly, so that its errors read as those that came through a message. Takes `status`; NULL
+ * stays NULL. */
+tr_status *tr_pipeline_as_replied(tr_status *status) TR_MUST_USE;
+
 #ifdef __cplusplus
 }
 #endif

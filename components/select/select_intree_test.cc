@@ -2,7 +2,8 @@
 // inline, a thread, and a `tilerun serve select` process over ipc and over tcp (told the facts of
 // an SM90 card, as a select component on a machine without the GPU is). For a grid of calls at
 // every implementation's boundary, the component answers the key selector/ answers directly, and
-// an unserved call gets selector/'s own refusal, reasons and all.
+// an unserved call gets selector/'s own refusal, reasons and all; the select client answers the
+// same.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "components/pipeline/pipeline_testing.h"
 #include "components/select/select.h"
+#include "components/select/select_client.h"
 #include "components/select/select_testing.h"
 
 using namespace tr_test;
@@ -54,6 +56,14 @@ std::string answer(Placed &p, const Case &c) {
   return s ? error_of(s) : std::string(key);
 }
 
+// The same through the client: a call spec in, the key out.
+std::string via_client(Placed &p, const Case &c) {
+  tr_select_request req = {c.op.c_str(), c.iface.c_str(), &c.call};
+  tr_selected_key out;
+  tr_status *s = tr_select_call(p.pipeline, &req, &out);
+  return s ? error_of(s) : std::string(out.key);
+}
+
 std::string direct(const IntreeTable &t, const Case &c) {
   const char *key = nullptr;
   tr_status *s = tr_selector_key_for(t.selector(c.op.c_str()), c.iface.c_str(), &c.call, &key);
@@ -74,6 +84,7 @@ TEST_CASE("the in-tree select table answers as selector/ does, in every placemen
       std::string want = direct(t, c), got = answer(p, c);
       INFO(where_name(where) << ": " << c.op << " " << c.iface);
       CHECK(got == want);
+      CHECK(via_client(p, c) == want);
       refused += want.find("no implementation serves this call") != std::string::npos;
     }
     CHECK(refused == 4);  // softmax into float64: every implementation says why

@@ -180,3 +180,28 @@ TEST_CASE("the select handler: bytes that are not a SelectRequest are a transpor
   std::vector<uint8_t> good = raw_request("GQADecodeFwdOp", kGqa, "AttentionCall", "cuda:0", {{"batch", 1}, {"seqlen_kv", 512}});
   CHECK_FALSE(error_of(tr_select_handle(&t.table, good.data(), good.size(), reply, 4, &n)).empty());
 }
+
+// What the runtime does with a key select answered for a plugin's kernel type: the selector
+// builds that key's kernel (once per build identity) without selecting again.
+TEST_CASE("a key select answered builds through the selector without a second selection") {
+  Table t;
+  Call call(attention_call(), "cuda:0", {{"batch", tr_value_int(1)}, {"seqlen_kv", tr_value_int(512)}});
+  int before = builds();
+  tr_selected got;
+  ok(tr_selector_kernel_of(t.gqa, kGqa, "gqa_dense_decode_bs1", &call.spec, &got));
+  CHECK(std::string(got.key) == "gqa_dense_decode_bs1");
+  REQUIRE(got.kernel != nullptr);
+  CHECK(builds() == before + 1);
+  tr_selected again;
+  ok(tr_selector_kernel_of(t.gqa, kGqa, "gqa_dense_decode_bs1", &call.spec, &again));
+  CHECK(again.kernel == got.kernel);  // the same build identity: built once
+  CHECK(builds() == before + 1);
+  CHECK(tr_selector_get_stats(t.gqa).selections == 0);  // nothing was selected
+  tr_selected chosen;
+  ok(tr_selector_kernel_for(t.gqa, kGqa, &call.spec, &chosen));  // kernel_for shares the builds
+  CHECK(chosen.kernel == got.kernel);
+  CHECK(builds() == before + 1);
+  CHECK(error_of(tr_selector_kernel_of(t.gqa, kGqa, "gqa_fast", &call.spec, &got)) ==
+        "SelectionError: GQADecodeFwdOp: GQADecodeDenseFwdInterface has no implementation 'gqa_fast'");
+  CHECK(got.kernel == nullptr);
+}

@@ -7,10 +7,42 @@
 #include "proto/codec.h"
 #include "proto/wire.h"
 
-/* Checks a decoded request against the manifest and fills the reply. */
+static tr_status *unknown_op(const char *op) {
+  return TR_STATUS(TR_OP_NOT_AVAILABLE, "no op '%s' in the manifest", op);
+}
+
+tr_status *tr_validate_run(const tr_manifest *manifest, const char *op, const tr_named_value *params,
+                           size_t n_params, const tr_tensor_spec *const *inputs, size_t n_inputs, tr_validated *out) {
+  memset(out, 0, sizeof(*out));
+  const tr_op_def *def = tr_manifest_find(manifest, op);
+  if (def == NULL) return unknown_op(op);
+  tr_value settled[TR_SIG_MAX_PARAMS];
+  TR_RETURN_IF_ERROR(tr_op_def_bind_params(def, params, n_params, settled)); /* cleared on failure */
+  tr_call_check check;
+  tr_status *status = tr_op_def_check(def, settled, inputs, n_inputs, &check);
+  if (status != NULL) {
+    tr_op_params_clear(def, settled);
+    return status;
+  }
+  out->device = check.device;
+  out->n_outputs = (size_t)check.n_outputs;
+  for (int32_t o = 0; o < check.n_outputs; o++) {
+    out->output_present[o] = check.output_present[o];
+    if (check.output_present[o]) out->outputs[o] = check.outputs[o];
+  }
+  out->n_settled = tr_op_def_param_count(def);
+  for (size_t p = 0; p < out->n_settled; p++) { /* the values move into `out` */
+    strncpy(out->names[p], tr_op_def_param_name(def, p), sizeof(out->names[p]) - 1);
+    out->settled[p].name = out->names[p];
+    out->settled[p].value = settled[p];
+  }
+  return NULL;
+}
+
+/* Validates a decoded request and fills the reply (an unknown op named before anything of the
+ * request is decoded). */
 static tr_status *validate(const tr_manifest *m, const tilerun_ValidateRequest *rq, tilerun_ValidateReply *rp) {
-  const tr_op_def *def = tr_manifest_find(m, rq->op);
-  if (def == NULL) return TR_STATUS(TR_OP_NOT_AVAILABLE, "no op '%s' in the manifest", rq->op);
+  if (tr_manifest_find(m, rq->op) == NULL) return unknown_op(rq->op);
   tr_named_value given[TR_SIG_MAX_PARAMS];
   size_t n_given = 0;
   tr_status *status = NULL;
@@ -19,10 +51,6 @@ static tr_status *validate(const tr_manifest *m, const tilerun_ValidateRequest *
     status = tr_codec_value_from(&rq->params[n_given].value, &given[n_given].value);
     if (status != NULL) break;
   }
-  tr_value settled[TR_SIG_MAX_PARAMS];
-  int bound = 0;
-  if (status == NULL) status = tr_op_def_bind_params(def, given, n_given, settled);
-  bound = status == NULL;
   tr_tensor_spec specs[TR_SIG_MAX_INPUTS];
   const tr_tensor_spec *ptrs[TR_SIG_MAX_INPUTS] = {0};
   for (size_t i = 0; status == NULL && i < rq->inputs_count; i++) {
@@ -30,22 +58,22 @@ static tr_status *validate(const tr_manifest *m, const tilerun_ValidateRequest *
     status = tr_codec_spec_from(&rq->inputs[i], &specs[i], &present);
     if (present) ptrs[i] = &specs[i];
   }
-  tr_call_check check;
-  if (status == NULL) status = tr_op_def_check(def, settled, ptrs, rq->inputs_count, &check);
+  tr_validated answer, *v = &answer;
+  if (status == NULL) status = tr_validate_run(m, rq->op, given, n_given, ptrs, rq->inputs_count, v);
   if (status == NULL) {
-    tr_device_format(&check.device, rp->device, sizeof(rp->device));
-    rp->outputs_count = (pb_size_t)check.n_outputs;
-    for (int32_t o = 0; o < check.n_outputs; o++) {
-      tr_codec_spec_to(check.output_present[o] ? &check.outputs[o] : NULL, &rp->outputs[o]);
+    tr_device_format(&v->device, rp->device, sizeof(rp->device));
+    rp->outputs_count = (pb_size_t)v->n_outputs;
+    for (size_t o = 0; o < v->n_outputs; o++) {
+      tr_codec_spec_to(v->output_present[o] ? &v->outputs[o] : NULL, &rp->outputs[o]);
     }
-    rp->settled_count = (pb_size_t)tr_op_def_param_count(def);
-    for (size_t p = 0; p < tr_op_def_param_count(def) && status == NULL; p++) {
-      strncpy(rp->settled[p].name, tr_op_def_param_name(def, p), sizeof(rp->settled[p].name) - 1);
+    rp->settled_count = (pb_size_t)v->n_settled;
+    for (size_t p = 0; p < v->n_settled && status == NULL; p++) {
+      strncpy(rp->settled[p].name, v->settled[p].name, sizeof(rp->settled[p].name) - 1);
       rp->settled[p].has_value = true;
-      status = tr_codec_value_to(&settled[p], &rp->settled[p].value);
+      status = tr_codec_value_to(&v->settled[p].value, &rp->settled[p].value);
     }
+    tr_validated_clear(v);
   }
-  if (bound) tr_op_params_clear(def, settled);
   for (size_t i = 0; i < n_given; i++) tr_value_clear(&given[i].value);
   return status;
 }

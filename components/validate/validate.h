@@ -41,6 +41,15 @@ typedef struct tr_validated {
   char names[TR_SIG_MAX_PARAMS][64];
 } tr_validated;
 
+/* The validation itself, on structs: `op`'s params bound (defaults applied) and the inputs (one
+ * spec per manifest input, NULL for an absent one) checked against `manifest`. What the handler
+ * answers for the same request, before encoding: an unknown op is an OpNotAvailableError, an
+ * unmet signature a SignatureError naming tensor, axis, expected and got. On success *out holds
+ * the answer (the caller frees it with tr_validated_clear); on failure nothing. Thread-safe. */
+tr_status *tr_validate_run(const tr_manifest *manifest, const char *op, const tr_named_value *params,
+                           size_t n_params, const tr_tensor_spec *const *inputs, size_t n_inputs,
+                           tr_validated *out) TR_MUST_USE;
+
 /* Decodes a reply: the error it carries, or the validated call (the caller then frees the
  * settled values with tr_validated_clear). */
 tr_status *tr_validate_decode(const uint8_t *reply, size_t size, tr_validated *out) TR_MUST_USE;

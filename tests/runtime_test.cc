@@ -212,23 +212,29 @@ TEST_CASE("the target: the op's own, then the process default, then detection") 
 }
 
 TEST_CASE("builders get params by manifest name (defaults applied) and None for an absent input") {
-  Env env;
-  int64_t n = 4;
-  tr_value shape;
-  tr_test::ok(tr_value_int_list(&n, 1, &shape));
-  tr_op *op = env.op("RMSNormFwdOp", {{"normalized_shape", shape}});
-  tr_value_clear(&shape);
-  HostTensor x({2, 4}), w({4});
-  const DLTensor *in[] = {&x.t, &w.t};
-  Outputs out;
-  tr_test::ok(tr_op_call(op, in, 2, out.items, 1));
-  out.reset();
-  tr_test::ok(tr_op_call(op, in, 1, out.items, 1));  // no weight this time: a second build
-  REQUIRE(g_seen.size() == 2);
-  CHECK(g_seen[0] == "RMSNormFwdOp testcpu float32[2, 4] on cpu float32[4] on cpu "
-                     "normalized_shape=(4,) eps=None");
-  CHECK(g_seen[1] == "RMSNormFwdOp testcpu float32[2, 4] on cpu None normalized_shape=(4,) eps=None");
-  tr_op_destroy(&op);
+  // the params validate settled: inline (no message) and from a validate in a thread (a message)
+  tr_test::TempDir dir;
+  std::string threaded = dir.write("p.yaml", "components:\n  validate: {placement: thread}\n");
+  for (const char *file : {"", threaded.c_str()}) {
+    INFO("pipeline file '" << file << "'");
+    Env env(false, file);
+    int64_t n = 4;
+    tr_value shape;
+    tr_test::ok(tr_value_int_list(&n, 1, &shape));
+    tr_op *op = env.op("RMSNormFwdOp", {{"normalized_shape", shape}});
+    tr_value_clear(&shape);
+    HostTensor x({2, 4}), w({4});
+    const DLTensor *in[] = {&x.t, &w.t};
+    Outputs out;
+    tr_test::ok(tr_op_call(op, in, 2, out.items, 1));
+    out.reset();
+    tr_test::ok(tr_op_call(op, in, 1, out.items, 1));  // no weight this time: a second build
+    REQUIRE(g_seen.size() == 2);
+    CHECK(g_seen[0] == "RMSNormFwdOp testcpu float32[2, 4] on cpu float32[4] on cpu "
+                       "normalized_shape=(4,) eps=None");
+    CHECK(g_seen[1] == "RMSNormFwdOp testcpu float32[2, 4] on cpu None normalized_shape=(4,) eps=None");
+    tr_op_destroy(&op);
+  }
 }
 
 TEST_CASE("a backend that fails to load is reported, and later errors count it") {
@@ -957,6 +963,45 @@ TEST_CASE("a plugin's kernel type for an in-tree op runs on the device types it 
   out.reset();
   CHECK(tr_test::error_of(tr_op_call(op, cin, 1, out.items, 1))
             .find("OpNotAvailableError: RMSNormFwdOp's in-tree kernels do not run on cpu") == 0);
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("a plugin's kernel type chosen by a select component in a thread is built once, not selected again") {
+  g_seen.clear();
+  g_acme_builds = 0;
+  tr_test::TempDir dir;
+  std::string file = dir.write("p.yaml", "components:\n  select: {placement: thread}\n");
+  const char *none[] = {"/nonexistent"};
+  const char *names[] = {"acmekit"};
+  tr_backend_init_fn inits[] = {init_acme_kit};
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = none;
+  o.n_backend_dirs = 1;
+  o.builtin_names = names;
+  o.builtin_inits = inits;
+  o.n_builtins = 1;
+  o.pipeline_file = file.c_str();
+  tr_runtime *rt = nullptr;
+  tr_test::ok(tr_runtime_new(&o, &rt));
+  int64_t row = 8;
+  tr_value shape;
+  tr_test::ok(tr_value_int_list(&row, 1, &shape));
+  tr_named_value params[] = {{"normalized_shape", shape}};
+  tr_op *op = nullptr;
+  tr_test::ok(tr_op_new(rt, "RMSNormFwdOp", params, 1, nullptr, &op));
+  tr_value_clear(&shape);
+  HostTensor x({3, 8}, {kDLExtDev, 0}), x5({5, 8}, {kDLExtDev, 0});
+  const DLTensor *in[] = {&x.t}, *in5[] = {&x5.t};
+  Outputs out;
+  tr_test::ok(tr_op_call(op, in, 1, out.items, 1));
+  out.reset();
+  tr_test::ok(tr_op_call(op, in5, 1, out.items, 1));  // another memo entry, the same build identity
+  CHECK(tr_op_memo_count(op) == 2);
+  CHECK(g_acme_builds == 1);
+  REQUIRE(g_seen.size() == 1);
+  CHECK(g_seen[0] == "acme_rms row=8");
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
 }
