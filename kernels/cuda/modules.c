@@ -27,7 +27,7 @@ static void init_once(void) {
   tr_status_destroy(&failed);
 }
 
-tr_status *tr_cuda_module_load(int32_t index, const tr_artifact *art, tr_cuda_loaded *out) {
+tr_status *tr_cuda_module_load(int32_t index, const tr_artifact *art, int want_any, tr_cuda_loaded *out) {
   *out = (tr_cuda_loaded){NULL, NULL, 0};
   TR_RETURN_IF_ERROR(tr_cu_load()); /* once loaded, a cheap check */
   tr_plat_once_run(&g_once, init_once);
@@ -41,9 +41,11 @@ tr_status *tr_cuda_module_load(int32_t index, const tr_artifact *art, tr_cuda_lo
     if (m == NULL) status = TR_STATUS(TR_OUT_OF_MEMORY, "a module entry for kernel '%s'", art->name);
     if (status == NULL) status = tr_cu_module_load(art->cubin, art->name, art->entry, &m->module, &m->loaded.function);
     if (status == NULL) {
-      char entry[80];
-      snprintf(entry, sizeof(entry), "%s_any", art->entry);
-      tr_cu_module_entry(m->module, entry, &m->loaded.any);
+      if (want_any) {
+        char entry[80];
+        snprintf(entry, sizeof(entry), "%s_any", art->entry);
+        tr_cu_module_entry(m->module, entry, &m->loaded.any);
+      }
       tr_cu_function marker;
       m->loaded.awaits = tr_cu_module_entry(m->module, "tr_awaits_previous_kernel", &marker);
       m->index = index;

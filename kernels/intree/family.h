@@ -53,6 +53,9 @@ struct tr_intree_family {
   const char *name;
   size_t n_ops;
   const tr_intree_op *ops;
+  /* 1: every build also has an "<entry>_any" entry, for pointers of any alignment (loaded as
+   * narrow.any / wide.any) */
+  int any_entry;
   /* The specialisation of `type` (one of this family's) for `call`: source, entry, options,
    * threads, and its wide build if any. A dtype with no specialisation is a ValueError. */
   tr_status *(*source_for)(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out);

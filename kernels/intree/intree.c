@@ -334,8 +334,8 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   tr_cu_ctx previous = NULL;
   tr_status *status = tr_cu_enter_device(index, &k->ctx, &previous);
   if (status == NULL) {
-    status = tr_cuda_module_load(index, &arts[0], &k->narrow);
-    if (status == NULL && n > 1) status = tr_cuda_module_load(index, &arts[1], &k->wide);
+    status = tr_cuda_module_load(index, &arts[0], k->impl->family->any_entry, &k->narrow);
+    if (status == NULL && n > 1) status = tr_cuda_module_load(index, &arts[1], k->impl->family->any_entry, &k->wide);
     if (status == NULL) status = k->impl->family->prepare(call, k);
     if (status == NULL) status = tr__intree_load_copies(index, arch);
     tr_cu_restore_context(k->ctx, previous);
