@@ -16,9 +16,14 @@ extern "C" {
  * document from several threads is safe. */
 typedef struct tr_yaml_doc tr_yaml_doc;
 
+/* Mappings and sequences nest at most this many levels deep (a root mapping is level 1). */
+#define TR_YAML_MAX_DEPTH 64
+
 /* Loads the first document of a file. A file that cannot be read is an IOError naming the path;
- * a syntax error is a ManifestError "path:line:column: <libyaml's problem> (<context>)"; an empty
- * file loads as a document whose root is NULL. */
+ * a syntax error is a ManifestError "path:line:column: <libyaml's problem> (<context>)", and so is
+ * a mapping or sequence nested deeper than TR_YAML_MAX_DEPTH (refused as it is read: the time is
+ * linear in the file, however deep it goes); an empty file loads as a document whose root is
+ * NULL. */
 tr_status *tr_yaml_load_file(const char *path, tr_yaml_doc **out) TR_MUST_USE;
 
 /* The same, from text in memory; `name` stands for the path in messages. */
@@ -45,6 +50,12 @@ int tr_yaml_is_null(const yaml_node_t *node);
 
 /* The value for `key` in a mapping node, or NULL when absent or the node is not a mapping. */
 yaml_node_t *tr_yaml_get(tr_yaml_doc *doc, const yaml_node_t *mapping, const char *key);
+
+/* The first key of a mapping that repeats an earlier one (scalar keys of the same text), in
+ * document order: *dup that key's node and *first the earlier one's; both NULL when every key
+ * differs or the node is not a mapping. O(n log n) in the pairs. Fails only for memory. */
+tr_status *tr_yaml_duplicate_key(tr_yaml_doc *doc, const yaml_node_t *mapping, yaml_node_t **dup,
+                                 yaml_node_t **first) TR_MUST_USE;
 
 /* A ManifestError "path:line:column: <message>", pointing at `node` (1-based line and column). */
 tr_status *tr_yaml_error_at(const tr_yaml_doc *doc, const yaml_node_t *node, const char *fmt, ...)
