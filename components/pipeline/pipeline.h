@@ -51,8 +51,9 @@ typedef struct tr_pipeline_config {
 void tr_pipeline_config_default(tr_pipeline_config *out);
 
 /* Reads a pipeline file. Every problem is a ManifestError naming file, line and column (an
- * unknown component or key, a placement other than inline/thread/process, a process placement
- * without an endpoint, an endpoint of another scheme); an unreadable file is an IOError. */
+ * unknown component or key, a key given twice, a placement other than inline/thread/process, a
+ * process placement without an endpoint, an endpoint of another scheme, nesting deeper than
+ * TR_YAML_MAX_DEPTH); an unreadable file is an IOError. */
 tr_status *tr_pipeline_config_load(const char *path, tr_pipeline_config *out) TR_MUST_USE;
 
 /* The handler a component runs: request bytes in, reply bytes out (see each component's header:

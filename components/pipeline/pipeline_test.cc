@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,6 +54,23 @@ TEST_CASE("pipeline files: placements, endpoints, deadline; errors with file, li
         "ManifestError: F:1:13: 'components' must be a mapping of component: {placement, ...}");
   CHECK(load_error("deadlines: 5\n") ==
         "ManifestError: F:1:1: unknown key 'deadlines' in a pipeline file (known: components, deadline_ms)");
+}
+
+TEST_CASE("pipeline files: a key given twice is an error naming it; nesting too deep is refused fast") {
+  CHECK(load_error("components:\n  settle: {placement: thread, placement: inline}\n") ==
+        "ManifestError: F:2:31: component 'settle': duplicate key 'placement' (first at line 2, column 12)");
+  CHECK(load_error("components:\n  settle: {placement: thread}\n  settle: {placement: inline}\n") ==
+        "ManifestError: F:3:3: duplicate key 'settle' in 'components' (first at line 2, column 3)");
+  CHECK(load_error("deadline_ms: 5\ncomponents: {}\ndeadline_ms: 6\n") ==
+        "ManifestError: F:3:1: duplicate key 'deadline_ms' in a pipeline file (first at line 1, column 1)");
+  std::string deep = "components: {settle: ";
+  for (int i = 0; i < 100000; i++) deep += "[";
+  auto start = std::chrono::steady_clock::now();
+  std::string e = load_error(deep + "\n");
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(e == "ManifestError: F:1:84: nesting too deep: this sequence is level 65; mappings and sequences "
+             "nest at most 64 levels");
+  CHECK(seconds < 0.25);  // libyaml alone: about 40 s
 }
 
 static tr_manifest *manifest() {
