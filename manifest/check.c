@@ -25,6 +25,31 @@ void tr__dtype_mask_format(uint32_t mask, char *buf, size_t size) {
   }
 }
 
+int tr__tensor_too_large(const char *what, int32_t rank, const int64_t *shape, const tr_dtype *dtype,
+                         char *problem, size_t size) {
+  int64_t numel = 1, bytes = 0;
+  int elements_overflow = 0, empty = 0;
+  for (int32_t axis = 0; axis < rank; axis++) {
+    if (shape[axis] == 0) empty = 1; /* no elements, however many the other axes would hold */
+    if (__builtin_mul_overflow(numel, shape[axis], &numel)) elements_overflow = 1;
+  }
+  if (empty) return 0;
+  size_t elem = dtype != NULL ? tr_dtype_bytes(*dtype) : 1;
+  int bytes_overflow = !elements_overflow && __builtin_mul_overflow(numel, (int64_t)elem, &bytes);
+  if (!elements_overflow && !bytes_overflow) return 0;
+  char type[TR_DTYPE_FORMAT_MAX] = "", text[256];
+  if (dtype != NULL) tr_dtype_format(*dtype, type, sizeof(type));
+  tr_shape_format(rank, shape, text, sizeof(text));
+  if (elements_overflow) {
+    snprintf(problem, size, "%s %s%s is too large: its element count overflows int64 (at most %lld "
+             "elements)", what, type, text, (long long)INT64_MAX);
+  } else {
+    snprintf(problem, size, "%s %s%s is too large: its size, %lld elements of %zu bytes, overflows "
+             "int64 (at most %lld bytes)", what, type, text, (long long)numel, elem, (long long)INT64_MAX);
+  }
+  return 1;
+}
+
 /* ---- params ---- */
 
 static const char *value_text(const tr_value *v, char *buf, size_t size) {

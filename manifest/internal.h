@@ -179,6 +179,12 @@ void tr__dtype_mask_format(uint32_t mask, char *buf, size_t size);
 int tr__pattern_shape(const tr_op_def *op, const shape_pattern *pat, const tr_value *settled,
                       const tr_call_check *b, int32_t *rank, int64_t *shape);
 
+/* Whether a tensor of this shape (and dtype; NULL: its element count only) is too large for
+ * int64 to count its elements or its bytes: 1, with "<what> float32(a, b) is too large: ..." in
+ * `problem` naming the count that overflows and the limit; else 0. Cannot fail. */
+int tr__tensor_too_large(const char *what, int32_t rank, const int64_t *shape, const tr_dtype *dtype,
+                         char *problem, size_t size);
+
 /* The evaluation environment of an expression over a checked call. */
 typedef struct tr__eval_ctx {
   const tr_op_def *op;

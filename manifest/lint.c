@@ -73,6 +73,14 @@ static tr_status *lint_row(tr_lint_report *r, const tr_op_def *op, int row) {
   if ((why = tr_op_def_bind_params(op, given, n_given, settled)) != NULL) return row_problem(r, op, row, why);
   tr_call_check check;
   why = tr_op_def_check(op, settled, ptrs, (size_t)op->n_inputs, &check);
+  for (int o = 0; why == NULL && o < op->n_outputs; o++) {
+    char what[96], problem[512];
+    snprintf(what, sizeof(what), "output '%s'", op->outputs[o].name);
+    const tr_tensor_spec *spec = &check.outputs[o];
+    if (check.output_present[o] && tr__tensor_too_large(what, spec->rank, spec->shape, &spec->dtype, problem, sizeof(problem))) {
+      why = TR_STATUS(TR_MANIFEST, "%s", problem);
+    }
+  }
   if (why == NULL) why = tr_op_def_check_composition(op, settled, &check);
   double flops = 0, bytes = 0;
   if (why == NULL) why = tr_op_def_roofline(op, settled, &check, &flops, &bytes);

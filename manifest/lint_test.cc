@@ -142,3 +142,22 @@ TEST_CASE("an integer input's fill evaluates on every row and is not negative") 
   REQUIRE(problems.size() == 1);
   CHECK(problems[0] == "F:12: IndexFwdOp: workload 'low': input 'i' fill 'n - 10' gives -2, below 0");
 }
+
+TEST_CASE("an output too large for int64 to count is a problem of its row") {
+  std::string gemm = "GemmFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"          // 1-4
+                     "    forall: {T: \"DType[float16 | float32]\"}\n"                      // 5
+                     "    inputs:\n      a: {dtype: T, shape: \"[M, K]\"}\n      b: {dtype: T, shape: \"[K, N]\"}\n"
+                     "    outputs:\n      c: {dtype: T, shape: \"[M, N]\"}\n"               // 9-10
+                     "  workloads:\n"                                                      // 11
+                     "    - {label: wide, dtype: float16, shapes: {a: [4294967296, 1], b: [1, 4294967296]}}\n"
+                     "    - {label: big, dtype: float32, shapes: {a: [1073741824, 1], b: [1, 4294967296]}}\n"
+                     "    - {label: fits, dtype: float16, shapes: {a: [536870912, 1], b: [1, 4294967296]}}\n"
+                     "  roofline: {flops: \"numel(c)\", bytes: \"bytes(a) + bytes(b) + bytes(c)\"}\n";
+  auto problems = lint(gemm);
+  REQUIRE(problems.size() == 2);
+  CHECK(problems[0] == "F:12: GemmFwdOp: workload 'wide': output 'c' float16(4294967296, 4294967296) is too "
+                       "large: its element count overflows int64 (at most 9223372036854775807 elements)");
+  CHECK(problems[1] == "F:13: GemmFwdOp: workload 'big': output 'c' float32(1073741824, 4294967296) is too "
+                       "large: its size, 4611686018427387904 elements of 4 bytes, overflows int64 (at most "
+                       "9223372036854775807 bytes)");
+}

@@ -57,7 +57,16 @@ static yaml_node_t *value_node(loading *l, const yaml_node_pair_t *p) { return t
   for (yaml_node_pair_t *pair = (map_node)->data.mapping.pairs.start;     \
        pair < (map_node)->data.mapping.pairs.top; pair++)
 
-/* Requires a mapping whose keys are all in `known` (a NULL-terminated list). */
+/* A key given twice in a mapping: an error at the repetition, naming the key and the first. */
+static tr_status *unique_keys(loading *l, const yaml_node_t *node, const char *what) {
+  yaml_node_t *dup = NULL, *first = NULL;
+  TR_RETURN_IF_ERROR(tr_yaml_duplicate_key(l->doc, node, &dup, &first));
+  if (dup == NULL) return NULL;
+  return err_at(l, dup, "duplicate key '%s' in %s (first at line %d, column %d)", tr_yaml_scalar(dup), what,
+                tr_yaml_line(first), (int)first->start_mark.column + 1);
+}
+
+/* Requires a mapping whose keys are all in `known` (a NULL-terminated list) and given once. */
 static tr_status *check_mapping(loading *l, const yaml_node_t *node, const char *what,
                                 const char *const *known) {
   if (node == NULL || node->type != YAML_MAPPING_NODE) {
@@ -80,7 +89,7 @@ static tr_status *check_mapping(loading *l, const yaml_node_t *node, const char 
       return err_at(l, k, "unknown key '%s' in %s (known: %s)", key ? key : "?", what, list);
     }
   }
-  return NULL;
+  return unique_keys(l, node, what);
 }
 
 static tr_status *scalar_text(loading *l, const yaml_node_t *node, const char *what,
@@ -770,6 +779,31 @@ static tr_status *load_roofline(loading *l, const yaml_node_t *node) {
 
 /* ---- workloads ---- */
 
+/* Every input of the row just loaded (the last of op->workloads) has an element count and a size
+ * in bytes that int64 holds. A row whose dtypes do not settle is lint's to report; only its
+ * element counts are checked here. */
+static tr_status *check_sizes(loading *l, const workload_decl *w, yaml_node_t *const *shape_node) {
+  tr_op_def *op = l->op;
+  tr_device cpu = {"cpu", TR_DEVICE_NO_INDEX};
+  tr_tensor_spec specs[TR_SIG_MAX_INPUTS];
+  uint8_t has[TR_SIG_MAX_INPUTS];
+  tr_named_value params[TR_SIG_MAX_PARAMS];
+  size_t n_params = 0;
+  memset(specs, 0, sizeof(specs)); /* a same_as input the row leaves out: no dtype, not garbage */
+  tr_status *unsettled = tr_op_def_workload(op, (size_t)op->n_workloads - 1, &cpu, specs, has, params, &n_params);
+  int settled = unsettled == NULL;
+  tr_status_destroy(&unsettled);
+  for (int i = 0; i < op->n_inputs; i++) {
+    if (!w->has_shape[i]) continue;
+    char what[96], problem[512];
+    snprintf(what, sizeof(what), "input '%s'", op->inputs[i].name);
+    if (tr__tensor_too_large(what, w->rank[i], w->shape[i], settled ? &specs[i].dtype : NULL, problem, sizeof(problem))) {
+      return err_at(l, shape_node[i], "workload '%s': %s", w->label, problem);
+    }
+  }
+  return NULL;
+}
+
 static tr_status *load_workload(loading *l, const yaml_node_t *node, workload_decl *w) {
   static const char *const kKeys[] = {"label", "dtype", "shapes", "dtypes", "params", NULL};
   TR_RETURN_IF_ERROR(check_mapping(l, node, "a workload row", kKeys));
@@ -795,6 +829,10 @@ static tr_status *load_workload(loading *l, const yaml_node_t *node, workload_de
   yaml_node_t *shapes = tr_yaml_get(l->doc, node, "shapes");
   if (shapes == NULL) return err_at(l, node, "workload '%s' has no 'shapes'", label);
   TR_RETURN_IF_ERROR(check_mapping(l, shapes, "'shapes'", NULL));
+  char where[160];
+  snprintf(where, sizeof(where), "'shapes' of workload '%s'", label);
+  TR_RETURN_IF_ERROR(unique_keys(l, shapes, where));
+  yaml_node_t *shape_node[TR_SIG_MAX_INPUTS] = {NULL};
   FOR_PAIRS(l, shapes, pair) {
     yaml_node_t *k = key_node(l, pair), *v = value_node(l, pair);
     const char *name = tr_yaml_scalar(k);
@@ -814,9 +852,12 @@ static tr_status *load_workload(loading *l, const yaml_node_t *node, workload_de
     }
     w->rank[i] = rank;
     w->has_shape[i] = 1;
+    shape_node[i] = v;
   }
   if ((f = tr_yaml_get(l->doc, node, "dtypes"))) {
     TR_RETURN_IF_ERROR(check_mapping(l, f, "'dtypes'", NULL));
+    snprintf(where, sizeof(where), "'dtypes' of workload '%s'", label);
+    TR_RETURN_IF_ERROR(unique_keys(l, f, where));
     FOR_PAIRS(l, f, pair) {
       yaml_node_t *k = key_node(l, pair), *v = value_node(l, pair);
       const char *name = tr_yaml_scalar(k), *dt = tr_yaml_scalar(v);
@@ -854,7 +895,7 @@ static tr_status *load_workload(loading *l, const yaml_node_t *node, workload_de
       w->n_params++;
     }
   }
-  return NULL;
+  return check_sizes(l, w, shape_node);
 }
 
 static tr_status *load_workloads(loading *l, const yaml_node_t *node) {
@@ -948,6 +989,9 @@ static tr_status *load_step(loading *l, const yaml_node_t *node, step_decl *s) {
   yaml_node_t *inputs = tr_yaml_get(l->doc, node, "inputs");
   if (inputs == NULL) return err_at(l, node, "%s has no 'inputs'", owner);
   TR_RETURN_IF_ERROR(check_mapping(l, inputs, "a step's 'inputs'", NULL));
+  char where[192];
+  snprintf(where, sizeof(where), "'inputs' of %s", owner);
+  TR_RETURN_IF_ERROR(unique_keys(l, inputs, where));
   size_t n = (size_t)(inputs->data.mapping.pairs.top - inputs->data.mapping.pairs.start);
   s->input_names = calloc(n + 1, sizeof(char *));
   s->inputs = calloc(n + 1, sizeof(wire_decl));
@@ -992,6 +1036,8 @@ static tr_status *load_step(loading *l, const yaml_node_t *node, step_decl *s) {
   yaml_node_t *outputs = tr_yaml_get(l->doc, node, "outputs");
   if (outputs == NULL) return err_at(l, node, "%s has no 'outputs'", owner);
   TR_RETURN_IF_ERROR(check_mapping(l, outputs, "a step's 'outputs'", NULL));
+  snprintf(where, sizeof(where), "'outputs' of %s", owner);
+  TR_RETURN_IF_ERROR(unique_keys(l, outputs, where));
   n = (size_t)(outputs->data.mapping.pairs.top - outputs->data.mapping.pairs.start);
   s->output_names = calloc(n + 1, sizeof(char *));
   s->output_to = calloc(n + 1, sizeof(char *));
@@ -1029,6 +1075,7 @@ static tr_status *load_composition(loading *l, const yaml_node_t *node) {
   yaml_node_t *returns = tr_yaml_get(l->doc, node, "returns");
   if (returns == NULL) return err_at(l, node, "'composition' has no 'returns'");
   TR_RETURN_IF_ERROR(check_mapping(l, returns, "'returns'", NULL));
+  TR_RETURN_IF_ERROR(unique_keys(l, returns, "'returns'"));
   uint32_t seen = 0;
   FOR_PAIRS(l, returns, pair) {
     yaml_node_t *k = key_node(l, pair);

@@ -2,6 +2,7 @@
 // rules the shipped ops do not exercise (same_as, device: cpu) checked on small manifests.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -291,4 +292,74 @@ TEST_CASE("a spec file's text loads from memory, named in messages") {
   tr_manifest_destroy(&m);
   CHECK(tr_test::error_of(tr_manifest_load_string("mem.yaml", "x: [", 4, &m)).find("ManifestError: mem.yaml:") == 0);
   CHECK(m == nullptr);
+}
+
+TEST_CASE("a key given twice is named with both places, in every mapping of an entry") {
+  CHECK(load_error("TestFwdOp:\n  family: t\n  ref_api: none\n  family: u\n") ==
+        "ManifestError: F:4:3: TestFwdOp: duplicate key 'family' in an op's entry (first at line 2, column 3)");
+  CHECK(load_error(entry("{}", "      x: {dtype: T, shape: \"[*B, N]\", shape: \"[N]\"}\n", kY)) ==
+        "ManifestError: F:8:39: TestFwdOp: duplicate key 'shape' in input 'x' (first at line 8, column 21)");
+  CHECK(load_error(entry("{n: {type: int, type: float}}", kX, kY)) ==
+        "ManifestError: F:6:29: TestFwdOp: duplicate key 'type' in param 'n' (first at line 6, column 18)");
+  std::string rows = entry("{}", kX, kY, "  workloads:\n    - {label: r, shapes: {x: [2, 3], x: [4, 5]}}\n");
+  CHECK(load_error(rows) ==
+        "ManifestError: F:12:38: TestFwdOp: duplicate key 'x' in 'shapes' of workload 'r' (first at line 12, column 27)");
+  rows = entry("{}", kX, kY, "  workloads:\n    - {label: r, shapes: {x: [2, 3]}, dtypes: {x: float16, x: float32}}\n");
+  CHECK(load_error(rows) ==
+        "ManifestError: F:12:60: TestFwdOp: duplicate key 'x' in 'dtypes' of workload 'r' (first at line 12, column 48)");
+  rows = entry("{}", kX, kY, "  workloads:\n    - {label: r, label: s, shapes: {x: [2, 3]}}\n");
+  CHECK(load_error(rows) ==
+        "ManifestError: F:12:18: TestFwdOp: duplicate key 'label' in a workload row (first at line 12, column 8)");
+  rows = entry("{}", kX, kY, "  roofline: {flops: \"1\", bytes: \"1\", flops: \"2\"}\n");
+  CHECK(load_error(rows) ==
+        "ManifestError: F:11:38: TestFwdOp: duplicate key 'flops' in 'roofline' (first at line 11, column 14)");
+  std::string base = "AddFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                     "    forall: {S: Shape, T: DType}\n"
+                     "    inputs:\n      a: {dtype: T, shape: \"[*S]\"}\n      b: {dtype: T, shape: \"[*S]\"}\n"
+                     "    outputs:\n      c: {dtype: T, shape: \"[*S]\"}\n"
+                     "TwiceFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"   // 11..14
+                     "    forall: {S: Shape, T: DType}\n"
+                     "    inputs:\n      x: {dtype: T, shape: \"[*S]\"}\n"
+                     "    outputs:\n      y: {dtype: T, shape: \"[*S]\"}\n"
+                     "  composition:\n    steps:\n";                                   // 20, 21
+  CHECK(load_error(base + "      - {op: AddFwdOp, inputs: {a: x, b: x, a: x}, outputs: {c: t}}\n    returns: {y: t}\n") ==
+        "ManifestError: F:22:45: TwiceFwdOp: duplicate key 'a' in 'inputs' of step AddFwdOp (first at line 22, column 33)");
+  CHECK(load_error(base + "      - {op: AddFwdOp, inputs: {a: x, b: x}, outputs: {c: t, c: u}}\n    returns: {y: t}\n") ==
+        "ManifestError: F:22:62: TwiceFwdOp: duplicate key 'c' in 'outputs' of step AddFwdOp (first at line 22, column 56)");
+  CHECK(load_error(base + "      - {op: AddFwdOp, inputs: {a: x, b: x}, outputs: {c: t}}\n    returns: {y: t, y: c}\n") ==
+        "ManifestError: F:23:21: TwiceFwdOp: duplicate key 'y' in 'returns' (first at line 23, column 15)");
+  // the messages that named a repeated name before stay as they were
+  CHECK(load_error(entry("{n: {type: int}, n: {type: int}}", kX, kY)) ==
+        "ManifestError: F:6:30: TestFwdOp: param 'n' is declared twice");
+}
+
+TEST_CASE("a workload row whose element count or byte size overflows int64 is refused at its shape") {
+  std::string huge = entry("{}", kX, kY, "  workloads:\n    - {label: r, dtype: float32, shapes: {x: [4294967296, 4294967296]}}\n");
+  CHECK(load_error(huge) ==
+        "ManifestError: F:12:46: TestFwdOp: workload 'r': input 'x' float32(4294967296, 4294967296) is too large: "
+        "its element count overflows int64 (at most 9223372036854775807 elements)");
+  std::string bytes = entry("{}", kX, kY, "  workloads:\n    - {label: r, dtype: float32, shapes: {x: [2, 2305843009213693952]}}\n");
+  CHECK(load_error(bytes) ==
+        "ManifestError: F:12:46: TestFwdOp: workload 'r': input 'x' float32(2, 2305843009213693952) is too large: "
+        "its size, 4611686018427387904 elements of 4 bytes, overflows int64 (at most 9223372036854775807 bytes)");
+  // no dtype to settle (lint's problem): the element count is still checked
+  std::string no_dtype = entry("{}", kX, kY, "  workloads:\n    - {label: r, shapes: {x: [4294967296, 4294967296]}}\n");
+  CHECK(load_error(no_dtype) ==
+        "ManifestError: F:12:30: TestFwdOp: workload 'r': input 'x' (4294967296, 4294967296) is too large: "
+        "its element count overflows int64 (at most 9223372036854775807 elements)");
+  // the largest that fits, and a zero axis beside huge ones, load
+  Loaded fits(entry("{}", kX, kY, "  workloads:\n    - {label: r, dtype: float16, shapes: {x: [2, 2305843009213693951]}}\n"
+                                  "    - {label: e, dtype: float16, shapes: {x: [0, 4294967296, 4294967296]}}\n"));
+  CHECK(tr_op_def_workload_count(fits.op()) == 2);
+}
+
+TEST_CASE("a spec file nested 100,000 levels deep is refused fast, at the level too many") {
+  std::string deep = entry("{}", kX, kY, "  workloads: ");
+  for (int i = 0; i < 100000; i++) deep += "[";
+  auto start = std::chrono::steady_clock::now();
+  std::string e = load_error(deep + "\n");
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(e == "ManifestError: F:11:76: nesting too deep: this sequence is level 65; mappings and sequences nest "
+             "at most 64 levels");
+  CHECK(seconds < 0.25);  // libyaml alone: about 40 s
 }
