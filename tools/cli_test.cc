@@ -257,3 +257,22 @@ TEST_CASE("bench pipeline's free tcp ports: all different on loopback; a host no
   CHECK(tr_test::error_of(tr_bench_free_tcp_endpoints("127.0.0.1", 9, eps)) ==
         "ValueError: at most 8 free tcp endpoints at once, 9 asked");
 }
+
+TEST_CASE("bench pipeline: a placement that did not run prints its error in its row, no figure or verdict") {
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "/nonexistent") == nullptr);  // no CPU backend: every miss fails
+  Run r = run({"bench", "pipeline", "--iters", "1", "--manifest", "manifest/spec"});
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
+  INFO(r.out);
+  CHECK(r.rc == 1);
+  const std::string not_here = "FAILED: OpNotAvailableError: AddFwdOp's in-tree kernels do not run on cpu; known "
+                               "targets for this op: []\n";
+  CHECK(r.out.find("\ninline             " + not_here) != std::string::npos);
+  CHECK(r.out.find("\nthread (inproc)    " + not_here) != std::string::npos);
+  CHECK(r.out.find("\nprocess (ipc)      FAILED: ") != std::string::npos);
+  CHECK(r.out.find("\nprocess (tcp)      FAILED: ") != std::string::npos);
+  CHECK(r.out.find(": ok") == std::string::npos);
+  CHECK(r.out.find("MISSED") == std::string::npos);
+  CHECK(r.out.find("0.00") == std::string::npos);
+  CHECK(r.out.find("\nhit path: no placement ran\n") != std::string::npos);
+  CHECK(r.err.find("tilerun bench: inline: AddFwdOp's in-tree kernels do not run on cpu") != std::string::npos);
+}
