@@ -4,6 +4,9 @@
 #include "tools/mainjob.h"
 #include "tools/serve.h"
 
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +51,8 @@ static const char kUsage[] =
     "  bench pipeline [--iters N]\n"
     "             a memo-miss and a memo-hit call with validate and settle inline, in threads\n"
     "             and in serve processes over ipc and tcp, beside the raw ZeroMQ round trip\n"
-    "  help       show this text (also -h, --help)\n"
+    "  help       show this text (also -h, --help); COMMAND --help (or help COMMAND): that\n"
+    "             command's usage and options\n"
     "\n"
     "options:\n"
     "  --manifest DIR   the spec directory (default: $TILERUN_MANIFEST_DIR, else ./manifest/spec);\n"
@@ -84,6 +88,108 @@ static const char kUsage[] =
     "  TILERUN_CPU_THREADS    threads of the CPU backend's kernels (1 to 64; default 4)\n"
     "\n"
     "exit status: 0 success, 1 the command failed (the message says why), 2 bad usage.\n";
+
+/* Each option's line in a command's help: its spelling and argument, what it does, its default
+ * and the values it takes. */
+typedef struct option_doc {
+  const char *flag, *text;
+} option_doc;
+
+static const option_doc kOptions[] = {
+    {"--manifest DIR", "the spec directory (default: $TILERUN_MANIFEST_DIR, else ./manifest/spec)"},
+    {"--pipeline FILE", "the pipeline file placing the components (default: $TILERUN_PIPELINE, else\n"
+                        "every component inline)"},
+    {"--device D", "auto, cpu (every row on cpu) or cuda (a GPU required; ops without in-tree\n"
+                   "kernels stay on cpu) (default: auto, cuda when there is a GPU)"},
+    {"--smallest", "each op's smallest workload row only (default: every row)"},
+    {"--max-gb N", "rows moving more than N GB are skipped on cpu and not checked against the CPU\n"
+                   "backend on cuda (default 1; above 0, at most 1000000)"},
+    {"--max-gflop N", "rows computing more than N GFLOP are skipped on cpu (default 20; above 0, at\n"
+                      "most 1000000000)"},
+    {"--iters N", "calls per measurement (default 2000; a whole number from 1 to 10000000)"},
+    {"--endpoint E", "where to listen: ipc://PATH, or tcp://:PORT (binds loopback); required"},
+    {"--curve-secret K", "require CurveZMQ with this secret key, 40 Z85 characters (default: none,\n"
+                         "plain connections)"},
+    {"--device-facts F", "select only: a device's facts instead of reading them from it, e.g.\n"
+                         "cuda:0=90,132,232448 (arch, SMs, shared memory per block); repeatable, at\n"
+                         "most 8 (default: read from the device)"},
+    {"--help, -h", "show this text"},
+};
+
+/* A command's help: `tilerun NAME --help`. `options` names kOptions entries by their first word. */
+typedef struct command_doc {
+  const char *name, *usage, *summary;
+  const char *options[8];
+} command_doc;
+
+static const command_doc kCommands[] = {
+    {"run", "tilerun run [--manifest DIR] [--pipeline FILE] [--device D] [--smallest] [--max-gb N]\n"
+            "                   [--max-gflop N]",
+     "The main job: the manifest's ops, the installed backends, then every workload row run.",
+     {"--manifest", "--pipeline", "--device", "--smallest", "--max-gb", "--max-gflop"}},
+    {"ops", "tilerun ops [--manifest DIR]",
+     "List the ops the manifest declares: name, family, reference API, where.", {"--manifest"}},
+    {"manifest", "tilerun manifest check [FILES] | tilerun manifest show OP",
+     "Lint spec files (check) or show an op's signature and workload rows (show).", {"--manifest"}},
+    {"manifest check", "tilerun manifest check [--manifest DIR] [FILES]",
+     "Lint spec files (default: the manifest directory's *.yaml); print each problem, exit 1 if any.",
+     {"--manifest"}},
+    {"manifest show", "tilerun manifest show [--manifest DIR] OP",
+     "Show an op's signature and its workload rows as a table.", {"--manifest"}},
+    {"backends", "tilerun backends",
+     "List the backends found along the search path ($TILERUN_BACKEND_PATH), and those skipped.",
+     {NULL}},
+    {"targets", "tilerun targets [--manifest DIR] [--pipeline FILE] [OP]",
+     "Load the backends; list the registered targets, the ops each serves, and the load failures.",
+     {"--manifest", "--pipeline"}},
+    {"serve", "tilerun serve COMPONENT --endpoint E [--curve-secret K] [--device-facts F]...\n"
+              "                   [--manifest DIR]",
+     "Host one component (validate, settle, select, build, launch, echo) until SIGTERM.",
+     {"--endpoint", "--curve-secret", "--device-facts", "--manifest"}},
+    {"bench", "tilerun bench pipeline [--iters N] [--manifest DIR]",
+     "Benchmarks; one so far: pipeline (tilerun bench pipeline --help).", {"--iters", "--manifest"}},
+    {"bench pipeline", "tilerun bench pipeline [--iters N] [--manifest DIR]",
+     "A call's miss and hit through each placement, beside the raw ZeroMQ round trip.",
+     {"--iters", "--manifest"}},
+};
+
+static const option_doc *option_named(const char *flag) {
+  size_t n = strlen(flag);
+  for (size_t i = 0; i < sizeof(kOptions) / sizeof(kOptions[0]); i++) {
+    if (strncmp(kOptions[i].flag, flag, n) == 0 && (kOptions[i].flag[n] == ' ' || kOptions[i].flag[n] == ',' ||
+                                                    kOptions[i].flag[n] == '\0')) {
+      return &kOptions[i];
+    }
+  }
+  return NULL;
+}
+
+static void print_option(FILE *out, const option_doc *o) {
+  fprintf(out, "  %-18s ", o->flag);
+  for (const char *c = o->text; *c; c++) {
+    fputc(*c, out);
+    if (*c == '\n') fprintf(out, "%21s", "");
+  }
+  fputc('\n', out);
+}
+
+/* The help of `command` (and its subcommand, for manifest and bench); 0 when there is none. */
+static int command_help(const char *command, const char *sub, FILE *out) {
+  char name[64];
+  const command_doc *found = NULL;
+  for (int with_sub = sub != NULL; with_sub >= 0 && found == NULL; with_sub--) {
+    snprintf(name, sizeof(name), with_sub ? "%s %s" : "%s", command, sub);
+    for (size_t i = 0; i < sizeof(kCommands) / sizeof(kCommands[0]) && found == NULL; i++) {
+      if (strcmp(kCommands[i].name, name) == 0) found = &kCommands[i];
+    }
+  }
+  if (found == NULL) return 0;
+  fprintf(out, "usage: %s\n\n%s\n\noptions:\n", found->usage, found->summary);
+  for (int i = 0; i < 8 && found->options[i] != NULL; i++) print_option(out, option_named(found->options[i]));
+  print_option(out, option_named("--help"));
+  fprintf(out, "\nexit status: 0 success, 1 the command failed (the message says why), 2 bad usage.\n");
+  return 1;
+}
 
 typedef struct cli_options {
   long iters;
@@ -326,23 +432,48 @@ static int list_targets(const cli_options *opts, const char *op_name, FILE *out,
   return 0;
 }
 
-static int usage_error(FILE *err, const char *fmt, const char *arg) {
+static int usage_error(FILE *err, const char *fmt, ...) TR_PRINTF(2, 3);
+static int usage_error(FILE *err, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
   fprintf(err, "tilerun: ");
-  fprintf(err, fmt, arg);
+  vfprintf(err, fmt, args);
   fprintf(err, "\nRun 'tilerun --help' for usage.\n");
+  va_end(args);
   return 2;
+}
+
+/* A numeric option's value: 0 with *out set, else a usage error (2) that names the option, the
+ * value and what it breaks: not a number, negative, zero (`whole`: below 1), too large. */
+static int number_option(FILE *err, const char *option, const char *text, int whole, double max, double *out) {
+  if (text == NULL) {
+    return usage_error(err, whole ? "%s needs a value: a whole number from 1 to %.0f"
+                                  : "%s needs a value: a number above 0, at most %.0f", option, max);
+  }
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (end == text || *end != '\0' || isnan(v)) return usage_error(err, "%s needs a positive number, got '%s'", option, text);
+  if (v < 0) return usage_error(err, "%s cannot be negative, got '%s'", option, text);
+  if (v == 0) return usage_error(err, whole ? "%s must be at least 1, got '%s'" : "%s must be above 0, got '%s'", option, text);
+  if (errno == ERANGE && v < 1) return usage_error(err, "%s is too small to tell from 0, got '%s'", option, text);
+  if (v > max) return usage_error(err, "%s %s is too large: at most %.0f", option, text, max);
+  if (whole && v != floor(v)) return usage_error(err, "%s needs a whole number, got '%s'", option, text);
+  *out = v;
+  return 0;
 }
 
 int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
   cli_options opts = {2000, NULL, 0, TR_MAINJOB_AUTO, 1.0, 20.0, NULL, NULL, NULL, {NULL}, 0};
+  int want_help = 0;
   const char *command = NULL;
   char *positional[64];
   int n_positional = 0;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-      fputs(kUsage, out);
-      return 0;
+      want_help = 1;
+      break;
     } else if (strcmp(arg, "--version") == 0) {
       fprintf(out, "tilerun %s\n", TR_VERSION);
       return 0;
@@ -355,11 +486,9 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
       const char **slot = arg[2] == 'p' ? &opts.pipeline : arg[2] == 'e' ? &opts.endpoint : &opts.curve_secret;
       *slot = argv[++i];
     } else if (strcmp(arg, "--iters") == 0) {
-      char *end = NULL;
-      if (i + 1 >= argc || (opts.iters = strtol(argv[i + 1], &end, 10)) <= 0 || *end != '\0' ||
-          opts.iters > 10000000) {
-        return usage_error(err, "--iters needs a positive number, got '%s'", i + 1 < argc ? argv[i + 1] : "");
-      }
+      double iters = 0;
+      if (number_option(err, arg, i + 1 < argc ? argv[i + 1] : NULL, 1, 10000000, &iters) != 0) return 2;
+      opts.iters = (long)iters;
       i++;
     } else if (strcmp(arg, "--device-facts") == 0) {
       if (i + 1 >= argc) return usage_error(err, "%s needs DEVICE=ARCH,SMS,SHARED_BYTES", arg);
@@ -376,12 +505,10 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
       else if (strcmp(d, "cuda") == 0) opts.device = TR_MAINJOB_CUDA;
       else return usage_error(err, "--device needs auto, cpu or cuda, got '%s'", d);
     } else if (strcmp(arg, "--max-gb") == 0 || strcmp(arg, "--max-gflop") == 0) {
-      char *end = NULL;
-      double *slot = arg[7] == 'b' ? &opts.max_gb : &opts.max_gflop;
-      if (i + 1 >= argc || (*slot = strtod(argv[i + 1], &end)) <= 0 || *end != '\0') {
-        return usage_error(err, arg[7] == 'b' ? "--max-gb needs a positive number, got '%s'"
-                                              : "--max-gflop needs a positive number, got '%s'",
-                           i + 1 < argc ? argv[i + 1] : "");
+      int gb = arg[7] == 'b';
+      if (number_option(err, arg, i + 1 < argc ? argv[i + 1] : NULL, 0, gb ? 1e6 : 1e9,
+                        gb ? &opts.max_gb : &opts.max_gflop) != 0) {
+        return 2;
       }
       i++;
     } else if (arg[0] == '-') {
@@ -394,11 +521,15 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
       return usage_error(err, "too many arguments at '%s'", arg);
     }
   }
-  if (command == NULL) return usage_error(err, "%sno command given", "");
-  if (strcmp(command, "help") == 0) {
-    fputs(kUsage, out);
+  if (want_help || (command != NULL && strcmp(command, "help") == 0)) {
+    /* tilerun [COMMAND [SUB]] --help, or tilerun help [COMMAND [SUB]] */
+    int help_cmd = !want_help || (command != NULL && strcmp(command, "help") == 0);
+    const char *name = help_cmd ? (n_positional > 0 ? positional[0] : NULL) : command;
+    const char *sub = help_cmd ? (n_positional > 1 ? positional[1] : NULL) : (n_positional > 0 ? positional[0] : NULL);
+    if (name == NULL || !command_help(name, sub, out)) fputs(kUsage, out);
     return 0;
   }
+  if (command == NULL) return usage_error(err, "no command given");
   if (strcmp(command, "manifest") == 0) {
     if (n_positional >= 1 && strcmp(positional[0], "check") == 0) {
       return manifest_check(&opts, n_positional - 1, positional + 1, out, err);

@@ -276,3 +276,82 @@ TEST_CASE("bench pipeline: a placement that did not run prints its error in its 
   CHECK(r.out.find("\nhit path: no placement ran\n") != std::string::npos);
   CHECK(r.err.find("tilerun bench: inline: AddFwdOp's in-tree kernels do not run on cpu") != std::string::npos);
 }
+
+TEST_CASE("every command has its own --help: usage, a one-line description, options with defaults, exit 0") {
+  struct Want {
+    std::vector<std::string> args;
+    std::string usage;
+    std::vector<std::string> lines;  // options, each with its default
+  };
+  const std::string manifest = "  --manifest DIR     the spec directory (default: $TILERUN_MANIFEST_DIR, else ./manifest/spec)\n";
+  const std::vector<Want> wants = {
+      {{"run", "--help"}, "usage: tilerun run [--manifest DIR] [--pipeline FILE] [--device D] [--smallest]",
+       {manifest, "  --smallest         each op's smallest workload row only (default: every row)\n",
+        "  --max-gb N         rows moving more than N GB", "(default 1; above 0, at most 1000000)\n",
+        "(default 20; above 0, at", "  --device D         ", "(default: auto, cuda when there is a GPU)\n",
+        "  --pipeline FILE    the pipeline file placing the components (default: $TILERUN_PIPELINE, else\n"}},
+      {{"ops", "-h"}, "usage: tilerun ops [--manifest DIR]\n", {manifest}},
+      {{"manifest", "--help"}, "usage: tilerun manifest check [FILES] | tilerun manifest show OP\n", {manifest}},
+      {{"manifest", "check", "--help"}, "usage: tilerun manifest check [--manifest DIR] [FILES]\n", {manifest}},
+      {{"manifest", "check", "a.yaml", "--help"}, "usage: tilerun manifest check [--manifest DIR] [FILES]\n", {manifest}},
+      {{"manifest", "show", "--help"}, "usage: tilerun manifest show [--manifest DIR] OP\n", {manifest}},
+      {{"backends", "--help"}, "usage: tilerun backends\n", {}},
+      {{"targets", "--help"}, "usage: tilerun targets [--manifest DIR] [--pipeline FILE] [OP]\n", {manifest}},
+      {{"serve", "--help"}, "usage: tilerun serve COMPONENT --endpoint E [--curve-secret K] [--device-facts F]...",
+       {manifest, "  --endpoint E       where to listen: ipc://PATH, or tcp://:PORT (binds loopback); required\n",
+        "  --curve-secret K   require CurveZMQ with this secret key, 40 Z85 characters (default: none,\n",
+        "  --device-facts F   select only:", "(default: read from the device)\n"}},
+      {{"serve", "validate", "--help"}, "usage: tilerun serve COMPONENT --endpoint E", {manifest}},
+      {{"bench", "--help"}, "usage: tilerun bench pipeline [--iters N] [--manifest DIR]\n", {manifest}},
+      {{"bench", "pipeline", "--help"}, "usage: tilerun bench pipeline [--iters N] [--manifest DIR]\n",
+       {manifest, "  --iters N          calls per measurement (default 2000; a whole number from 1 to 10000000)\n"}},
+      {{"help", "bench", "pipeline"}, "usage: tilerun bench pipeline [--iters N] [--manifest DIR]\n", {manifest}},
+  };
+  for (const Want &w : wants) {
+    Run r = run(w.args);
+    INFO(w.args[0] << " " << w.args[1] << "\n" << r.out);
+    CHECK(r.rc == 0);
+    CHECK(r.err.empty());
+    CHECK(r.out.find(w.usage) == 0);
+    size_t blank = r.out.find("\n\n");
+    REQUIRE(blank != std::string::npos);
+    size_t end = r.out.find("\n", blank + 2);
+    CHECK(r.out.substr(end, 11) == "\n\noptions:\n");  // the description: one line
+    for (const std::string &line : w.lines) CHECK(r.out.find(line) != std::string::npos);
+    CHECK(r.out.find("  --help, -h         show this text\n") != std::string::npos);
+    CHECK(r.out.find("TILERUN_BACKEND_PATH   extra backend directories") == std::string::npos);  // not the global help
+  }
+  Run r = run({"frobnicate", "--help"});  // no such command: the global help, as before
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("usage: tilerun [--help]") == 0);
+}
+
+TEST_CASE("numeric options: not a number, negative, zero, too large and missing each say so") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"bench", "pipeline", "--iters", "99999999999"}, "tilerun: --iters 99999999999 is too large: at most 10000000\n"},
+      {{"bench", "pipeline", "--iters", "10000001"}, "tilerun: --iters 10000001 is too large: at most 10000000\n"},
+      {{"bench", "pipeline", "--iters", "1e400"}, "tilerun: --iters 1e400 is too large: at most 10000000\n"},
+      {{"bench", "pipeline", "--iters", "-5"}, "tilerun: --iters cannot be negative, got '-5'\n"},
+      {{"bench", "pipeline", "--iters", "0"}, "tilerun: --iters must be at least 1, got '0'\n"},
+      {{"bench", "pipeline", "--iters", "many"}, "tilerun: --iters needs a positive number, got 'many'\n"},
+      {{"bench", "pipeline", "--iters", "2.5"}, "tilerun: --iters needs a whole number, got '2.5'\n"},
+      {{"bench", "pipeline", "--iters"}, "tilerun: --iters needs a value: a whole number from 1 to 10000000\n"},
+      {{"run", "--max-gb", "zero"}, "tilerun: --max-gb needs a positive number, got 'zero'\n"},
+      {{"run", "--max-gb", "nan"}, "tilerun: --max-gb needs a positive number, got 'nan'\n"},
+      {{"run", "--max-gb", "-0.5"}, "tilerun: --max-gb cannot be negative, got '-0.5'\n"},
+      {{"run", "--max-gb", "0"}, "tilerun: --max-gb must be above 0, got '0'\n"},
+      {{"run", "--max-gb", "1e7"}, "tilerun: --max-gb 1e7 is too large: at most 1000000\n"},
+      {{"run", "--max-gb"}, "tilerun: --max-gb needs a value: a number above 0, at most 1000000\n"},
+      {{"run", "--max-gflop", "inf"}, "tilerun: --max-gflop inf is too large: at most 1000000000\n"},
+      {{"run", "--max-gflop", "-3"}, "tilerun: --max-gflop cannot be negative, got '-3'\n"},
+      {{"run", "--max-gflop", "0.0"}, "tilerun: --max-gflop must be above 0, got '0.0'\n"},
+      {{"run", "--max-gflop", "20x"}, "tilerun: --max-gflop needs a positive number, got '20x'\n"},
+  };
+  for (const auto &c : cases) {
+    Run r = run(c.first);
+    INFO(c.first[c.first.size() - 1]);
+    CHECK(r.rc == 2);
+    CHECK(r.err == c.second + "Run 'tilerun --help' for usage.\n");
+    CHECK(r.out.empty());
+  }
+}
