@@ -6,6 +6,7 @@
 #include "tilerun/device.h"
 #include "tilerun/dtype.h"
 #include "tilerun/hash.h"
+#include "tilerun/inspect.h"
 #include "tilerun/status.h"
 #include "tilerun/tensor_spec.h"
 #include "tilerun/value.h"

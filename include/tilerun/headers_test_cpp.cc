@@ -3,6 +3,7 @@
 
 #include "tilerun/backend.h"
 #include "tilerun/core.h"
+#include "tilerun/inspect.h"
 
 TEST_CASE("the public headers are usable from C++") {
   tr_dtype dt = TR_BFLOAT16;

@@ -32,7 +32,8 @@ __device__ __forceinline__ void stats(float s1, float s2, float shift, float eps
   } else {
     const float m = s1 / (float)TR_N;
     mean = shift + m;
-    rstd = rsqrtf(fmaxf(s2 / (float)TR_N - m * m, 0.f) + eps);
+    const float var = s2 / (float)TR_N - m * m; /* clamped at 0, a NaN kept (an inf in the row: NaN, as torch) */
+    rstd = rsqrtf((var < 0.f ? 0.f : var) + eps);
   }
 }
 

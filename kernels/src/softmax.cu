@@ -8,10 +8,19 @@
 // The block and looped implementations are built again with TR_SPLIT for long rows on sm_90 and
 // later: a row over the CTAs of a cluster, launched for calls of few rows.
 // Entry: tr_softmax(const T *x, O *y, i64 outer, i64 inner): x is [outer, TR_N, inner].
+// Edge values as torch.nn.functional.softmax (manifest/spec/softmax.yaml): a row whose max is
+// -inf (all -inf) is NaN, a NaN anywhere in a row makes the whole row NaN, and a +inf makes it
+// NaN (inf - inf). Each implementation decides this where the row's max is known, once per row,
+// outside the loops over elements.
 typedef TR_T T;
 typedef TR_OUT O;
 
 #define NEG_INF (-__int_as_float(0x7f800000))
+#define QNAN __int_as_float(0x7fc00000)
+
+// What a run of values that are all -inf or NaN adds to a row's sum while its max is still -inf:
+// NaN when any is NaN (the row is NaN, as torch's), else 0 (exp(-inf - m) for the later max m).
+__device__ __forceinline__ float nan_of(float v) { return v == NEG_INF ? 0.f : v; }
 
 // s * exp(from - to) for to >= from; 0 when s is 0 (also when both are -inf).
 __device__ __forceinline__ float rescale(float s, float from, float to) { return s == 0.f ? 0.f : s * expf(from - to); }
@@ -75,7 +84,8 @@ __device__ __forceinline__ void softmax_row_regs(const T *x, O *y, int tid, floa
   }
   float M = m, S = s;
   block_merge<THREADS>(M, S, tid, scratch);
-  const float f = s == 0.f ? 0.f : expf(m - M) / S;
+  /* a row max of -inf: every element -inf (or NaN), the row NaN as torch's */
+  const float f = M == NEG_INF ? QNAN : s == 0.f ? 0.f : expf(m - M) / S;
 #pragma unroll
   for (int p = 0; p < PER; p++) {
     const int i = tid + p * THREADS;
@@ -104,13 +114,18 @@ __device__ __forceinline__ void softmax_row_looped(const T *x, O *y, float *scra
       s *= expf(m - lm);
       m = lm;
     }
-    if (m == NEG_INF) continue;  // all -inf so far: nothing to add (and -inf - -inf is NaN)
+    if (m == NEG_INF) {  // all -inf or NaN so far: a NaN is kept (and -inf - -inf would be NaN)
+#pragma unroll
+      for (int k = 0; k < V; k++) s += nan_of(v[k]);
+      continue;
+    }
 #pragma unroll
     for (int k = 0; k < V; k++) s += expf(v[k] - m);
   }
   const float bm = block_max<TR_BLOCK>(m, scratch);
-  s = m == NEG_INF ? 0.f : s * expf(m - bm);
-  const float inv = 1.f / block_sum<TR_BLOCK>(s, scratch);
+  s = rescale(s, m, bm);
+  const float sum = block_sum<TR_BLOCK>(s, scratch);
+  const float inv = bm == NEG_INF ? QNAN : 1.f / sum; /* an all -inf row is NaN, as torch's */
   for (int i = tid; i < NV; i += TR_BLOCK) {
     float v[V];
     load_f32<T, V>(x + (i64)i * V, v);
@@ -189,7 +204,16 @@ __device__ __forceinline__ void softmax_row_split(const T *x, O *y, float *scrat
       s = rescale(s, m, lm);
       m = lm;
     }
-    if (m == NEG_INF) continue; /* all -inf so far: nothing to add (and -inf - -inf is NaN) */
+    if (m == NEG_INF) { /* all -inf or NaN so far: a NaN is kept (and -inf - -inf would be NaN) */
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        if (i0 + u * TR_BLOCK < hi) {
+#pragma unroll
+          for (int k = 0; k < V; k++) s += nan_of(v[u][k]);
+        }
+      }
+      continue;
+    }
 #pragma unroll
     for (int u = 0; u < U; u++) {
       if (i0 + u * TR_BLOCK < hi) {
@@ -212,7 +236,7 @@ __device__ __forceinline__ void softmax_row_split(const T *x, O *y, float *scrat
   float S = lane < ctas ? load_cluster(&part[1], lane) : 0.f;
   warp_merge(M, S);
   cluster_arrive(); /* done with the other CTAs' parts: they may exit after their last wait */
-  const float inv = 1.f / S;
+  const float inv = M == NEG_INF ? QNAN : 1.f / S; /* an all -inf row is NaN, as torch's */
   for (int i0 = lo + tid; i0 < hi; i0 += U * TR_BLOCK) {
     float v[U][V];
 #pragma unroll
@@ -253,7 +277,7 @@ extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_softmax(const T *__res
   for (int k = 0; k < TR_N; k++) m = fmaxf(m, to_f32(xr[(i64)k * inner]));
   float s = 0.f;
   for (int k = 0; k < TR_N; k++) s += expf(to_f32(xr[(i64)k * inner]) - m);
-  const float inv = 1.f / s;
+  const float inv = m == NEG_INF ? QNAN : 1.f / s; /* an all -inf column is NaN, as torch's */
   for (int k = 0; k < TR_N; k++) yr[(i64)k * inner] = from_f32<O>(expf(to_f32(xr[(i64)k * inner]) - m) * inv);
 #elif defined(TR_IMPL_WARP) && !defined(TR_SPLIT)
   const i64 row = (i64)blockIdx.x * (TR_BLOCK / 32) + (threadIdx.x >> 5);

@@ -139,6 +139,57 @@ class BindingCpuTest(unittest.TestCase):
         op0 = tilerun.op("SoftmaxFwdOp", dim=0)
         self.assertClose(op0(x), softmax_ref(x, axis=0))
 
+    # ---- edge values: the manifest's reference semantics (torch's), stated in its entries ----
+
+    def assertSame(self, got, want):
+        """NaN where want is NaN, the same infinities, the rest within tolerance."""
+        self.assertEqual(got.shape, want.shape)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-6, atol=1e-6)
+
+    def test_softmax_edge_values(self):
+        inf, nan = np.inf, np.nan
+        x = np.array([[-inf, -inf, -inf, -inf],   # all -inf: NaN, as torch
+                      [-inf, 0.0, -inf, 0.0],     # -inf elements 0
+                      [1.0, nan, 2.0, 3.0],       # a NaN: the row NaN
+                      [nan, -inf, -inf, -inf],
+                      [1.0, inf, 2.0, 3.0],       # +inf: inf - inf, NaN
+                      [-inf, inf, 0.0, 0.0]], np.float32)
+        want = np.array([[nan] * 4, [0, 0.5, 0, 0.5], [nan] * 4, [nan] * 4, [nan] * 4,
+                         [nan] * 4])
+        for dtype in (np.float32, np.float16):
+            self.assertSame(tilerun.op("SoftmaxFwdOp", dim=-1)(x.astype(dtype)), want)
+            self.assertSame(tilerun.op("SoftmaxFwdOp", dim=0)(np.ascontiguousarray(x.T)), want.T)
+
+    def test_norm_edge_values(self):
+        inf, nan = np.inf, np.nan
+        x = np.array([[1.0, inf, 2.0, 3.0], [-inf, 1.0, 1.0, 1.0], [1.0, nan, 2.0, 3.0],
+                      [0.0, 0.0, 0.0, 0.0]], np.float32)
+        w = np.array([1.0, 2.0, -1.0, 0.5], np.float32)
+        rms = tilerun.op("RMSNormFwdOp", normalized_shape=(4,), eps=1e-6)
+        self.assertSame(rms(x, w), np.array([[0, nan, 0, 0], [nan, 0, 0, 0], [nan] * 4,
+                                             [0, 0, 0, 0]]))
+        b = np.array([0.25, -1.0, 0.0, 3.0], np.float32)
+        ln = tilerun.op("LayerNormFwdOp", normalized_shape=(4,), eps=1e-5)
+        x[3] = 5.0  # a constant row: the bias
+        self.assertSame(ln(x, w, b), np.array([[nan] * 4, [nan] * 4, [nan] * 4,
+                                               [0.25, -1.0, 0.0, 3.0]]))
+
+    def test_add_edge_values(self):
+        inf, nan = np.inf, np.nan
+        a = np.array([inf, inf, nan, 1.0, -inf], np.float32)
+        b = np.array([-inf, inf, 1.0, nan, 1.0], np.float32)
+        self.assertSame(tilerun.op("AddFwdOp")(a, b), np.array([nan, inf, nan, nan, -inf]))
+
+    def test_empty_tensors_and_rows(self):
+        for shape in ((0, 8), (4, 0)):
+            x = np.zeros(shape, np.float32)
+            self.assertEqual(tilerun.op("SoftmaxFwdOp", dim=-1)(x).shape, shape)
+            self.assertEqual(tilerun.op("AddFwdOp")(x, x).shape, shape)
+            n = shape[1]
+            self.assertEqual(tilerun.op("RMSNormFwdOp", normalized_shape=(n,))(x).shape, shape)
+            self.assertEqual(tilerun.op("LayerNormFwdOp", normalized_shape=(n,))(x).shape, shape)
+
     def test_softmax_dtype_param(self):
         x = self.randn(4, 33)
         for dt in (np.float32, np.dtype("float32"), tilerun.dtype("float32")):

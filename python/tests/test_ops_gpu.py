@@ -13,6 +13,15 @@ bfloat16, float32; add: also float64, int32, int64), on x of shape [rows, n] wit
 Softmax also on long rows, n in {16384, 100003, 128256}, with rows in {1, 5, 131, 132} (fewer
 rows than an H200's 132 SMs are split over a thread-block cluster on sm_90), plain and masked
 (the row's first 40% and every third element -inf).
+Edge values (variant `edge`), for every op and dtype on the shapes that reach each
+implementation (softmax: warp n=8, block n=4096 and 20000, looped n=40000 at 200 rows, split
+over a cluster on sm_90 at 9 rows of 20000 and 40000, strided along dim=0; norms: warp n=8,
+looped n=4096 and 65536, at 9 and 200 rows; add n=4096): row r takes pattern r % 9 of the op's
+list (softmax: all -inf, one NaN, the first half NaN, a NaN among -inf, one +inf, all +inf, +inf
+and -inf, plain, the first 40% -inf; norms: one +inf, one -inf, one NaN, all zero, constant, +inf
+first, plain; add: inf + -inf, NaN + x, ...), and empty tensors ([0, n]) for every op. Their
+reference is torch's own function (float64), and NaN must be NaN, infinities equal, the rest
+within tolerance; `into` pre-fills with 12345 (a NaN would hide an unwritten element).
 Inputs are fresh random cuda tensors (--device cpu: cpu tensors, on the cpu backend).
 
 Each case checks:
@@ -57,6 +66,8 @@ TOL = {  # (rtol, atol)
     "int64": (0.0, 0.0),
 }
 SENTINEL_INT = -12345
+SENTINEL_EDGE = 12345.0  # edge cases expect NaN: the poison must be a value none expects
+EDGE_PATTERNS = 9  # rows cycle through this many patterns (see make_edge)
 
 
 class Case:
@@ -116,6 +127,7 @@ def all_cases():
                         cases.append(Case("SoftmaxFwdOp", "dim=-1,dtype=float32" + tag,
                                           params={"dim": -1, "dtype": "float32"}, inputs=["x"],
                                           out_dtype="float32", **shape))
+    cases += edge_cases()
     for dt in ADD_DTYPES:
         alphas = (1.0, 0.5) if dt.startswith(("float", "bfloat")) else (1.0, 2.0)
         for rows in ROWS:
@@ -123,6 +135,43 @@ def all_cases():
                 for alpha in alphas:
                     cases.append(Case("AddFwdOp", "alpha=%g" % alpha, dt, rows, n,
                                       params={"alpha": alpha}, inputs=["x", "x"]))
+    return cases
+
+
+def edge_cases():
+    """Edge values (-inf rows, NaN, +-inf, empty tensors) on every implementation's shapes."""
+    cases = []
+    for dt in FLOATS:
+        # softmax along the last axis: warp, block, block split (sm_90, rows < SMs), looped,
+        # looped split; along dim 0: strided (the patterns run down the columns)
+        for rows, n in ((9, 8), (200, 8), (9, 4096), (200, 4096), (9, 20000), (200, 20000),
+                        (9, 40000), (200, 40000), (0, 4096)):
+            shape = dict(dtype=dt, rows=rows, n=n)
+            cases.append(Case("SoftmaxFwdOp", "dim=-1,edge", params={"dim": -1}, inputs=["x"],
+                              **shape))
+            if dt != "float32" and rows:
+                cases.append(Case("SoftmaxFwdOp", "dim=-1,dtype=float32,edge",
+                                  params={"dim": -1, "dtype": "float32"}, inputs=["x"],
+                                  out_dtype="float32", **shape))
+        for rows, n in ((64, 9), (5000, 9)):
+            cases.append(Case("SoftmaxFwdOp", "dim=0,edge", params={"dim": 0}, inputs=["x"],
+                              dtype=dt, rows=rows, n=n))
+        for rows, n in ((9, 8), (200, 8), (9, 4096), (200, 4096), (9, 65536), (200, 65536),
+                        (0, 4096)):
+            shape = dict(dtype=dt, rows=rows, n=n)
+            cases.append(Case("RMSNormFwdOp", "weight,edge",
+                              params={"normalized_shape": (n,), "eps": 1e-6},
+                              inputs=["x", "vec"], **shape))
+            cases.append(Case("LayerNormFwdOp", "weight+bias,edge",
+                              params={"normalized_shape": (n,), "eps": 1e-5},
+                              inputs=["x", "vec", "vec"], **shape))
+            cases.append(Case("LayerNormFwdOp", "no-weight-no-bias,edge",
+                              params={"normalized_shape": (n,), "eps": 1e-5},
+                              inputs=["x", None, None], **shape))
+    for dt in FLOATS + ("float64",):
+        for rows, n in ((9, 4096), (0, 4096)):
+            cases.append(Case("AddFwdOp", "alpha=1,edge", dt, rows, n, params={"alpha": 1.0},
+                              inputs=["x", "x2"]))
     return cases
 
 
@@ -157,11 +206,68 @@ class Runner:
     def dt(self, name):
         return getattr(self.torch, name)
 
+    def make_edge(self, kind, case):
+        """x (or add's second input, x2) of an edge case in float32: row r takes pattern
+        r % EDGE_PATTERNS; along dim 0 the patterns run down the columns."""
+        torch = self.torch
+        inf, nan = float("inf"), float("nan")
+        along0 = case.params.get("dim") == 0
+        rows, n = (case.n, case.rows) if along0 else (case.rows, case.n)
+        t = torch.randn((rows, n), generator=self.gen, device=self.device, dtype=torch.float32)
+        if case.op == "SoftmaxFwdOp":
+            t = t * 4
+        for r in range(min(rows, EDGE_PATTERNS)):
+            p = slice(r, rows, EDGE_PATTERNS)  # every row of pattern r at once
+            if case.op == "SoftmaxFwdOp":
+                if r == 0:
+                    t[p] = -inf  # all -inf: NaN (torch); the in-tree kernels gave 0
+                elif r == 1:
+                    t[p, n // 2] = nan
+                elif r == 2:
+                    t[p, : max(1, n // 2)] = nan  # NaN met while the running max is -inf
+                elif r == 3:
+                    t[p] = -inf
+                    t[p, n - 1] = nan
+                elif r == 4:
+                    t[p, n // 3] = inf
+                elif r == 5:
+                    t[p] = inf
+                elif r == 6:
+                    t[p, 0] = inf
+                    t[p, n - 1] = -inf
+                elif r == 8:
+                    t[p, : n * 2 // 5] = -inf
+            elif case.op in ("RMSNormFwdOp", "LayerNormFwdOp"):
+                if r == 0:
+                    t[p, n // 2] = inf  # LayerNorm: NaN throughout (the in-tree kernel gave -inf)
+                elif r == 1:
+                    t[p, n - 1] = -inf
+                elif r == 2:
+                    t[p, n // 3] = nan
+                elif r == 3:
+                    t[p] = 0.0
+                elif r == 4:
+                    t[p] = 5.0
+                elif r == 5:
+                    t[p, 0] = inf  # the statistics' shift is x[0]
+            else:  # add: the specials in the first elements of every row
+                a = [inf, inf, nan, 1.0, -inf, 0.0, -0.0, inf, nan]
+                b = [-inf, inf, 1.0, nan, 1.0, -0.0, -0.0, 1.0, nan]
+                vals = torch.tensor(a if kind == "x" else b, device=self.device)
+                k = min(n, len(vals))
+                t[:, :k] = vals[:k]
+                break
+        if along0:
+            t = t.t().contiguous()
+        return t.to(self.dt(case.dtype))
+
     def make(self, kind, case):
         torch = self.torch
         if kind is None:
             return None
-        shape = (case.rows, case.n) if kind == "x" else (case.n,)
+        if "edge" in case.variant and kind in ("x", "x2"):
+            return self.make_edge(kind, case)
+        shape = (case.rows, case.n) if kind in ("x", "x2") else (case.n,)
         dt = self.dt(case.dtype)
         if not dt.is_floating_point:
             return torch.randint(-1000, 1000, shape, generator=self.gen, device=self.device,
@@ -232,6 +338,9 @@ class Runner:
         g, r = got.double(), ref.double()
         err = (g - r).abs()
         bad = ~(err <= atol + rtol * r.abs())  # NaN in got is bad
+        if "edge" in case.variant:  # NaN where torch is NaN, the same infinity where it has one
+            bad = bad & ~(g.isnan() & r.isnan()) & ~(g == r)
+            bad = bad | (g.isnan() != r.isnan())
         if bad.any():
             flat = bad.flatten().nonzero()
             i = int(flat[0])
@@ -275,10 +384,25 @@ class Runner:
         if self.args.sync and self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
+    def poison(self, case, ref):
+        if not ref.dtype.is_floating_point:
+            return SENTINEL_INT
+        return SENTINEL_EDGE if "edge" in case.variant else float("nan")
+
+    def same(self, a, b):
+        """a and b hold the same values bit for bit, NaN where the other has NaN."""
+        torch = self.torch
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if not a.dtype.is_floating_point:
+            return torch.equal(a, b)
+        return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+
     def checked_into(self, what, op, inputs, out, ref, case, problems):
-        """Op.call_into into `out` poisoned first (NaN; integers -12345), compared with ref; a
-        problem goes to `problems`. Returns out when the call ran, else None."""
-        out.fill_(float("nan") if ref.dtype.is_floating_point else SENTINEL_INT)
+        """Op.call_into into `out` poisoned first (NaN, or 12345 for edge cases; integers
+        -12345), compared with ref; a problem goes to `problems`. Returns out when the call ran,
+        else None."""
+        out.fill_(self.poison(case, ref))
         try:
             op.call_into(inputs, [out])
             self.sync()
@@ -319,18 +443,17 @@ class Runner:
             for how in ("slice", "transpose"):
                 views = [self.strided(t, how if t is not None and t.dim() == 2 else "slice")
                          for t in inputs]
-                if how == "transpose" and case.rows == 1 and case.n == 1:
+                if how == "transpose" and case.rows * case.n <= 1:
                     continue  # a 1x1 tensor is contiguous any way round
                 try:
                     if self.args.into_only:
                         got = torch.empty_like(out)
-                        got.fill_(float("nan") if ref.dtype.is_floating_point else SENTINEL_INT)
+                        got.fill_(self.poison(case, ref))
                         op.call_into(views, [got])
                     else:
                         got = op(*views)
                     self.sync()
-                    same = (got.shape == base.shape and got.dtype == base.dtype and
-                            torch.equal(got, base))
+                    same = self.same(got, base)
                     if not same:
                         p = self.compare("strided(%s) vs reference" % how, got, ref, case)
                         problems.append("strided(%s): differs from the contiguous result%s"
