@@ -99,8 +99,12 @@ void tr_intree_add_int(tr_intree_source *s, const char *fmt, long long value);
 void tr_intree_add_text(tr_intree_source *s, const char *fmt, const char *value);
 /* A block size for `n` threads' worth of work: a multiple of 32 in 64..1024. */
 uint32_t tr_intree_clamp_threads(int64_t n);
-/* The refusal of rows the row kernels cannot index: NULL, or the reason written into buf. */
+/* The refusal of rows the row kernels cannot index: NULL, or the reason written into buf. A row
+ * of no elements is served: its tensor has none, so nothing is launched. */
 const char *tr_intree_row_refusal(int64_t row, char *buf, size_t size);
+/* The row length a specialisation is compiled for: `row`, or 1 for rows of no elements (never
+ * launched: the kernel of an empty tensor does nothing). */
+int64_t tr_intree_compiled_row(int64_t row);
 
 /* The families (one line each in intree.c's table). */
 extern const tr_intree_family tr_intree_norm_family, tr_intree_softmax_family, tr_intree_elementwise_family;

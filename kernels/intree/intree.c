@@ -121,8 +121,8 @@ uint32_t tr_intree_clamp_threads(int64_t n) {
 }
 
 const char *tr_intree_row_refusal(int64_t row, char *buf, size_t size) {
-  if (row < 1) {
-    snprintf(buf, size, "rows must hold at least one element; got row %lld", (long long)row);
+  if (row < 0) {
+    snprintf(buf, size, "rows hold no negative count of elements; got row %lld", (long long)row);
     return buf;
   }
   if (row > INT32_MAX - 1024) { /* the kernels index a row with 32-bit ints */
@@ -131,6 +131,8 @@ const char *tr_intree_row_refusal(int64_t row, char *buf, size_t size) {
   }
   return NULL;
 }
+
+int64_t tr_intree_compiled_row(int64_t row) { return row > 0 ? row : 1; }
 
 /* ---- specialisations and artifacts ---- */
 

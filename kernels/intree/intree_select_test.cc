@@ -99,6 +99,7 @@ TEST_CASE("RMSNorm and LayerNorm rows go to a warp up to 1024 elements, else to 
     std::string prefix = std::string(name) == "RMSNormFwdOp" ? "rms_norm_" : "layer_norm_";
     for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16, TR_FLOAT32}) {
       INFO(name << " " << tr_dtype_name(dt));
+      CHECK(norm_key(s, dt, 7, 0) == prefix + "warp");  // rows of no elements: served, nothing launched
       CHECK(norm_key(s, dt, 7, 1) == prefix + "warp");
       CHECK(norm_key(s, dt, 1, 1024) == prefix + "warp");
       CHECK(norm_key(s, dt, 1, 1025) == prefix + "looped");
@@ -137,6 +138,7 @@ TEST_CASE("softmax: the boundaries between warp, block and looped rows") {
     tr_named_value p[2] = {{"dim", tr_value_int(-1)}, {"dtype", tr_value_none()}};
     return key_for(s, in, 1, p, 2);
   };
+  CHECK(key(0) == "softmax_warp");  // rows of no elements: served, nothing launched
   CHECK(key(1) == "softmax_warp");
   CHECK(key(1024) == "softmax_warp");
   CHECK(key(1025) == "softmax_block");
@@ -163,8 +165,6 @@ TEST_CASE("what the in-tree kernels refuse, with each implementation's reason") 
   CHECK(e.find("no implementation serves this call") != std::string::npos);
   CHECK(e.find("rms_norm_warp: dtype must be float16, bfloat16 or float32; got float64") != std::string::npos);
   CHECK(e.find("rms_norm_looped: dtype must be float16, bfloat16 or float32; got float64") != std::string::npos);
-  CHECK(norm_error(TR_FLOAT32, 0, 90).find("rms_norm_looped: rows must hold at least one element; got row 0") !=
-        std::string::npos);
   CHECK(norm_error(TR_FLOAT32, (int64_t)INT32_MAX - 1023, 90)
             .find("rms_norm_looped: rows hold at most 2147482623 elements; got row 2147482624") != std::string::npos);
   CHECK(norm_error(TR_FLOAT32, 4096, 75).find("rms_norm_looped: not available on arch 75 (supports") !=
@@ -177,7 +177,6 @@ TEST_CASE("what the in-tree kernels refuse, with each implementation's reason") 
     CHECK(key_for(sm, in, 1, p, 2, arch, &error).empty());
     return error;
   };
-  CHECK(softmax_error(0, 90).find("softmax_strided: rows must hold at least one element; got row 0") != std::string::npos);
   CHECK(softmax_error(4096, 75).find("softmax_block: not available on arch 75 (supports") != std::string::npos);
   tr_tensor_spec a = spec(TR_INT8, {3, 5});
   const tr_tensor_spec *in[2] = {&a, &a};
@@ -198,6 +197,43 @@ TEST_CASE("architectures before SM80 have no in-tree kernels; add serves its six
     std::string error;
     CHECK(key_for(s, in, 2, p, 1, 75, &error).empty());
     CHECK(error.find("75") != std::string::npos);
+  }
+}
+
+TEST_CASE("a row of no elements is compiled as a row of one (its tensor is empty: never launched)") {
+  for (const char *name : {"RMSNormFwdOp", "SoftmaxFwdOp"}) {
+    INFO(name);
+    const tr_intree_op *op = tr_intree_find(name);
+    REQUIRE(op != nullptr);
+    tr_device dev = cuda0();
+    tr_tensor_spec x = spec(TR_FLOAT32, {4, 0}), w = spec(TR_FLOAT32, {0});
+    const tr_tensor_spec *in[3] = {&x, &w, nullptr};
+    int64_t zero = 0;
+    tr_named_value p[2];
+    size_t n_p = 2;
+    if (std::string(name) == "SoftmaxFwdOp") {
+      p[0] = {"dim", tr_value_int(-1)};
+      p[1] = {"dtype", tr_value_none()};
+    } else {
+      p[0].name = "normalized_shape";
+      REQUIRE(tr_value_int_list(&zero, 1, &p[0].value) == nullptr);
+      n_p = 1;
+    }
+    const char *iface = nullptr;
+    tr_call_spec call;
+    tr_test::ok(op->call_spec(in, std::string(name) == "SoftmaxFwdOp" ? 1 : 2, p, n_p, &dev, &iface, &call));
+    CHECK(tr_call_spec_int(&call, "row") == 0);
+    tr_intree_source src;
+    tr_test::ok(tr_intree_source_for(op->types[0], &call, &src));
+    bool one = false, zero_row = false;
+    for (size_t i = 0; i < src.n_options; i++) {
+      one |= std::string(src.options[i]) == "-DTR_N=1";
+      zero_row |= std::string(src.options[i]) == "-DTR_N=0";
+    }
+    CHECK(one);
+    CHECK_FALSE(zero_row);
+    tr_call_spec_clear(&call);
+    if (n_p == 1) tr_value_clear(&p[0].value);
   }
 }
 

@@ -121,7 +121,7 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   const char *t = tr_intree_c_type(dt);
   if (t == NULL) return TR_STATUS(TR_VALUE, "kernel '%s' has no specialisation for dtype %s", type->key, tr_dtype_name(dt));
   int has_w = tr_call_spec_get(call, "weight")->as.b, has_b = tr_call_spec_get(call, "bias")->as.b;
-  int64_t row = tr_call_spec_int(call, "row");
+  int64_t row = tr_intree_compiled_row(tr_call_spec_int(call, "row"));
   out->source = tr_src_norm;
   out->entry = "tr_norm";
   tr_intree_add_text(out, "-DTR_T=%s", t);

@@ -123,7 +123,7 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   tr_dtype dt = tr_call_spec_get(call, "dtype")->as.dtype, ot = tr_call_spec_get(call, "out_dtype")->as.dtype;
   const char *t = tr_intree_c_type(dt);
   if (t == NULL) return TR_STATUS(TR_VALUE, "kernel '%s' has no specialisation for dtype %s", type->key, tr_dtype_name(dt));
-  int64_t row = tr_call_spec_int(call, "row");
+  int64_t row = tr_intree_compiled_row(tr_call_spec_int(call, "row"));
   size_t wider = tr_dtype_bytes(dt) > tr_dtype_bytes(ot) ? tr_dtype_bytes(dt) : tr_dtype_bytes(ot);
   static const char *const kImplOption[] = {"-DTR_IMPL_WARP", "-DTR_IMPL_BLOCK", "-DTR_IMPL_LOOPED", "-DTR_IMPL_STRIDED"};
   out->source = tr_src_softmax;

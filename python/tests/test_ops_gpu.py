@@ -19,7 +19,7 @@ over a cluster on sm_90 at 9 rows of 20000 and 40000, strided along dim=0; norms
 looped n=4096 and 65536, at 9 and 200 rows; add n=4096): row r takes pattern r % 9 of the op's
 list (softmax: all -inf, one NaN, the first half NaN, a NaN among -inf, one +inf, all +inf, +inf
 and -inf, plain, the first 40% -inf; norms: one +inf, one -inf, one NaN, all zero, constant, +inf
-first, plain; add: inf + -inf, NaN + x, ...), and empty tensors ([0, n]) for every op. Their
+first, plain; add: inf + -inf, NaN + x, ...), and empty tensors ([0, n] for every op, [n, 0] for softmax). Their
 reference is torch's own function (float64), and NaN must be NaN, infinities equal, the rest
 within tolerance; `into` pre-fills with 12345 (a NaN would hide an unwritten element).
 Inputs are fresh random cuda tensors (--device cpu: cpu tensors, on the cpu backend).
@@ -145,7 +145,7 @@ def edge_cases():
         # softmax along the last axis: warp, block, block split (sm_90, rows < SMs), looped,
         # looped split; along dim 0: strided (the patterns run down the columns)
         for rows, n in ((9, 8), (200, 8), (9, 4096), (200, 4096), (9, 20000), (200, 20000),
-                        (9, 40000), (200, 40000), (0, 4096)):
+                        (9, 40000), (200, 40000), (0, 4096), (4, 0)):
             shape = dict(dtype=dt, rows=rows, n=n)
             cases.append(Case("SoftmaxFwdOp", "dim=-1,edge", params={"dim": -1}, inputs=["x"],
                               **shape))
