@@ -79,6 +79,8 @@ struct tr_registry {
   ARRAY(tr_plat_lib *) libs;
   tr_interface_finder find_interface; /* what the API table's find_interface asks; NULL: none */
   void *find_ctx;
+  tr_load_check_fn load_check; /* run after each init that registered kernel types; NULL: none */
+  void *load_check_ctx;
   int owner;           /* the backend now registering (its pass), for rollback */
   int last_owner;      /* the last pass, for a rollback after init */
   const char *backend; /* its name, for messages */
@@ -328,6 +330,19 @@ void tr_registry_set_interface_finder(tr_registry *reg, tr_interface_finder find
   reg->find_ctx = ctx;
 }
 
+void tr_registry_set_load_check(tr_registry *reg, tr_load_check_fn check, void *ctx) {
+  reg->load_check = check;
+  reg->load_check_ctx = ctx;
+}
+
+/* 1 when the backend registering under `owner` added a kernel type. */
+static int added_kernel_types(const tr_registry *reg, int owner) {
+  for (size_t i = 0; i < reg->ktypes.count; i++) {
+    if (reg->ktypes.items[i].owner == owner) return 1;
+  }
+  return 0;
+}
+
 size_t tr_registry_kernel_types(const tr_registry *reg, const char *op, const tr_kernel_type **types,
                                 size_t max) {
   size_t n = 0;
@@ -427,6 +442,14 @@ static tr_status *run_init(tr_registry *reg, const char *name, tr_backend_init_f
     copy = TR_STATUS(TR_BACKEND, "its init failed: %s: %s", tr_code_name(tr_status_code(failed)),
                      tr_status_message(failed));
     tr_status_destroy(&failed);
+  } else if (reg->load_check != NULL && added_kernel_types(reg, reg->owner)) {
+    failed = reg->load_check(reg->load_check_ctx, reg);
+    if (failed != NULL) {
+      rollback(reg, reg->owner);
+      copy = TR_STATUS(TR_BACKEND, "its kernel types fail selection's checks: %s: %s",
+                       tr_code_name(tr_status_code(failed)), tr_status_message(failed));
+      tr_status_destroy(&failed);
+    }
   }
   reg->owner = 0;
   reg->backend = "";

@@ -20,7 +20,8 @@ struct tr_runtime {
   tr_manifest *manifest;
   tr_registry *registry;
   tr_plat_mutex lock; /* discovery and the default target */
-  int discovered;
+  int discovered;               /* discovery ran (once per runtime, whatever it found) */
+  tr_status *discovery_failure; /* what it failed with (out of memory), given to every caller */
   char **backend_dirs; /* NULL: the search path */
   size_t n_backend_dirs;
   const char **builtin_names; /* copies of the options' arrays */

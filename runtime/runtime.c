@@ -33,6 +33,25 @@ void tr__runtime_warn(tr_runtime *rt, const char *fmt, ...) {
   rt->warn(rt->warn_ctx, line);
 }
 
+/* Facts for the load check's selectors, which select nothing: every device unregistered. */
+static tr_status *no_facts(void *ctx, const tr_device *device, tr_device_facts *out) {
+  (void)ctx;
+  (void)device;
+  *out = (tr_device_facts){-1, NULL, 0, 0};
+  return NULL;
+}
+
+/* The registry's load check: the in-tree select table made from what the backends registered so
+ * far (the selectors' construction checks), then dropped. A backend whose kernel types fail it
+ * is one load failure, so the table discovery makes afterwards holds only types that pass. */
+static tr_status *check_kernel_types(void *ctx, const tr_registry *registry) {
+  (void)ctx;
+  tr_select_table *table = NULL;
+  TR_RETURN_IF_ERROR(tr_select_table_new_intree(registry, no_facts, NULL, &table));
+  tr_select_table_destroy(&table);
+  return NULL;
+}
+
 tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   *out = NULL;
   tr_runtime_options none;
@@ -67,7 +86,10 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   if (status == NULL) status = tr_cuda_pool_new(&rt->cuda_pool);
   if (status == NULL) status = tr_manifest_load_dir(dir, &rt->manifest);
   if (status == NULL) status = tr_registry_new(rt->warn, rt->warn_ctx, &rt->registry);
-  if (status == NULL) tr_registry_set_interface_finder(rt->registry, tr_select_intree_interface, NULL);
+  if (status == NULL) {
+    tr_registry_set_interface_finder(rt->registry, tr_select_intree_interface, NULL);
+    tr_registry_set_load_check(rt->registry, check_kernel_types, NULL);
+  }
   if (status == NULL && o->backend_dirs != NULL) {
     rt->backend_dirs = calloc(o->n_backend_dirs + 1, sizeof(char *));
     if (rt->backend_dirs == NULL) status = TR_STATUS(TR_OUT_OF_MEMORY, "copying backend dirs");
@@ -111,6 +133,7 @@ void tr_runtime_destroy(tr_runtime **runtime_p) {
   tr_cuda_pool_destroy(&rt->cuda_pool); /* its kept blocks now; the rest as its outputs are freed */
   tr_manifest_destroy(&rt->manifest);
   tr_registry_destroy(&rt->registry);
+  tr_status_destroy(&rt->discovery_failure);
   if (rt->backend_dirs != NULL) tr_plat_free_names(&rt->backend_dirs, rt->n_backend_dirs);
   free(rt->builtin_names);
   free(rt->builtin_inits);
@@ -164,8 +187,13 @@ tr_status *tr__runtime_discover(tr_runtime *rt) {
     if (status == NULL && rt->select_table == NULL) status = make_selectors(rt);
     tr_discovery_destroy(&found);
     if (searched != NULL) tr_discovery_free_dirs(&searched, n_dirs);
-    rt->discovered = status == NULL;
+    /* Once, whatever happened: a failure here (out of memory) is kept and given to every later
+     * caller, never a second load of the backends. */
+    rt->discovered = 1;
+    rt->discovery_failure = status;
   }
+  status = rt->discovery_failure == NULL ? NULL
+           : TR_STATUS(tr_status_code(rt->discovery_failure), "%s", tr_status_message(rt->discovery_failure));
   tr_plat_mutex_unlock(&rt->lock);
   return status;
 }
