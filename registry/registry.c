@@ -553,7 +553,7 @@ const tr_load_failure *tr_registry_failure_at(const tr_registry *reg, size_t i) 
 tr_status *tr_registry_annotate(const tr_registry *reg, tr_status *status) {
   size_t n = reg->failures.count;
   if (status == NULL || n == 0) return status;
-  return tr_status_append(status, "; %zu backend%s failed to load (see tr_load_failures)", n,
+  return tr_status_append(status, "; %zu backend%s failed to load (see tr_load_failure_reason)", n,
                           n == 1 ? "" : "s");
 }
 

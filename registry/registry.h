@@ -67,8 +67,8 @@ int tr_registry_load_builtin(tr_registry *registry, const char *name, tr_backend
 size_t tr_registry_failure_count(const tr_registry *registry);
 const tr_load_failure *tr_registry_failure_at(const tr_registry *registry, size_t i);
 
-/* Appends "; N backend(s) failed to load (see tr_load_failures)" to a status when any did.
- * Returns the status. */
+/* Appends "; N backend(s) failed to load (see tr_load_failure_reason)" to a status when any
+ * did: for tilerun's own messages only, never the spec's (docs/messages.md). Returns the status. */
 tr_status *tr_registry_annotate(const tr_registry *registry, tr_status *status);
 
 /* Registered target names, sorted, that have a detector or a builder; with `op`, only the ones

@@ -151,7 +151,7 @@ TEST_CASE("registration rules: one detector per target, no cuda facts, facts onc
         "its init failed: BackendError: backend 'facts2': device type 'acme' already has facts; "
         "facts belong to a device type and only one backend registers them");
   tr_status *annotated = tr_registry_annotate(r.reg, TR_STATUS(TR_VALUE, "boom"));
-  CHECK(tr_test::error_of(annotated) == "ValueError: boom; 3 backends failed to load (see tr_load_failures)");
+  CHECK(tr_test::error_of(annotated) == "ValueError: boom; 3 backends failed to load (see tr_load_failure_reason)");
 }
 
 TEST_CASE("device facts: registered reads, invalid facts, unregistered types") {

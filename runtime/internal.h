@@ -22,6 +22,7 @@ struct tr_runtime {
   tr_plat_mutex lock; /* discovery and the default target */
   int discovered;               /* discovery ran (once per runtime, whatever it found) */
   tr_status *discovery_failure; /* what it failed with (out of memory), given to every caller */
+  atomic_int hinted;            /* tr__runtime_hint warned (once per runtime) */
   char **backend_dirs; /* NULL: the search path */
   size_t n_backend_dirs;
   const char **builtin_names; /* copies of the options' arrays */
@@ -107,6 +108,11 @@ int tr__op_in_tuned_mode(tr_op *op);
 
 /* Runs backend discovery once. */
 tr_status *tr__runtime_discover(tr_runtime *rt);
+
+/* An error carrying one of the spec's messages, returned unchanged (no count appended): the
+ * first one while backends have failed to load also warns, through the runtime's sink, that
+ * they may be why. Returns `status`. */
+tr_status *tr__runtime_hint(tr_runtime *rt, tr_status *status);
 
 /* Warns through the runtime's sink. */
 void tr__runtime_warn(tr_runtime *rt, const char *fmt, ...) TR_PRINTF(2, 3);

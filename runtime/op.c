@@ -51,7 +51,7 @@ tr_status *tr_op_new(tr_runtime *rt, const char *op_name, const tr_named_value *
   if (target != NULL) {
     tr_device any = {"cpu", TR_DEVICE_NO_INDEX};
     tr_status *status = tr_registry_settle(rt->registry, target, NULL, &any, &requested);
-    if (status != NULL) return tr_registry_annotate(rt->registry, status);
+    if (status != NULL) return tr__runtime_hint(rt, status); /* the spec's UnknownTargetError */
   }
   tr_op *op = calloc(1, sizeof(*op));
   if (op == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "making op %s", op_name);
@@ -186,13 +186,12 @@ static void miss_call_clear(miss_call *m) {
   m->has_call = 0;
 }
 
-/* The in-tree path where it cannot run: the message the spec gives for cpu. */
+/* The in-tree path where it cannot run: the spec's message, naming the device's type. */
 static tr_status *not_in_tree(const tr_op *op, const tr_device *device) {
-  char dev[TR_DEVICE_FORMAT_MAX], known[1024];
-  tr_device_format(device, dev, sizeof(dev));
+  char known[1024];
   tr_registry_targets_text(op->rt->registry, tr_op_def_name(op->def), known, sizeof(known));
   return TR_STATUS(TR_OP_NOT_AVAILABLE, "%s's in-tree kernels do not run on %s; known targets for "
-                   "this op: %s", tr_op_def_name(op->def), dev, known);
+                   "this op: %s", tr_op_def_name(op->def), device->type, known);
 }
 
 /* Settle's answer as the op's target, which must be one this process registered (it builds and
@@ -373,14 +372,14 @@ static tr_status *build_kernel(tr_op *op, miss_call *m, tr_kernel *out) {
 /* The miss path: validate (and settle, while the op has no target), select, build, memoise;
  * called with the op's lock held. */
 static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs, const tr_memo_key *key,
-                       kernel_entry **out) {
+                       kernel_entry **out, int *spec_text) {
   *out = NULL;
   miss_call m;
   m.has_call = 0;
   memset(&m.validated, 0, sizeof(m.validated));
   kernel_entry *e = NULL;
   tr_status *status = validate_and_settle(op, inputs, n_inputs, &m);
-  if (status == NULL) status = kernel_source(op, &m);
+  if (status == NULL) *spec_text = (status = kernel_source(op, &m)) != NULL; /* the spec's messages */
   if (status == NULL) status = new_entry(op, &m, &e);
   if (status == NULL) status = select_kernel(op, &m);
   if (status == NULL) status = build_kernel(op, &m, &e->kernel);
@@ -420,7 +419,16 @@ static tr_status *launch(tr_op *op, kernel_entry *e, const DLTensor *const *inpu
   return status;
 }
 
-/* Finds or builds the entry for this call, with a reference the caller drops. */
+/* A miss path error as the caller gets it: the spec's messages (an unknown target, no builder,
+ * in-tree kernels that do not run on the device) word for word, with the hint that backends
+ * failed to load in the warning channel; tilerun's own messages count those backends. */
+static tr_status *miss_error(tr_op *op, tr_status *status, int spec_text) {
+  if (spec_text || tr_status_code(status) == TR_UNKNOWN_TARGET) return tr__runtime_hint(op->rt, status);
+  return tr_registry_annotate(op->rt->registry, status);
+}
+
+/* Finds or builds the entry for this call, with a reference the caller drops; a failure as
+ * miss_error gives it. */
 static tr_status *entry_for(tr_op *op, const DLTensor *const *inputs, size_t n_inputs, kernel_entry **out) {
   /* The key covers every declared input, one not passed counted as absent (the spec: "recorded
    * as None"), so op(x) and op(x, NULL) share one entry. Padded on the stack, only when short. */
@@ -439,12 +447,13 @@ static tr_status *entry_for(tr_op *op, const DLTensor *const *inputs, size_t n_i
   tr_plat_mutex_lock(&op->lock);
   kernel_entry *e = key.size ? tr_memo_find(op->memo, &key) : NULL;
   /* A key that does not fit (rank above 8, more than 16 inputs) fails validation in miss. */
-  if (e == NULL) status = miss(op, inputs, n_inputs, &key, &e);
+  int spec_text = 0;
+  if (e == NULL) status = miss(op, inputs, n_inputs, &key, &e, &spec_text);
   if (status == NULL) atomic_fetch_add(&e->refs, 1);
   else revoke(op);
   tr_plat_mutex_unlock(&op->lock);
   *out = e;
-  return status;
+  return status != NULL ? miss_error(op, status, spec_text) : NULL;
 }
 
 /* A call that failed after its kernel was found (its outputs, copies, or the kernel itself): no
@@ -509,7 +518,7 @@ tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
   }
   kernel_entry *e = NULL;
   tr_status *status = entry_for(op, inputs, n_inputs, &e);
-  if (status != NULL) return tr_registry_annotate(op->rt->registry, status);
+  if (status != NULL) return status;
   DLTensor *outs[TR_SIG_MAX_OUTPUTS] = {0};
   for (size_t o = 0; o < n_out && status == NULL; o++) {
     if (!e->output_present[o]) continue;
@@ -537,7 +546,7 @@ tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_in
   }
   kernel_entry *e = NULL;
   tr_status *status = entry_for(op, inputs, n_inputs, &e);
-  if (status != NULL) return tr_registry_annotate(op->rt->registry, status);
+  if (status != NULL) return status;
   DLTensor *outs[TR_SIG_MAX_OUTPUTS] = {0}; /* NULL for an output that does not exist here */
   for (size_t o = 0; o < n_out && status == NULL; o++) {
     DLTensor *t = outputs[o];

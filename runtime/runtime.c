@@ -52,6 +52,15 @@ static tr_status *check_kernel_types(void *ctx, const tr_registry *registry) {
   return NULL;
 }
 
+tr_status *tr__runtime_hint(tr_runtime *rt, tr_status *status) {
+  size_t n = tr_registry_failure_count(rt->registry);
+  if (status == NULL || n == 0 || atomic_exchange(&rt->hinted, 1)) return status;
+  tr__runtime_warn(rt, "%zu backend%s failed to load, which may be why: %s: %s (tr_load_failure_backend and "
+                   "tr_load_failure_reason say which and why)", n, n == 1 ? "" : "s",
+                   tr_code_name(tr_status_code(status)), tr_status_message(status));
+  return status;
+}
+
 tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   *out = NULL;
   tr_runtime_options none;
@@ -213,7 +222,7 @@ tr_status *tr_set_default_target(tr_runtime *rt, const char *target) {
   if (target != NULL) {
     tr_device any = {"cpu", TR_DEVICE_NO_INDEX};
     tr_status *status = tr_registry_settle(rt->registry, target, NULL, &any, &settled);
-    if (status != NULL) return tr_registry_annotate(rt->registry, status);
+    if (status != NULL) return tr__runtime_hint(rt, status); /* the spec's UnknownTargetError */
   }
   tr_plat_mutex_lock(&rt->lock);
   rt->default_target = settled;
