@@ -56,6 +56,7 @@ typedef struct kernel_entry {
   uint8_t output_present[TR_SIG_MAX_OUTPUTS];
   tr_tensor_spec outputs[TR_SIG_MAX_OUTPUTS];
   int tuned; /* request_tune ran on `device` */
+  uint64_t built; /* the op's build count when it was memoised: build order, for kernel_config */
 } kernel_entry;
 
 struct tr_op {
@@ -76,6 +77,7 @@ struct tr_op {
   tr_op **steps; /* a composite op's sub-op instances, made at its first call */
   tr_launch_config config; /* tr_op_kernel_config's answer, copied (kernels may be released) */
   uint64_t config_asks, config_answered; /* launch in another process: asks made, the last kept */
+  uint64_t builds; /* kernels memoised so far (under lock): each entry's `built` */
 };
 
 /* The call's device made current while a kernel is built or tuned (cuda only). */

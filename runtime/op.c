@@ -384,7 +384,9 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   if (status == NULL) status = select_kernel(op, &m);
   if (status == NULL) status = build_kernel(op, &m, &e->kernel);
   if (status == NULL && op->tuned_mode) status = tune_entry(op, e);
+  if (status == NULL) e->built = op->builds + 1;
   if (status == NULL) status = tr_memo_insert(op->memo, key, e);
+  if (status == NULL) op->builds++;
   miss_call_clear(&m);
   if (status != NULL && e != NULL) entry_unref(e); /* built but not memoised: released now, built again next time */
   if (status == NULL) *out = e;
@@ -644,13 +646,20 @@ int tr__op_in_tuned_mode(tr_op *op) {
 typedef struct config_ctx {
   const tr_named_value *values;
   size_t n;
+  uint64_t built; /* the entry the values are from */
 } config_ctx;
 
+/* The first non-empty config in build order (the memo's own order is its hash's). */
 static void config_of(void *vctx, void *value) {
   config_ctx *c = vctx;
   kernel_entry *e = value;
-  if (c->n > 0 || e->kernel.config == NULL) return;
-  c->n = e->kernel.config(e->kernel.self, &c->values);
+  if ((c->n > 0 && c->built < e->built) || e->kernel.config == NULL) return;
+  const tr_named_value *values = NULL;
+  size_t n = e->kernel.config(e->kernel.self, &values);
+  if (n == 0) return;
+  c->values = values;
+  c->n = n;
+  c->built = e->built;
 }
 
 static void clear_config(tr_op *op) { tr_launch_config_clear(&op->config); }
@@ -692,7 +701,7 @@ size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out) {
   if (op->rt->launch_placement == TR_PLACE_PROCESS) {
     n = ask_config(op);
   } else {
-    config_ctx c = {NULL, 0};
+    config_ctx c = {NULL, 0, 0};
     tr_plat_mutex_lock(&op->lock);
     tr_memo_each(op->memo, config_of, &c);
     tr_status *copied = tr_launch_config_set(&op->config, c.values, c.n); /* the kernel may be released later */

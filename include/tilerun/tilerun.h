@@ -109,8 +109,8 @@ size_t tr_op_memo_count(const tr_op *op);
  * all of them. */
 tr_status *tr_op_request_tune(tr_op *op) TR_MUST_USE;
 
-/* The op's config: the first non-empty config of a kernel it built (count returned, 0: none); a
- * composite op gives its steps'. The values are the op's copy, valid until the next call of this
+/* The op's config: the first non-empty config of a kernel it built, in build order (count
+ * returned, 0: none); a composite op gives its steps'. The values are the op's copy, valid until the next call of this
  * function on the op (from any thread: callers asking from several threads serialise their
  * calls) or its destruction. With launch in another process: asked of that process,
  * once per request, while calls go on (the config of its op instance for the same op, params
