@@ -4,6 +4,7 @@
 // value their header documents), never crash.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -79,4 +80,46 @@ TEST_CASE("kernel_config is the first non-empty config in build order, not the m
   CHECK(first_config(rt, {1, 5, 3}) == 5);  // the kernel built first has an empty config: the next
   CHECK(first_config(rt, {3, 1, 5}) == 3);
   tr_runtime_destroy(&rt);
+}
+
+// ---- "no implementation serves this call" is a ValueError ----
+
+// A runtime whose only backend is the public plugin: a float32 RMSNorm kernel type on cpu that
+// refuses other dtypes ("serves float32 only").
+struct WithPublicPlugin {
+  tr_test::TempDir dir;
+  tr_runtime *rt = nullptr;
+  WithPublicPlugin() {
+    std::string lib = std::filesystem::absolute("tests/plugin_api/libpublic_plugin.so").string();
+    dir.write("public.yaml", "name: public\nlibrary: " + lib + "\n");
+    const char *dirs[] = {dir.path};
+    tr_runtime_options o{};
+    o.manifest_dir = "manifest/spec";
+    o.backend_dirs = dirs;
+    o.n_backend_dirs = 1;
+    tr_test::ok(tr_runtime_new(&o, &rt));
+  }
+  ~WithPublicPlugin() { tr_runtime_destroy(&rt); }
+};
+
+TEST_CASE("no implementation serves this call: a ValueError, its message unchanged") {
+  WithPublicPlugin env;
+  tr_op *op = tr_test::rms_op(env.rt, 8);
+  uint16_t x16[16] = {0}, w16[8] = {0};
+  int64_t xs[] = {2, 8}, ws[] = {8};
+  DLTensor x = {x16, {kDLCPU, 0}, 2, {kDLFloat, 16, 1}, xs, nullptr, 0};
+  DLTensor w = {w16, {kDLCPU, 0}, 1, {kDLFloat, 16, 1}, ws, nullptr, 0};
+  const DLTensor *in[] = {&x, &w};
+  Outputs out;
+  tr_status *status = tr_op_call(op, in, 2, out.items, 1);
+  REQUIRE(status != nullptr);
+  CHECK(tr_status_code(status) == TR_VALUE);
+  std::string message = tr_status_message(status);
+  CHECK_THAT(message, Catch::StartsWith("RMSNormFwdOp: no implementation serves this call NormCall("));
+  CHECK_THAT(message, Catch::Contains("; public_rms_norm: serves float32 only"));
+  tr_status_destroy(&status);
+  HostTensor x32({2, 8}), w32({8});  // what it serves still runs
+  const DLTensor *in32[] = {&x32.t, &w32.t};
+  tr_test::ok(tr_op_call(op, in32, 2, out.items, 1));
+  tr_op_destroy(&op);
 }
