@@ -128,6 +128,7 @@ static tr_status *check_name(const tr_registry *reg, const char *what, const cha
 
 static tr_status *api_register_detector(void *host, const char *target, tr_detect_fn detect, void *ctx) {
   tr_registry *reg = host;
+  if (reg == NULL) return TR_STATUS(TR_VALUE, "register_detector: 'host' is NULL (pass the API table's host)");
   TR_RETURN_IF_ERROR(check_name(reg, "target", target));
   if (detect == NULL) return TR_STATUS(TR_BACKEND, "backend '%s': detector of target '%s' is NULL", reg->backend, target);
   for (size_t i = 0; i < reg->detectors.count; i++) {
@@ -147,6 +148,7 @@ static tr_status *api_register_detector(void *host, const char *target, tr_detec
 static tr_status *api_register_kernel_builder(void *host, const char *op, const char *target,
                                               tr_build_kernel_fn build, void *ctx) {
   tr_registry *reg = host;
+  if (reg == NULL) return TR_STATUS(TR_VALUE, "register_kernel_builder: 'host' is NULL (pass the API table's host)");
   TR_RETURN_IF_ERROR(check_name(reg, "target", target));
   if (op == NULL || op[0] == '\0') return TR_STATUS(TR_BACKEND, "backend '%s': a builder for target '%s' names no op", reg->backend, target);
   if (build == NULL) return TR_STATUS(TR_BACKEND, "backend '%s': builder of (%s, %s) is NULL", reg->backend, op, target);
@@ -196,6 +198,7 @@ static tr_status *checked_build(void *ctx, const tr_build_request *req, tr_kerne
 static tr_status *api_register_device_facts(void *host, const char *device_type,
                                             tr_read_facts_fn read, void *ctx) {
   tr_registry *reg = host;
+  if (reg == NULL) return TR_STATUS(TR_VALUE, "register_device_facts: 'host' is NULL (pass the API table's host)");
   TR_RETURN_IF_ERROR(check_name(reg, "device type", device_type));
   if (strcmp(device_type, "cuda") == 0) {
     return TR_STATUS(TR_BACKEND, "backend '%s': facts for device type 'cuda' cannot be registered; "
@@ -218,6 +221,7 @@ static tr_status *api_register_device_facts(void *host, const char *device_type,
 
 static tr_status *api_register_device_type(void *host, const char *device_type, int32_t dl_type) {
   tr_registry *reg = host;
+  if (reg == NULL) return TR_STATUS(TR_VALUE, "register_device_type: 'host' is NULL (pass the API table's host)");
   TR_RETURN_IF_ERROR(check_name(reg, "device type", device_type));
   tr_device known;
   tr_status *named = tr_device_from_dl((DLDevice){(DLDeviceType)dl_type, 0}, &known);
@@ -247,6 +251,7 @@ static tr_status *api_register_device_type(void *host, const char *device_type, 
 static tr_status *api_register_allocator(void *host, const char *device_type, tr_alloc_fn alloc,
                                          tr_free_fn free_fn, tr_copy_fn copy, void *ctx) {
   tr_registry *reg = host;
+  if (reg == NULL) return TR_STATUS(TR_VALUE, "register_allocator: 'host' is NULL (pass the API table's host)");
   TR_RETURN_IF_ERROR(check_name(reg, "device type", device_type));
   if (alloc == NULL || free_fn == NULL) {
     return TR_STATUS(TR_BACKEND, "backend '%s': the allocator of '%s' needs alloc and free", reg->backend, device_type);
@@ -289,6 +294,7 @@ static tr_status *check_type_sizes(const tr_registry *reg, const char *op, const
 
 static tr_status *api_register_kernel_type(void *host, const char *op, const tr_kernel_type *type) {
   tr_registry *reg = host;
+  if (reg == NULL) return TR_STATUS(TR_VALUE, "register_kernel_type: 'host' is NULL (pass the API table's host)");
   if (op == NULL || type == NULL) {
     return TR_STATUS(TR_BACKEND, "backend '%s': register_kernel_type needs an op and a kernel type", reg->backend);
   }
@@ -321,7 +327,7 @@ static tr_status *api_register_kernel_type(void *host, const char *op, const tr_
 
 static const tr_kernel_interface *api_find_interface(void *host, const char *op, const char *name) {
   const tr_registry *reg = host;
-  if (reg->find_interface == NULL || op == NULL || name == NULL) return NULL;
+  if (reg == NULL || reg->find_interface == NULL || op == NULL || name == NULL) return NULL;
   return reg->find_interface(reg->find_ctx, op, name);
 }
 

@@ -108,6 +108,13 @@ tr_status *tr__route_config(tr_op *op, const char *target, tr_launch_config *out
 /* Whether the op is in tuned mode (tr_op_request_tune ran on it). */
 int tr__op_in_tuned_mode(tr_op *op);
 
+/* A public entry point's argument `arg` that must not be NULL: a ValueError naming the function
+ * and the argument ("tr_op_call: 'op' is NULL"). */
+#define TR__NOT_NULL(fn, arg) \
+  do {                        \
+    if ((arg) == NULL) return TR_STATUS(TR_VALUE, "%s: '%s' is NULL", fn, #arg); \
+  } while (0)
+
 /* Runs backend discovery once. */
 tr_status *tr__runtime_discover(tr_runtime *rt);
 

@@ -39,7 +39,11 @@ static void clear_config(tr_op *op);
 
 tr_status *tr_op_new(tr_runtime *rt, const char *op_name, const tr_named_value *params,
                      size_t n_params, const char *target, tr_op **out) {
+  TR__NOT_NULL("tr_op_new", out);
   *out = NULL;
+  TR__NOT_NULL("tr_op_new", rt);
+  TR__NOT_NULL("tr_op_new", op_name);
+  if (n_params > 0) TR__NOT_NULL("tr_op_new", params);
   TR_RETURN_IF_ERROR(tr__runtime_discover(rt));
   const tr_op_def *def = tr_manifest_find(rt->manifest, op_name);
   if (def == NULL) {
@@ -102,6 +106,7 @@ void tr_op_destroy(tr_op **op_p) {
 }
 
 const char *tr_op_target(const tr_op *op) {
+  if (op == NULL) return NULL;
   tr_plat_mutex_lock((tr_plat_mutex *)&op->lock);
   const char *target = op->target;
   tr_plat_mutex_unlock((tr_plat_mutex *)&op->lock);
@@ -109,6 +114,7 @@ const char *tr_op_target(const tr_op *op) {
 }
 
 size_t tr_op_memo_count(const tr_op *op) {
+  if (op == NULL) return 0;
   tr_plat_mutex_lock((tr_plat_mutex *)&op->lock);
   size_t n = tr_memo_count(op->memo);
   tr_plat_mutex_unlock((tr_plat_mutex *)&op->lock);
@@ -504,8 +510,11 @@ static int fused(tr_op *op, const DLTensor *const *inputs, size_t n_inputs) {
 
 tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
                       DLManagedTensor **outputs, size_t n_outputs) {
-  size_t n_out = tr_op_def_output_count(op->def);
+  if (n_outputs > 0) TR__NOT_NULL("tr_op_call", outputs);
   for (size_t o = 0; o < n_outputs; o++) outputs[o] = NULL;
+  TR__NOT_NULL("tr_op_call", op);
+  if (n_inputs > 0) TR__NOT_NULL("tr_op_call", inputs);
+  size_t n_out = tr_op_def_output_count(op->def);
   if (n_outputs < n_out) {
     return TR_STATUS(TR_VALUE, "%s returns %zu outputs; room for %zu was given",
                      tr_op_def_name(op->def), n_out, n_outputs);
@@ -539,6 +548,9 @@ tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
 
 tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
                            DLTensor *const *outputs, size_t n_outputs) {
+  TR__NOT_NULL("tr_op_call_into", op);
+  if (n_inputs > 0) TR__NOT_NULL("tr_op_call_into", inputs);
+  if (n_outputs > 0) TR__NOT_NULL("tr_op_call_into", outputs);
   size_t n_out = tr_op_def_output_count(op->def);
   if (tr_op_def_is_composite(op->def)) {
     return TR_STATUS(TR_VALUE, "%s is composite: call it with tr_op_call", tr_op_def_name(op->def));
@@ -609,6 +621,7 @@ static int built_elsewhere_locked(const tr_op *op, char (*target)[64]) {
 }
 
 tr_status *tr_op_request_tune(tr_op *op) {
+  TR__NOT_NULL("tr_op_request_tune", op);
   /* tuned mode first: steps made from now on are tuned, whatever a step below answers */
   tr_plat_mutex_lock(&op->lock);
   op->tuned_mode = 1;
@@ -697,6 +710,8 @@ static size_t ask_config(tr_op *op) {
 }
 
 size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out) {
+  if (out != NULL) *out = NULL;
+  if (op == NULL || out == NULL) return 0;
   size_t n = 0;
   if (op->rt->launch_placement == TR_PLACE_PROCESS) {
     n = ask_config(op);

@@ -62,6 +62,7 @@ tr_status *tr__runtime_hint(tr_runtime *rt, tr_status *status) {
 }
 
 tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
+  TR__NOT_NULL("tr_runtime_new", out);
   *out = NULL;
   tr_runtime_options none;
   memset(&none, 0, sizeof(none));
@@ -208,6 +209,8 @@ tr_status *tr__runtime_discover(tr_runtime *rt) {
 }
 
 size_t tr_registered_targets(tr_runtime *rt, const char *op_name, const char **names, size_t max) {
+  if (rt == NULL) return 0;
+  if (names == NULL) max = 0; /* the count only */
   tr_status *status = tr__runtime_discover(rt);
   if (status != NULL) {
     tr_status_destroy(&status);
@@ -217,6 +220,7 @@ size_t tr_registered_targets(tr_runtime *rt, const char *op_name, const char **n
 }
 
 tr_status *tr_set_default_target(tr_runtime *rt, const char *target) {
+  TR__NOT_NULL("tr_set_default_target", rt);
   TR_RETURN_IF_ERROR(tr__runtime_discover(rt));
   const char *settled = NULL;
   if (target != NULL) {
@@ -231,6 +235,7 @@ tr_status *tr_set_default_target(tr_runtime *rt, const char *target) {
 }
 
 const char *tr_default_target(tr_runtime *rt) {
+  if (rt == NULL) return NULL;
   tr_plat_mutex_lock(&rt->lock);
   const char *target = rt->default_target;
   tr_plat_mutex_unlock(&rt->lock);
@@ -238,22 +243,26 @@ const char *tr_default_target(tr_runtime *rt) {
 }
 
 size_t tr_load_failure_count(tr_runtime *rt) {
+  if (rt == NULL) return 0;
   tr_status *status = tr__runtime_discover(rt);
   tr_status_destroy(&status);
   return tr_registry_failure_count(rt->registry);
 }
 
 const char *tr_load_failure_backend(tr_runtime *rt, size_t i) {
-  const tr_load_failure *f = tr_registry_failure_at(rt->registry, i);
+  const tr_load_failure *f = rt != NULL ? tr_registry_failure_at(rt->registry, i) : NULL;
   return f ? f->backend : NULL;
 }
 
 const char *tr_load_failure_reason(tr_runtime *rt, size_t i) {
-  const tr_load_failure *f = tr_registry_failure_at(rt->registry, i);
+  const tr_load_failure *f = rt != NULL ? tr_registry_failure_at(rt->registry, i) : NULL;
   return f ? f->reason : NULL;
 }
 
 tr_status *tr_device_facts_of(tr_runtime *rt, const tr_device *device, tr_device_facts *out) {
+  TR__NOT_NULL("tr_device_facts_of", rt);
+  TR__NOT_NULL("tr_device_facts_of", device);
+  TR__NOT_NULL("tr_device_facts_of", out);
   TR_RETURN_IF_ERROR(tr__runtime_discover(rt));
   if (strcmp(device->type, "cuda") == 0) return tr__cuda_facts(device, out);
   return tr_registry_device_facts(rt->registry, device, out);
@@ -270,8 +279,13 @@ void tr_cuda_trim(tr_runtime *runtime) {
   if (runtime != NULL) tr_cuda_pool_trim(runtime->cuda_pool);
 }
 
-int tr_runtime_launch_remote(const tr_runtime *runtime) { return runtime->launch_placement == TR_PLACE_PROCESS; }
+int tr_runtime_launch_remote(const tr_runtime *runtime) {
+  return runtime != NULL && runtime->launch_placement == TR_PLACE_PROCESS;
+}
 
-tr_status *tr_alloc_shared(size_t bytes, void **out) { return tr_share_alloc(bytes, out); }
+tr_status *tr_alloc_shared(size_t bytes, void **out) {
+  TR__NOT_NULL("tr_alloc_shared", out);
+  return tr_share_alloc(bytes, out);
+}
 
 void tr_free_shared(void *data) { tr_share_free(data); }

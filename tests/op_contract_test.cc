@@ -123,3 +123,103 @@ TEST_CASE("no implementation serves this call: a ValueError, its message unchang
   tr_test::ok(tr_op_call(op, in32, 2, out.items, 1));
   tr_op_destroy(&op);
 }
+
+// ---- NULL handles: a ValueError naming the argument, or the documented neutral value ----
+
+static std::string null_error(tr_status *status) { return tr_test::error_of(status); }
+
+TEST_CASE("every entry point of tilerun.h given NULL handles: a ValueError naming the argument, or a neutral value") {
+  // functions that return a status
+  CHECK(null_error(tr_runtime_new(nullptr, nullptr)) == "ValueError: tr_runtime_new: 'out' is NULL");
+  tr_runtime *rt = tr_test::runtime_with_builtin("configcpu", init_config);
+  tr_op *op = reinterpret_cast<tr_op *>(0x1);
+  CHECK(null_error(tr_op_new(nullptr, "AddFwdOp", nullptr, 0, nullptr, &op)) == "ValueError: tr_op_new: 'rt' is NULL");
+  CHECK(op == nullptr);  // out set to NULL first
+  CHECK(null_error(tr_op_new(rt, nullptr, nullptr, 0, nullptr, &op)) == "ValueError: tr_op_new: 'op_name' is NULL");
+  CHECK(null_error(tr_op_new(rt, "AddFwdOp", nullptr, 1, nullptr, &op)) == "ValueError: tr_op_new: 'params' is NULL");
+  CHECK(null_error(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, nullptr)) == "ValueError: tr_op_new: 'out' is NULL");
+  HostTensor a({2}), b({2});
+  const DLTensor *in[] = {&a.t, &b.t};
+  DLManagedTensor *outs[1] = {reinterpret_cast<DLManagedTensor *>(0x1)};
+  CHECK(null_error(tr_op_call(nullptr, in, 2, outs, 1)) == "ValueError: tr_op_call: 'op' is NULL");
+  CHECK(outs[0] == nullptr);
+  tr_test::ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &op));
+  CHECK(null_error(tr_op_call(op, nullptr, 2, outs, 1)) == "ValueError: tr_op_call: 'inputs' is NULL");
+  CHECK(null_error(tr_op_call(op, in, 2, nullptr, 1)) == "ValueError: tr_op_call: 'outputs' is NULL");
+  HostTensor c({2});
+  DLTensor *into[] = {&c.t};
+  CHECK(null_error(tr_op_call_into(nullptr, in, 2, into, 1)) == "ValueError: tr_op_call_into: 'op' is NULL");
+  CHECK(null_error(tr_op_call_into(op, nullptr, 2, into, 1)) == "ValueError: tr_op_call_into: 'inputs' is NULL");
+  CHECK(null_error(tr_op_call_into(op, in, 2, nullptr, 1)) == "ValueError: tr_op_call_into: 'outputs' is NULL");
+  CHECK(null_error(tr_op_request_tune(nullptr)) == "ValueError: tr_op_request_tune: 'op' is NULL");
+  CHECK(null_error(tr_set_default_target(nullptr, "configcpu")) == "ValueError: tr_set_default_target: 'rt' is NULL");
+  tr_device cpu = {"cpu", TR_DEVICE_NO_INDEX};
+  tr_device_facts facts;
+  CHECK(null_error(tr_device_facts_of(nullptr, &cpu, &facts)) == "ValueError: tr_device_facts_of: 'rt' is NULL");
+  CHECK(null_error(tr_device_facts_of(rt, nullptr, &facts)) == "ValueError: tr_device_facts_of: 'device' is NULL");
+  CHECK(null_error(tr_device_facts_of(rt, &cpu, nullptr)) == "ValueError: tr_device_facts_of: 'out' is NULL");
+  DLManagedTensor *empty = reinterpret_cast<DLManagedTensor *>(0x1);
+  CHECK(null_error(tr_runtime_empty(nullptr, &a.t, &empty)) == "ValueError: tr_runtime_empty: 'rt' is NULL");
+  CHECK(empty == nullptr);
+  CHECK(null_error(tr_runtime_empty(rt, &a.t, nullptr)) == "ValueError: tr_runtime_empty: 'out' is NULL");
+  CHECK(null_error(tr_alloc_shared(64, nullptr)) == "ValueError: tr_alloc_shared: 'out' is NULL");
+  // functions that return no status: their neutral value
+  CHECK(tr_op_target(nullptr) == nullptr);
+  CHECK(tr_op_memo_count(nullptr) == 0);
+  const tr_named_value *values = reinterpret_cast<const tr_named_value *>(0x1);
+  CHECK(tr_op_kernel_config(nullptr, &values) == 0);
+  CHECK(values == nullptr);
+  CHECK(tr_op_kernel_config(op, nullptr) == 0);
+  CHECK(tr_registered_targets(nullptr, nullptr, nullptr, 8) == 0);
+  CHECK(tr_registered_targets(rt, nullptr, nullptr, 8) == 1);  // NULL names: the count only
+  CHECK(tr_default_target(nullptr) == nullptr);
+  CHECK(tr_load_failure_count(nullptr) == 0);
+  CHECK(tr_load_failure_backend(nullptr, 0) == nullptr);
+  CHECK(tr_load_failure_reason(nullptr, 0) == nullptr);
+  CHECK(tr_runtime_launch_remote(nullptr) == 0);
+  tr_cuda_trim(nullptr);
+  tr_free_shared(nullptr);
+  tr_op_destroy(nullptr);
+  tr_runtime_destroy(nullptr);
+  tr_op *none = nullptr;
+  tr_op_destroy(&none);
+  // the runtime and op are unharmed
+  Outputs out;
+  tr_test::ok(tr_op_call(op, in, 2, out.items, 1));
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+// The API table's host-side functions given a NULL host, each result recorded by the init.
+static std::vector<std::string> g_host_errors;
+static tr_status *init_null_host(const tr_backend_api *api) {
+  tr_status *results[] = {
+      api->register_detector(nullptr, "nullhost", claim_cpu, nullptr),
+      api->register_kernel_builder(nullptr, "AddFwdOp", "nullhost", build_config, nullptr),
+      api->register_device_facts(nullptr, "acme", nullptr, nullptr),
+      api->register_device_type(nullptr, "acme", kDLExtDev),
+      api->register_allocator(nullptr, "acme", nullptr, nullptr, nullptr, nullptr),
+      api->register_kernel_type(nullptr, "RMSNormFwdOp", nullptr),
+  };
+  for (tr_status *s : results) g_host_errors.push_back(tr_test::error_of(s));
+  g_host_errors.push_back(api->find_interface(nullptr, "RMSNormFwdOp", "RMSNormRowFwdInterface") == nullptr ? "NULL"
+                                                                                                        : "found");
+  return api->register_detector(api->host, "nullhost", claim_cpu, nullptr);  // the real host still works
+}
+
+TEST_CASE("the API table's functions given a NULL host: a ValueError naming it; find_interface: NULL") {
+  g_host_errors.clear();
+  tr_runtime *rt = tr_test::runtime_with_builtin("nullhost", init_null_host);
+  CHECK(tr_load_failure_count(rt) == 0);
+  std::vector<std::string> want;
+  for (const char *fn : {"register_detector", "register_kernel_builder", "register_device_facts",
+                         "register_device_type", "register_allocator", "register_kernel_type"}) {
+    want.push_back(std::string("ValueError: ") + fn + ": 'host' is NULL (pass the API table's host)");
+  }
+  want.push_back("NULL");
+  CHECK(g_host_errors == want);
+  const char *names[2];
+  REQUIRE(tr_registered_targets(rt, nullptr, names, 2) == 1);
+  CHECK(std::string(names[0]) == "nullhost");
+  tr_runtime_destroy(&rt);
+}
