@@ -385,7 +385,10 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   memset(&m.validated, 0, sizeof(m.validated));
   kernel_entry *e = NULL;
   tr_status *status = validate_and_settle(op, inputs, n_inputs, &m);
-  if (status == NULL) *spec_text = (status = kernel_source(op, &m)) != NULL; /* the spec's messages */
+  if (status == NULL) {
+    status = kernel_source(op, &m);
+    *spec_text = status != NULL; /* its errors are the spec's messages */
+  }
   if (status == NULL) status = new_entry(op, &m, &e);
   if (status == NULL) status = select_kernel(op, &m);
   if (status == NULL) status = build_kernel(op, &m, &e->kernel);
