@@ -114,3 +114,10 @@ TEST_CASE("a key implementing none of the op's interfaces (row 5) is one load fa
 TEST_CASE("a key the in-tree implementations already hold is one load failure, loaded once") {
   check_discovered_once("in_tree_key", "key 'rms_norm_warp' is registered twice");
 }
+
+TEST_CASE("supported_archs on two device types, bases in a cycle, a preference for no key: one load failure each") {
+  check_discovered_once("archs", "kernel type 'poison_a' declares supported_archs, so it lists exactly one device type");
+  check_discovered_once("base_cycle", "kernel type 'poison_a': its bases form a cycle: poison_a -> poison_b -> poison_a");
+  check_discovered_once("unknown_preference", "'poison_a' is preferred over 'nobody', which is no implementation of "
+                                              "RMSNormRowFwdInterface");
+}

@@ -43,13 +43,17 @@ static const char *const kCpu[] = {"cpu", NULL};
 static const char *const kOneArg[] = {"x", NULL};
 static const char *const kOverB[] = {"poison_b", NULL};
 static const char *const kOverA[] = {"poison_a", NULL};
+static const char *const kOverNobody[] = {"nobody", NULL};
+static const char *const kTwo[] = {"cpu", "acme", NULL};
+static const int32_t kArchs[] = {90};
 
 /* struct_size, key, interface (set at init), devices, archs, n_archs, general, preferred_over,
  * base, refusal, entry_for, factory, forward_args, ctx */
-static tr_kernel_type g_a = {sizeof(tr_kernel_type), "poison_a", NULL, kCpu, NULL, 0, 0, NULL, NULL,
-                             NULL, NULL, factory, NULL, NULL};
-static tr_kernel_type g_b = {sizeof(tr_kernel_type), "poison_b", NULL, kCpu, NULL, 0, 0, NULL, NULL,
-                             NULL, NULL, factory, NULL, NULL};
+static const tr_kernel_type kA = {sizeof(tr_kernel_type), "poison_a", NULL, kCpu, NULL, 0, 0, NULL, NULL,
+                                  NULL, NULL, factory, NULL, NULL};
+static const tr_kernel_type kB = {sizeof(tr_kernel_type), "poison_b", NULL, kCpu, NULL, 0, 0, NULL, NULL,
+                                  NULL, NULL, factory, NULL, NULL};
+static tr_kernel_type g_a, g_b; /* made from kA and kB at each init (the object may stay loaded) */
 
 __attribute__((visibility("default"))) const uint32_t tilerun_backend_abi = TR_BACKEND_ABI;
 
@@ -66,6 +70,8 @@ __attribute__((visibility("default"))) tr_status *tilerun_backend_init(const tr_
   if (status == NULL) status = api->register_kernel_builder(api->host, "AddFwdOp", "a", build_noop, NULL);
   if (status != NULL) return status;
   const tr_kernel_interface *rms = api->find_interface(api->host, "RMSNormFwdOp", "RMSNormRowFwdInterface");
+  g_a = kA;
+  g_b = kB;
   g_a.interface = g_b.interface = rms;
   int two = 0;
   if (strcmp(mode, "no_factory") == 0) { /* row 1: does not implement the interface */
@@ -82,6 +88,15 @@ __attribute__((visibility("default"))) tr_status *tilerun_backend_init(const tr_
     g_a.interface = api->find_interface(api->host, "LayerNormFwdOp", "LayerNormRowFwdInterface");
   } else if (strcmp(mode, "in_tree_key") == 0) { /* a key the in-tree implementations hold */
     g_a.key = "rms_norm_warp";
+  } else if (strcmp(mode, "archs") == 0) { /* supported_archs on two device types */
+    g_a.devices = kTwo;
+    g_a.supported_archs = kArchs;
+    g_a.n_archs = 1;
+  } else if (strcmp(mode, "base_cycle") == 0) { /* bases a -> b -> a */
+    g_a.base = &g_b;
+    g_b.base = &g_a;
+  } else if (strcmp(mode, "unknown_preference") == 0) { /* preferred over a key nobody holds */
+    g_a.preferred_over = kOverNobody;
   }
   status = api->register_kernel_type(api->host, "RMSNormFwdOp", &g_a);
   if (status == NULL && two) status = api->register_kernel_type(api->host, "RMSNormFwdOp", &g_b);
