@@ -46,8 +46,18 @@ typedef struct tr_plat_lib tr_plat_lib;
  * A path without a '/' is searched for the way the system loader does ("libm.so.6"). Sets
  * *out to NULL first; on success *out is the caller's, to close with tr_plat_lib_close. Fails
  * with TR_IO naming the path and the loader's own text (missing file, wrong architecture,
- * unresolved symbol...). Thread-safe. */
+ * unresolved symbol...), or what tr_plat_lib_check found wrong, before the loader sees the file.
+ * Thread-safe. */
 tr_status *tr_plat_lib_open(const char *path, tr_plat_lib **out) TR_MUST_USE;
+
+/* Checks that the file at `path` can be handed to the loader: a truncated or foreign file can
+ * kill the process inside it (SIGBUS). Here (ELF) the file begins with the ELF magic and holds
+ * everything its ELF header, program headers, loadable segments and section headers say it
+ * does. Fails with TR_IO naming the path and what is wrong ("not an ELF file ...", "truncated:
+ * it is N bytes long, but ..."). NULL when it passes, and when the file cannot be opened or is
+ * not a regular file (the loader then says why). tr_plat_lib_open runs it on every path with a
+ * directory part. Thread-safe. */
+tr_status *tr_plat_lib_check(const char *path) TR_MUST_USE;
 
 /* The address of symbol `name` in `lib`, or NULL when the library does not define it. Cannot
  * fail otherwise. The address stays valid until the library is closed. Thread-safe. */

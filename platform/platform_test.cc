@@ -117,6 +117,70 @@ TEST_CASE("opening a missing shared object fails naming the path", "[lib]") {
   CHECK(lib == nullptr);
 }
 
+namespace {
+
+// A little-endian ELF header (64-bit unless `wide` is false) with `phnum` program headers at
+// byte 64 (52 in 32-bit), each a PT_LOAD of `filesz` bytes at offset 0; no section headers.
+std::string ElfHeader(bool wide, uint16_t phnum, uint64_t filesz) {
+  std::string h(wide ? 64 : 52, '\0');
+  h[0] = 0x7f, h[1] = 'E', h[2] = 'L', h[3] = 'F', h[4] = wide ? 2 : 1, h[5] = 1, h[6] = 1;
+  auto put = [](std::string &b, size_t at, uint64_t v, size_t n) {
+    for (size_t i = 0; i < n; i++) b[at + i] = (char)((v >> (8 * i)) & 0xff);
+  };
+  put(h, 16, 3, 2);  // ET_DYN
+  put(h, wide ? 32 : 28, h.size(), wide ? 8 : 4);  // e_phoff
+  put(h, wide ? 54 : 42, wide ? 56 : 32, 2);       // e_phentsize
+  put(h, wide ? 56 : 44, phnum, 2);                // e_phnum
+  for (uint16_t i = 0; i < phnum; i++) {
+    std::string p(wide ? 56 : 32, '\0');
+    put(p, 0, 1, 4);  // PT_LOAD at offset 0
+    put(p, wide ? 32 : 16, filesz, wide ? 8 : 4);
+    h += p;
+  }
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("a shared object is checked before the loader sees it: ELF magic, header, program headers, "
+          "segments", "[lib]") {
+  TempDir dir;
+  auto check = [&](const std::string &name, const std::string &bytes) {
+    std::string path = dir.Join(name);
+    WriteFile(path, bytes);
+    return Consume(tr_plat_lib_check(path.c_str()));
+  };
+  std::string prefix = "IOError: cannot load shared object '" + dir.path() + "/";
+  std::string whole = ElfHeader(true, 1, 120);  // 64 + 56 bytes: its one segment is the file
+  CHECK(check("libwhole.so", whole) == "Ok");
+  CHECK(check("libtext.so", "name: x\nlibrary: y\n") ==
+        prefix + "libtext.so': not an ELF file (it begins with 6e 61 6d 65, not 7f 45 4c 46)");
+  CHECK(check("libempty.so", "") == prefix + "libempty.so': not an ELF file (it is empty)");
+  CHECK(check("libtiny.so", "\x7f" "EL") == prefix + "libtiny.so': not an ELF file (it begins with 7f 45 4c, not 7f 45 4c 46)");
+  CHECK(check("libshort.so", whole.substr(0, 40)) ==
+        prefix + "libshort.so': truncated: it is 40 bytes long, shorter than its ELF header (64 bytes)");
+  CHECK(check("libshort32.so", ElfHeader(false, 0, 0).substr(0, 40)) ==
+        prefix + "libshort32.so': truncated: it is 40 bytes long, shorter than its ELF header (52 bytes)");
+  CHECK(check("libphdrs.so", ElfHeader(true, 2, 64).substr(0, 100)) ==
+        prefix + "libphdrs.so': truncated: it is 100 bytes long, but its program headers end at byte 176");
+  CHECK(check("libsegment.so", ElfHeader(true, 1, 4096)) ==
+        prefix + "libsegment.so': truncated: it is 120 bytes long, but its loadable segment at program header 0 "
+                 "ends at byte 4096");
+  std::string odd = whole;
+  odd[4] = 3;
+  CHECK(check("libodd.so", odd) ==
+        prefix + "libodd.so': its ELF header has class 3 and byte order 1 (known: 1 or 2 each)");
+  // a missing file passes to the loader, which names it; a name the loader searches for is not checked
+  CHECK(Consume(tr_plat_lib_check("/nonexistent/tilerun/libnot_here.so")) == "Ok");
+  // tr_plat_lib_open refuses what the check refuses, with the check's text, before dlopen
+  tr_plat_lib *lib = reinterpret_cast<tr_plat_lib *>(0x1);
+  std::string cut = dir.Join("libsegment.so");
+  CHECK(Consume(tr_plat_lib_open(cut.c_str(), &lib)) ==
+        prefix + "libsegment.so': truncated: it is 120 bytes long, but its loadable segment at program header 0 "
+                 "ends at byte 4096");
+  CHECK(lib == nullptr);
+}
+
 TEST_CASE("libm loads and its symbols are found; a missing one is named", "[lib]") {
   tr_plat_lib *lib = nullptr;
   REQUIRE_OK(tr_plat_lib_open("libm.so.6", &lib));

@@ -79,6 +79,8 @@ struct tr_registry {
   ARRAY(tr_plat_lib *) libs;
   tr_interface_finder find_interface; /* what the API table's find_interface asks; NULL: none */
   void *find_ctx;
+  tr_load_check_fn load_check; /* run after each init that registered kernel types; NULL: none */
+  void *load_check_ctx;
   int owner;           /* the backend now registering (its pass), for rollback */
   int last_owner;      /* the last pass, for a rollback after init */
   const char *backend; /* its name, for messages */
@@ -126,6 +128,7 @@ static tr_status *check_name(const tr_registry *reg, const char *what, const cha
 
 static tr_status *api_register_detector(void *host, const char *target, tr_detect_fn detect, void *ctx) {
   tr_registry *reg = host;
+  if (reg == NULL) return TR_STATUS(TR_VALUE, "register_detector: 'host' is NULL (pass the API table's host)");
   TR_RETURN_IF_ERROR(check_name(reg, "target", target));
   if (detect == NULL) return TR_STATUS(TR_BACKEND, "backend '%s': detector of target '%s' is NULL", reg->backend, target);
   for (size_t i = 0; i < reg->detectors.count; i++) {
@@ -145,6 +148,7 @@ static tr_status *api_register_detector(void *host, const char *target, tr_detec
 static tr_status *api_register_kernel_builder(void *host, const char *op, const char *target,
                                               tr_build_kernel_fn build, void *ctx) {
   tr_registry *reg = host;
+  if (reg == NULL) return TR_STATUS(TR_VALUE, "register_kernel_builder: 'host' is NULL (pass the API table's host)");
   TR_RETURN_IF_ERROR(check_name(reg, "target", target));
   if (op == NULL || op[0] == '\0') return TR_STATUS(TR_BACKEND, "backend '%s': a builder for target '%s' names no op", reg->backend, target);
   if (build == NULL) return TR_STATUS(TR_BACKEND, "backend '%s': builder of (%s, %s) is NULL", reg->backend, op, target);
@@ -194,6 +198,7 @@ static tr_status *checked_build(void *ctx, const tr_build_request *req, tr_kerne
 static tr_status *api_register_device_facts(void *host, const char *device_type,
                                             tr_read_facts_fn read, void *ctx) {
   tr_registry *reg = host;
+  if (reg == NULL) return TR_STATUS(TR_VALUE, "register_device_facts: 'host' is NULL (pass the API table's host)");
   TR_RETURN_IF_ERROR(check_name(reg, "device type", device_type));
   if (strcmp(device_type, "cuda") == 0) {
     return TR_STATUS(TR_BACKEND, "backend '%s': facts for device type 'cuda' cannot be registered; "
@@ -216,6 +221,7 @@ static tr_status *api_register_device_facts(void *host, const char *device_type,
 
 static tr_status *api_register_device_type(void *host, const char *device_type, int32_t dl_type) {
   tr_registry *reg = host;
+  if (reg == NULL) return TR_STATUS(TR_VALUE, "register_device_type: 'host' is NULL (pass the API table's host)");
   TR_RETURN_IF_ERROR(check_name(reg, "device type", device_type));
   tr_device known;
   tr_status *named = tr_device_from_dl((DLDevice){(DLDeviceType)dl_type, 0}, &known);
@@ -245,6 +251,7 @@ static tr_status *api_register_device_type(void *host, const char *device_type, 
 static tr_status *api_register_allocator(void *host, const char *device_type, tr_alloc_fn alloc,
                                          tr_free_fn free_fn, tr_copy_fn copy, void *ctx) {
   tr_registry *reg = host;
+  if (reg == NULL) return TR_STATUS(TR_VALUE, "register_allocator: 'host' is NULL (pass the API table's host)");
   TR_RETURN_IF_ERROR(check_name(reg, "device type", device_type));
   if (alloc == NULL || free_fn == NULL) {
     return TR_STATUS(TR_BACKEND, "backend '%s': the allocator of '%s' needs alloc and free", reg->backend, device_type);
@@ -287,6 +294,7 @@ static tr_status *check_type_sizes(const tr_registry *reg, const char *op, const
 
 static tr_status *api_register_kernel_type(void *host, const char *op, const tr_kernel_type *type) {
   tr_registry *reg = host;
+  if (reg == NULL) return TR_STATUS(TR_VALUE, "register_kernel_type: 'host' is NULL (pass the API table's host)");
   if (op == NULL || type == NULL) {
     return TR_STATUS(TR_BACKEND, "backend '%s': register_kernel_type needs an op and a kernel type", reg->backend);
   }
@@ -319,13 +327,26 @@ static tr_status *api_register_kernel_type(void *host, const char *op, const tr_
 
 static const tr_kernel_interface *api_find_interface(void *host, const char *op, const char *name) {
   const tr_registry *reg = host;
-  if (reg->find_interface == NULL || op == NULL || name == NULL) return NULL;
+  if (reg == NULL || reg->find_interface == NULL || op == NULL || name == NULL) return NULL;
   return reg->find_interface(reg->find_ctx, op, name);
 }
 
 void tr_registry_set_interface_finder(tr_registry *reg, tr_interface_finder find, void *ctx) {
   reg->find_interface = find;
   reg->find_ctx = ctx;
+}
+
+void tr_registry_set_load_check(tr_registry *reg, tr_load_check_fn check, void *ctx) {
+  reg->load_check = check;
+  reg->load_check_ctx = ctx;
+}
+
+/* 1 when the backend registering under `owner` added a kernel type. */
+static int added_kernel_types(const tr_registry *reg, int owner) {
+  for (size_t i = 0; i < reg->ktypes.count; i++) {
+    if (reg->ktypes.items[i].owner == owner) return 1;
+  }
+  return 0;
 }
 
 size_t tr_registry_kernel_types(const tr_registry *reg, const char *op, const tr_kernel_type **types,
@@ -427,6 +448,14 @@ static tr_status *run_init(tr_registry *reg, const char *name, tr_backend_init_f
     copy = TR_STATUS(TR_BACKEND, "its init failed: %s: %s", tr_code_name(tr_status_code(failed)),
                      tr_status_message(failed));
     tr_status_destroy(&failed);
+  } else if (reg->load_check != NULL && added_kernel_types(reg, reg->owner)) {
+    failed = reg->load_check(reg->load_check_ctx, reg);
+    if (failed != NULL) {
+      rollback(reg, reg->owner);
+      copy = TR_STATUS(TR_BACKEND, "its kernel types fail selection's checks: %s: %s",
+                       tr_code_name(tr_status_code(failed)), tr_status_message(failed));
+      tr_status_destroy(&failed);
+    }
   }
   reg->owner = 0;
   reg->backend = "";
@@ -530,7 +559,7 @@ const tr_load_failure *tr_registry_failure_at(const tr_registry *reg, size_t i) 
 tr_status *tr_registry_annotate(const tr_registry *reg, tr_status *status) {
   size_t n = reg->failures.count;
   if (status == NULL || n == 0) return status;
-  return tr_status_append(status, "; %zu backend%s failed to load (see tr_load_failures)", n,
+  return tr_status_append(status, "; %zu backend%s failed to load (see tr_load_failure_reason)", n,
                           n == 1 ? "" : "s");
 }
 

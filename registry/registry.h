@@ -39,9 +39,19 @@ typedef const tr_kernel_interface *(*tr_interface_finder)(void *ctx, const char 
  * without one, find_interface answers NULL. Set it before loading; not thread-safe. */
 void tr_registry_set_interface_finder(tr_registry *registry, tr_interface_finder find, void *ctx);
 
+/* Checks what the registry holds once a backend's init has returned successfully, when that
+ * backend registered kernel types: the runtime builds the in-tree select table from it (the
+ * selector's construction checks, table 5 rows 1-5 of the selection spec). A failure fails that
+ * backend's load: it is rolled back and recorded like any other load failure, and the backends
+ * before and after it are unaffected. `check` must not keep `registry`. Set it before loading;
+ * not thread-safe. */
+typedef tr_status *(*tr_load_check_fn)(void *ctx, const tr_registry *registry);
+void tr_registry_set_load_check(tr_registry *registry, tr_load_check_fn check, void *ctx);
+
 /* Loads every discovered backend in order, and records the descriptors discovery skipped as
  * failures too. A backend that fails to load (missing file, missing init symbol, ABI too new,
- * init returning an error, a registration failing part-way) is skipped with one warning and
+ * init returning an error, a registration failing part-way, the load check refusing what it
+ * registered) is skipped with one warning and
  * recorded; everything it registered is rolled back. Fails only on OutOfMemoryError. */
 tr_status *tr_registry_load_all(tr_registry *registry, const tr_discovery *found) TR_MUST_USE;
 
@@ -57,8 +67,8 @@ int tr_registry_load_builtin(tr_registry *registry, const char *name, tr_backend
 size_t tr_registry_failure_count(const tr_registry *registry);
 const tr_load_failure *tr_registry_failure_at(const tr_registry *registry, size_t i);
 
-/* Appends "; N backend(s) failed to load (see tr_load_failures)" to a status when any did.
- * Returns the status. */
+/* Appends "; N backend(s) failed to load (see tr_load_failure_reason)" to a status when any
+ * did: for tilerun's own messages only, never the spec's (docs/messages.md). Returns the status. */
 tr_status *tr_registry_annotate(const tr_registry *registry, tr_status *status);
 
 /* Registered target names, sorted, that have a detector or a builder; with `op`, only the ones

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/test_support.h"
+#include "platform/platform.h"
+#include "platform/test_support.h"
 #include "registry/registry.h"
 #include "selector/selector_testing.h"
 
@@ -115,6 +117,48 @@ TEST_CASE("plugins that fail to load are skipped, warned about once, and recorde
   CHECK(r.targets().empty());
 }
 
+// A copy of a real plugin cut to `size` bytes (0: half), in `dir`.
+static std::string truncated_copy(const tr_test::TempDir &dir, const char *name, size_t size) {
+  char *data = nullptr;
+  size_t n = 0;
+  tr_test::ok(tr_plat_read_file(lib("half_way").c_str(), &data, &n));
+  std::string bytes(data, size ? size : n / 2);
+  free(data);
+  return dir.write(name, bytes);
+}
+
+TEST_CASE("a truncated or non-ELF shared object is a load failure naming the file and what is wrong") {
+  tr_test::TempDir dir;
+  Reg r;
+  std::string half = truncated_copy(dir, "libhalf.so", 0);
+  std::string segment = truncated_copy(dir, "libsegment.so", 5000);
+  std::string headers = truncated_copy(dir, "libheaders.so", 200);
+  std::string stub = truncated_copy(dir, "libstub.so", 40);
+  std::string text = dir.write("libtext.so", "name: text\nlibrary: libtext.so\n");
+  std::string empty = dir.write("libempty.so", "");
+  for (const std::string *path : {&half, &segment, &headers, &stub, &text, &empty}) {
+    CHECK(tr_registry_load_plugin(r.reg, "cut", path->c_str(), "") == 0);  // the process survives
+  }
+  REQUIRE(tr_registry_failure_count(r.reg) == 6);
+  std::vector<std::string> reasons;
+  for (size_t i = 0; i < 6; i++) reasons.push_back(tr_registry_failure_at(r.reg, i)->reason);
+  CHECK_THAT(reasons[0], Catch::StartsWith("cannot load shared object '" + half + "': truncated: it is ") &&
+                             Catch::Contains(" bytes long, but its ") && Catch::Contains(" at byte "));
+  CHECK_THAT(reasons[1], Catch::StartsWith("cannot load shared object '" + segment +
+                                           "': truncated: it is 5000 bytes long, but its loadable segment at program "
+                                           "header "));
+  CHECK_THAT(reasons[2], Catch::StartsWith("cannot load shared object '" + headers +
+                                           "': truncated: it is 200 bytes long, but its program headers end at byte "));
+  CHECK(reasons[3] == "cannot load shared object '" + stub +
+                          "': truncated: it is 40 bytes long, shorter than its ELF header (64 bytes)");
+  CHECK(reasons[4] == "cannot load shared object '" + text + "': not an ELF file (it begins with 6e 61 6d 65, not "
+                                                              "7f 45 4c 46)");
+  CHECK(reasons[5] == "cannot load shared object '" + empty + "': not an ELF file (it is empty)");
+  CHECK(r.warnings.size() == 6);
+  CHECK(tr_registry_load_builtin(r.reg, "cpu", init_cpu) == 1);  // and loading goes on
+  CHECK(r.targets() == std::vector<std::string>{"torch_cpu"});
+}
+
 TEST_CASE("a plugin whose registration fails part-way leaves nothing behind") {
   Reg r;
   CHECK(tr_registry_load_builtin(r.reg, "cpu", init_cpu) == 1);
@@ -151,7 +195,7 @@ TEST_CASE("registration rules: one detector per target, no cuda facts, facts onc
         "its init failed: BackendError: backend 'facts2': device type 'acme' already has facts; "
         "facts belong to a device type and only one backend registers them");
   tr_status *annotated = tr_registry_annotate(r.reg, TR_STATUS(TR_VALUE, "boom"));
-  CHECK(tr_test::error_of(annotated) == "ValueError: boom; 3 backends failed to load (see tr_load_failures)");
+  CHECK(tr_test::error_of(annotated) == "ValueError: boom; 3 backends failed to load (see tr_load_failure_reason)");
 }
 
 TEST_CASE("device facts: registered reads, invalid facts, unregistered types") {

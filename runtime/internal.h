@@ -20,7 +20,9 @@ struct tr_runtime {
   tr_manifest *manifest;
   tr_registry *registry;
   tr_plat_mutex lock; /* discovery and the default target */
-  int discovered;
+  int discovered;               /* discovery ran (once per runtime, whatever it found) */
+  tr_status *discovery_failure; /* what it failed with (out of memory), given to every caller */
+  atomic_int hinted;            /* tr__runtime_hint warned (once per runtime) */
   char **backend_dirs; /* NULL: the search path */
   size_t n_backend_dirs;
   const char **builtin_names; /* copies of the options' arrays */
@@ -54,6 +56,7 @@ typedef struct kernel_entry {
   uint8_t output_present[TR_SIG_MAX_OUTPUTS];
   tr_tensor_spec outputs[TR_SIG_MAX_OUTPUTS];
   int tuned; /* request_tune ran on `device` */
+  uint64_t built; /* the op's build count when it was memoised: build order, for kernel_config */
 } kernel_entry;
 
 struct tr_op {
@@ -74,6 +77,7 @@ struct tr_op {
   tr_op **steps; /* a composite op's sub-op instances, made at its first call */
   tr_launch_config config; /* tr_op_kernel_config's answer, copied (kernels may be released) */
   uint64_t config_asks, config_answered; /* launch in another process: asks made, the last kept */
+  uint64_t builds; /* kernels memoised so far (under lock): each entry's `built` */
 };
 
 /* The call's device made current while a kernel is built or tuned (cuda only). */
@@ -104,8 +108,20 @@ tr_status *tr__route_config(tr_op *op, const char *target, tr_launch_config *out
 /* Whether the op is in tuned mode (tr_op_request_tune ran on it). */
 int tr__op_in_tuned_mode(tr_op *op);
 
+/* A public entry point's argument `arg` that must not be NULL: a ValueError naming the function
+ * and the argument ("tr_op_call: 'op' is NULL"). */
+#define TR__NOT_NULL(fn, arg) \
+  do {                        \
+    if ((arg) == NULL) return TR_STATUS(TR_VALUE, "%s: '%s' is NULL", fn, #arg); \
+  } while (0)
+
 /* Runs backend discovery once. */
 tr_status *tr__runtime_discover(tr_runtime *rt);
+
+/* An error carrying one of the spec's messages, returned unchanged (no count appended): the
+ * first one while backends have failed to load also warns, through the runtime's sink, that
+ * they may be why. Returns `status`. */
+tr_status *tr__runtime_hint(tr_runtime *rt, tr_status *status);
 
 /* Warns through the runtime's sink. */
 void tr__runtime_warn(tr_runtime *rt, const char *fmt, ...) TR_PRINTF(2, 3);

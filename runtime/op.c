@@ -39,7 +39,11 @@ static void clear_config(tr_op *op);
 
 tr_status *tr_op_new(tr_runtime *rt, const char *op_name, const tr_named_value *params,
                      size_t n_params, const char *target, tr_op **out) {
+  TR__NOT_NULL("tr_op_new", out);
   *out = NULL;
+  TR__NOT_NULL("tr_op_new", rt);
+  TR__NOT_NULL("tr_op_new", op_name);
+  if (n_params > 0) TR__NOT_NULL("tr_op_new", params);
   TR_RETURN_IF_ERROR(tr__runtime_discover(rt));
   const tr_op_def *def = tr_manifest_find(rt->manifest, op_name);
   if (def == NULL) {
@@ -51,7 +55,7 @@ tr_status *tr_op_new(tr_runtime *rt, const char *op_name, const tr_named_value *
   if (target != NULL) {
     tr_device any = {"cpu", TR_DEVICE_NO_INDEX};
     tr_status *status = tr_registry_settle(rt->registry, target, NULL, &any, &requested);
-    if (status != NULL) return tr_registry_annotate(rt->registry, status);
+    if (status != NULL) return tr__runtime_hint(rt, status); /* the spec's UnknownTargetError */
   }
   tr_op *op = calloc(1, sizeof(*op));
   if (op == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "making op %s", op_name);
@@ -102,6 +106,7 @@ void tr_op_destroy(tr_op **op_p) {
 }
 
 const char *tr_op_target(const tr_op *op) {
+  if (op == NULL) return NULL;
   tr_plat_mutex_lock((tr_plat_mutex *)&op->lock);
   const char *target = op->target;
   tr_plat_mutex_unlock((tr_plat_mutex *)&op->lock);
@@ -109,6 +114,7 @@ const char *tr_op_target(const tr_op *op) {
 }
 
 size_t tr_op_memo_count(const tr_op *op) {
+  if (op == NULL) return 0;
   tr_plat_mutex_lock((tr_plat_mutex *)&op->lock);
   size_t n = tr_memo_count(op->memo);
   tr_plat_mutex_unlock((tr_plat_mutex *)&op->lock);
@@ -186,13 +192,12 @@ static void miss_call_clear(miss_call *m) {
   m->has_call = 0;
 }
 
-/* The in-tree path where it cannot run: the message the spec gives for cpu. */
+/* The in-tree path where it cannot run: the spec's message, naming the device's type. */
 static tr_status *not_in_tree(const tr_op *op, const tr_device *device) {
-  char dev[TR_DEVICE_FORMAT_MAX], known[1024];
-  tr_device_format(device, dev, sizeof(dev));
+  char known[1024];
   tr_registry_targets_text(op->rt->registry, tr_op_def_name(op->def), known, sizeof(known));
   return TR_STATUS(TR_OP_NOT_AVAILABLE, "%s's in-tree kernels do not run on %s; known targets for "
-                   "this op: %s", tr_op_def_name(op->def), dev, known);
+                   "this op: %s", tr_op_def_name(op->def), device->type, known);
 }
 
 /* Settle's answer as the op's target, which must be one this process registered (it builds and
@@ -373,19 +378,24 @@ static tr_status *build_kernel(tr_op *op, miss_call *m, tr_kernel *out) {
 /* The miss path: validate (and settle, while the op has no target), select, build, memoise;
  * called with the op's lock held. */
 static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs, const tr_memo_key *key,
-                       kernel_entry **out) {
+                       kernel_entry **out, int *spec_text) {
   *out = NULL;
   miss_call m;
   m.has_call = 0;
   memset(&m.validated, 0, sizeof(m.validated));
   kernel_entry *e = NULL;
   tr_status *status = validate_and_settle(op, inputs, n_inputs, &m);
-  if (status == NULL) status = kernel_source(op, &m);
+  if (status == NULL) {
+    status = kernel_source(op, &m);
+    *spec_text = status != NULL; /* its errors are the spec's messages */
+  }
   if (status == NULL) status = new_entry(op, &m, &e);
   if (status == NULL) status = select_kernel(op, &m);
   if (status == NULL) status = build_kernel(op, &m, &e->kernel);
   if (status == NULL && op->tuned_mode) status = tune_entry(op, e);
+  if (status == NULL) e->built = op->builds + 1;
   if (status == NULL) status = tr_memo_insert(op->memo, key, e);
+  if (status == NULL) op->builds++;
   miss_call_clear(&m);
   if (status != NULL && e != NULL) entry_unref(e); /* built but not memoised: released now, built again next time */
   if (status == NULL) *out = e;
@@ -420,7 +430,16 @@ static tr_status *launch(tr_op *op, kernel_entry *e, const DLTensor *const *inpu
   return status;
 }
 
-/* Finds or builds the entry for this call, with a reference the caller drops. */
+/* A miss path error as the caller gets it: the spec's messages (an unknown target, no builder,
+ * in-tree kernels that do not run on the device) word for word, with the hint that backends
+ * failed to load in the warning channel; tilerun's own messages count those backends. */
+static tr_status *miss_error(tr_op *op, tr_status *status, int spec_text) {
+  if (spec_text || tr_status_code(status) == TR_UNKNOWN_TARGET) return tr__runtime_hint(op->rt, status);
+  return tr_registry_annotate(op->rt->registry, status);
+}
+
+/* Finds or builds the entry for this call, with a reference the caller drops; a failure as
+ * miss_error gives it. */
 static tr_status *entry_for(tr_op *op, const DLTensor *const *inputs, size_t n_inputs, kernel_entry **out) {
   /* The key covers every declared input, one not passed counted as absent (the spec: "recorded
    * as None"), so op(x) and op(x, NULL) share one entry. Padded on the stack, only when short. */
@@ -439,12 +458,13 @@ static tr_status *entry_for(tr_op *op, const DLTensor *const *inputs, size_t n_i
   tr_plat_mutex_lock(&op->lock);
   kernel_entry *e = key.size ? tr_memo_find(op->memo, &key) : NULL;
   /* A key that does not fit (rank above 8, more than 16 inputs) fails validation in miss. */
-  if (e == NULL) status = miss(op, inputs, n_inputs, &key, &e);
+  int spec_text = 0;
+  if (e == NULL) status = miss(op, inputs, n_inputs, &key, &e, &spec_text);
   if (status == NULL) atomic_fetch_add(&e->refs, 1);
   else revoke(op);
   tr_plat_mutex_unlock(&op->lock);
   *out = e;
-  return status;
+  return status != NULL ? miss_error(op, status, spec_text) : NULL;
 }
 
 /* A call that failed after its kernel was found (its outputs, copies, or the kernel itself): no
@@ -493,8 +513,11 @@ static int fused(tr_op *op, const DLTensor *const *inputs, size_t n_inputs) {
 
 tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
                       DLManagedTensor **outputs, size_t n_outputs) {
-  size_t n_out = tr_op_def_output_count(op->def);
+  if (n_outputs > 0) TR__NOT_NULL("tr_op_call", outputs);
   for (size_t o = 0; o < n_outputs; o++) outputs[o] = NULL;
+  TR__NOT_NULL("tr_op_call", op);
+  if (n_inputs > 0) TR__NOT_NULL("tr_op_call", inputs);
+  size_t n_out = tr_op_def_output_count(op->def);
   if (n_outputs < n_out) {
     return TR_STATUS(TR_VALUE, "%s returns %zu outputs; room for %zu was given",
                      tr_op_def_name(op->def), n_out, n_outputs);
@@ -509,7 +532,7 @@ tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
   }
   kernel_entry *e = NULL;
   tr_status *status = entry_for(op, inputs, n_inputs, &e);
-  if (status != NULL) return tr_registry_annotate(op->rt->registry, status);
+  if (status != NULL) return status;
   DLTensor *outs[TR_SIG_MAX_OUTPUTS] = {0};
   for (size_t o = 0; o < n_out && status == NULL; o++) {
     if (!e->output_present[o]) continue;
@@ -528,6 +551,9 @@ tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
 
 tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
                            DLTensor *const *outputs, size_t n_outputs) {
+  TR__NOT_NULL("tr_op_call_into", op);
+  if (n_inputs > 0) TR__NOT_NULL("tr_op_call_into", inputs);
+  if (n_outputs > 0) TR__NOT_NULL("tr_op_call_into", outputs);
   size_t n_out = tr_op_def_output_count(op->def);
   if (tr_op_def_is_composite(op->def)) {
     return TR_STATUS(TR_VALUE, "%s is composite: call it with tr_op_call", tr_op_def_name(op->def));
@@ -537,7 +563,7 @@ tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_in
   }
   kernel_entry *e = NULL;
   tr_status *status = entry_for(op, inputs, n_inputs, &e);
-  if (status != NULL) return tr_registry_annotate(op->rt->registry, status);
+  if (status != NULL) return status;
   DLTensor *outs[TR_SIG_MAX_OUTPUTS] = {0}; /* NULL for an output that does not exist here */
   for (size_t o = 0; o < n_out && status == NULL; o++) {
     DLTensor *t = outputs[o];
@@ -598,6 +624,7 @@ static int built_elsewhere_locked(const tr_op *op, char (*target)[64]) {
 }
 
 tr_status *tr_op_request_tune(tr_op *op) {
+  TR__NOT_NULL("tr_op_request_tune", op);
   /* tuned mode first: steps made from now on are tuned, whatever a step below answers */
   tr_plat_mutex_lock(&op->lock);
   op->tuned_mode = 1;
@@ -635,13 +662,20 @@ int tr__op_in_tuned_mode(tr_op *op) {
 typedef struct config_ctx {
   const tr_named_value *values;
   size_t n;
+  uint64_t built; /* the entry the values are from */
 } config_ctx;
 
+/* The first non-empty config in build order (the memo's own order is its hash's). */
 static void config_of(void *vctx, void *value) {
   config_ctx *c = vctx;
   kernel_entry *e = value;
-  if (c->n > 0 || e->kernel.config == NULL) return;
-  c->n = e->kernel.config(e->kernel.self, &c->values);
+  if ((c->n > 0 && c->built < e->built) || e->kernel.config == NULL) return;
+  const tr_named_value *values = NULL;
+  size_t n = e->kernel.config(e->kernel.self, &values);
+  if (n == 0) return;
+  c->values = values;
+  c->n = n;
+  c->built = e->built;
 }
 
 static void clear_config(tr_op *op) { tr_launch_config_clear(&op->config); }
@@ -679,11 +713,13 @@ static size_t ask_config(tr_op *op) {
 }
 
 size_t tr_op_kernel_config(tr_op *op, const tr_named_value **out) {
+  if (out != NULL) *out = NULL;
+  if (op == NULL || out == NULL) return 0;
   size_t n = 0;
   if (op->rt->launch_placement == TR_PLACE_PROCESS) {
     n = ask_config(op);
   } else {
-    config_ctx c = {NULL, 0};
+    config_ctx c = {NULL, 0, 0};
     tr_plat_mutex_lock(&op->lock);
     tr_memo_each(op->memo, config_of, &c);
     tr_status *copied = tr_launch_config_set(&op->config, c.values, c.n); /* the kernel may be released later */

@@ -33,7 +33,36 @@ void tr__runtime_warn(tr_runtime *rt, const char *fmt, ...) {
   rt->warn(rt->warn_ctx, line);
 }
 
+/* Facts for the load check's selectors, which select nothing: every device unregistered. */
+static tr_status *no_facts(void *ctx, const tr_device *device, tr_device_facts *out) {
+  (void)ctx;
+  (void)device;
+  *out = (tr_device_facts){-1, NULL, 0, 0};
+  return NULL;
+}
+
+/* The registry's load check: the in-tree select table made from what the backends registered so
+ * far (the selectors' construction checks), then dropped. A backend whose kernel types fail it
+ * is one load failure, so the table discovery makes afterwards holds only types that pass. */
+static tr_status *check_kernel_types(void *ctx, const tr_registry *registry) {
+  (void)ctx;
+  tr_select_table *table = NULL;
+  TR_RETURN_IF_ERROR(tr_select_table_new_intree(registry, no_facts, NULL, &table));
+  tr_select_table_destroy(&table);
+  return NULL;
+}
+
+tr_status *tr__runtime_hint(tr_runtime *rt, tr_status *status) {
+  size_t n = tr_registry_failure_count(rt->registry);
+  if (status == NULL || n == 0 || atomic_exchange(&rt->hinted, 1)) return status;
+  tr__runtime_warn(rt, "%zu backend%s failed to load, which may be why: %s: %s (tr_load_failure_backend and "
+                   "tr_load_failure_reason say which and why)", n, n == 1 ? "" : "s",
+                   tr_code_name(tr_status_code(status)), tr_status_message(status));
+  return status;
+}
+
 tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
+  TR__NOT_NULL("tr_runtime_new", out);
   *out = NULL;
   tr_runtime_options none;
   memset(&none, 0, sizeof(none));
@@ -67,7 +96,10 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   if (status == NULL) status = tr_cuda_pool_new(&rt->cuda_pool);
   if (status == NULL) status = tr_manifest_load_dir(dir, &rt->manifest);
   if (status == NULL) status = tr_registry_new(rt->warn, rt->warn_ctx, &rt->registry);
-  if (status == NULL) tr_registry_set_interface_finder(rt->registry, tr_select_intree_interface, NULL);
+  if (status == NULL) {
+    tr_registry_set_interface_finder(rt->registry, tr_select_intree_interface, NULL);
+    tr_registry_set_load_check(rt->registry, check_kernel_types, NULL);
+  }
   if (status == NULL && o->backend_dirs != NULL) {
     rt->backend_dirs = calloc(o->n_backend_dirs + 1, sizeof(char *));
     if (rt->backend_dirs == NULL) status = TR_STATUS(TR_OUT_OF_MEMORY, "copying backend dirs");
@@ -111,6 +143,7 @@ void tr_runtime_destroy(tr_runtime **runtime_p) {
   tr_cuda_pool_destroy(&rt->cuda_pool); /* its kept blocks now; the rest as its outputs are freed */
   tr_manifest_destroy(&rt->manifest);
   tr_registry_destroy(&rt->registry);
+  tr_status_destroy(&rt->discovery_failure);
   if (rt->backend_dirs != NULL) tr_plat_free_names(&rt->backend_dirs, rt->n_backend_dirs);
   free(rt->builtin_names);
   free(rt->builtin_inits);
@@ -164,13 +197,20 @@ tr_status *tr__runtime_discover(tr_runtime *rt) {
     if (status == NULL && rt->select_table == NULL) status = make_selectors(rt);
     tr_discovery_destroy(&found);
     if (searched != NULL) tr_discovery_free_dirs(&searched, n_dirs);
-    rt->discovered = status == NULL;
+    /* Once, whatever happened: a failure here (out of memory) is kept and given to every later
+     * caller, never a second load of the backends. */
+    rt->discovered = 1;
+    rt->discovery_failure = status;
   }
+  status = rt->discovery_failure == NULL ? NULL
+           : TR_STATUS(tr_status_code(rt->discovery_failure), "%s", tr_status_message(rt->discovery_failure));
   tr_plat_mutex_unlock(&rt->lock);
   return status;
 }
 
 size_t tr_registered_targets(tr_runtime *rt, const char *op_name, const char **names, size_t max) {
+  if (rt == NULL) return 0;
+  if (names == NULL) max = 0; /* the count only */
   tr_status *status = tr__runtime_discover(rt);
   if (status != NULL) {
     tr_status_destroy(&status);
@@ -180,12 +220,13 @@ size_t tr_registered_targets(tr_runtime *rt, const char *op_name, const char **n
 }
 
 tr_status *tr_set_default_target(tr_runtime *rt, const char *target) {
+  TR__NOT_NULL("tr_set_default_target", rt);
   TR_RETURN_IF_ERROR(tr__runtime_discover(rt));
   const char *settled = NULL;
   if (target != NULL) {
     tr_device any = {"cpu", TR_DEVICE_NO_INDEX};
     tr_status *status = tr_registry_settle(rt->registry, target, NULL, &any, &settled);
-    if (status != NULL) return tr_registry_annotate(rt->registry, status);
+    if (status != NULL) return tr__runtime_hint(rt, status); /* the spec's UnknownTargetError */
   }
   tr_plat_mutex_lock(&rt->lock);
   rt->default_target = settled;
@@ -194,6 +235,7 @@ tr_status *tr_set_default_target(tr_runtime *rt, const char *target) {
 }
 
 const char *tr_default_target(tr_runtime *rt) {
+  if (rt == NULL) return NULL;
   tr_plat_mutex_lock(&rt->lock);
   const char *target = rt->default_target;
   tr_plat_mutex_unlock(&rt->lock);
@@ -201,22 +243,26 @@ const char *tr_default_target(tr_runtime *rt) {
 }
 
 size_t tr_load_failure_count(tr_runtime *rt) {
+  if (rt == NULL) return 0;
   tr_status *status = tr__runtime_discover(rt);
   tr_status_destroy(&status);
   return tr_registry_failure_count(rt->registry);
 }
 
 const char *tr_load_failure_backend(tr_runtime *rt, size_t i) {
-  const tr_load_failure *f = tr_registry_failure_at(rt->registry, i);
+  const tr_load_failure *f = rt != NULL ? tr_registry_failure_at(rt->registry, i) : NULL;
   return f ? f->backend : NULL;
 }
 
 const char *tr_load_failure_reason(tr_runtime *rt, size_t i) {
-  const tr_load_failure *f = tr_registry_failure_at(rt->registry, i);
+  const tr_load_failure *f = rt != NULL ? tr_registry_failure_at(rt->registry, i) : NULL;
   return f ? f->reason : NULL;
 }
 
 tr_status *tr_device_facts_of(tr_runtime *rt, const tr_device *device, tr_device_facts *out) {
+  TR__NOT_NULL("tr_device_facts_of", rt);
+  TR__NOT_NULL("tr_device_facts_of", device);
+  TR__NOT_NULL("tr_device_facts_of", out);
   TR_RETURN_IF_ERROR(tr__runtime_discover(rt));
   if (strcmp(device->type, "cuda") == 0) return tr__cuda_facts(device, out);
   return tr_registry_device_facts(rt->registry, device, out);
@@ -233,8 +279,13 @@ void tr_cuda_trim(tr_runtime *runtime) {
   if (runtime != NULL) tr_cuda_pool_trim(runtime->cuda_pool);
 }
 
-int tr_runtime_launch_remote(const tr_runtime *runtime) { return runtime->launch_placement == TR_PLACE_PROCESS; }
+int tr_runtime_launch_remote(const tr_runtime *runtime) {
+  return runtime != NULL && runtime->launch_placement == TR_PLACE_PROCESS;
+}
 
-tr_status *tr_alloc_shared(size_t bytes, void **out) { return tr_share_alloc(bytes, out); }
+tr_status *tr_alloc_shared(size_t bytes, void **out) {
+  TR__NOT_NULL("tr_alloc_shared", out);
+  return tr_share_alloc(bytes, out);
+}
 
 void tr_free_shared(void *data) { tr_share_free(data); }

@@ -386,9 +386,9 @@ static tr_status *select_type(const tr_selector *sel, const iface_entry *e, cons
     return TR_STATUS(TR_OP_NOT_AVAILABLE, "%s's in-tree kernels do not run on %s: no implementation "
                      "of %s runs on device type '%s'", sel->op_name, dev, e->iface->name, call->device.type);
   }
-  if (n_app == 0) { /* row 7 */
+  if (n_app == 0) { /* row 7: a ValueError, as the spec's selection tests catch it */
     tr_call_spec_format(call, text, sizeof(text));
-    return TR_STATUS(TR_SELECTION, "%s: no implementation serves this call %s%s", sel->op_name, text, reasons);
+    return TR_STATUS(TR_VALUE, "%s: no implementation serves this call %s%s", sel->op_name, text, reasons);
   }
   /* Precedence: a general implementation ranks below every other, so it takes part (and its
    * preferred_over counts) only where no other applies; among those that take part,

@@ -63,8 +63,9 @@ void tr_selector_destroy(tr_selector **selector_p);
 /* Selects the key serving `call` for `interface`: availability (device type, then architecture
  * from the device facts, which `call` may state explicitly), applicability (refusals), then
  * precedence. Errors (rows 6-10): OpNotAvailableError "... in-tree kernels do not run on <dev>";
- * SelectionError "no implementation serves this call" listing every key with its reason,
- * "dispatch is ambiguous", "takes a <Request> call spec", "cannot key a dispatch cache". */
+ * ValueError "no implementation serves this call" listing every key with its reason (the spec's
+ * selection tests catch it as a ValueError); SelectionError "dispatch is ambiguous", "takes a
+ * <Request> call spec", "cannot key a dispatch cache". */
 tr_status *tr_selector_key_for(tr_selector *selector, const char *interface,
                                const tr_call_spec *call, const char **key) TR_MUST_USE;
 

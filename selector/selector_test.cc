@@ -74,7 +74,7 @@ TEST_CASE("GQA decode: each range and each boundary between ranges") {
 TEST_CASE("availability filters before precedence; no available implementation lists each reason") {
   Sel s = gqa();
   CHECK(s.key(kGqa, decode(1, 4096, 75)) ==
-        "SelectionError: TestFwdOp: no implementation serves this call AttentionCall(batch=1, "
+        "ValueError: TestFwdOp: no implementation serves this call AttentionCall(batch=1, "
         "seqlen_kv=4096, heads=32, heads_kv=4, dim=128, dtype=float16, softcap=0.0, "
         "fuse_rope=False, arch=75, sm_count=132, device=cuda:0); gqa_dense_decode: not available "
         "on arch 75 (supports 80 89 90); gqa_dense_decode_bs1: not available on arch 75 (supports "

@@ -237,7 +237,7 @@ TEST_CASE("builders get params by manifest name (defaults applied) and None for 
   }
 }
 
-TEST_CASE("a backend that fails to load is reported, and later errors count it") {
+TEST_CASE("a backend that fails to load is reported, and later errors say so") {
   Env env(true);
   REQUIRE(tr_load_failure_count(env.rt) == 1);
   CHECK(std::string(tr_load_failure_backend(env.rt, 0)) == "broken");
@@ -253,7 +253,7 @@ TEST_CASE("a backend that fails to load is reported, and later errors count it")
   CHECK(tr_test::error_of(tr_op_call(op, in, 1, out.items, 1)) ==
         "OpNotAvailableError: target 'testcpu' registers no kernel builder for SoftmaxFwdOp; "
         "targets that do: []. There is no fall back to the in-tree implementation: those kernels "
-        "do not run on this target's devices.; 1 backend failed to load (see tr_load_failures)");
+        "do not run on this target's devices.");  // the spec's message: no count (docs/messages.md)
   tr_op_destroy(&op);
 }
 
@@ -798,13 +798,18 @@ TEST_CASE("a kernel's ValueError reaches the caller unchanged, even with a backe
         "ValueError: AddFwdOp: a[3] = 7 is out of range (positions < 4)");
   g_fail_call = 0;
   tr_op_destroy(&linear);
-  // settling a target that is not there still counts the backend that failed, once
-  tr_op *named = nullptr;
-  std::string e = tr_test::error_of(tr_op_new(env.rt, "AddFwdOp", nullptr, 0, "nosuch", &named));
-  CHECK(e.find("nosuch") != std::string::npos);
-  size_t at = e.find("; 1 backend failed to load (see tr_load_failures)");
+  // a param that does not fit (tilerun's own message) counts the backend that failed, once
+  tr_op *bad = nullptr;
+  tr_named_value p = {"trans_a", tr_value_int(3)};
+  std::string e = tr_test::error_of(tr_op_new(env.rt, "GemmFwdOp", &p, 1, nullptr, &bad));
+  CHECK(e.find("trans_a") != std::string::npos);
+  size_t at = e.find("; 1 backend failed to load (see tr_load_failure_reason)");
   CHECK(at != std::string::npos);
   CHECK(e.find("failed to load", e.find("failed to load") + 1) == std::string::npos);  // once
+  // settling a target that is not there: the spec's message, as it stands
+  tr_op *named = nullptr;
+  CHECK(tr_test::error_of(tr_op_new(env.rt, "AddFwdOp", nullptr, 0, "nosuch", &named)) ==
+        "UnknownTargetError: no backend registered target 'nosuch'; known targets: ['other', 'testcpu', 'testgpu']");
 }
 
 static tr_status *init_fused_later(const tr_backend_api *api) {  // a LinearFwdOp builder no detector picks

@@ -141,7 +141,8 @@ typedef tr_status *(*tr_copy_fn)(void *ctx, const DLTensor *src, DLTensor *dst);
  * kernel type too short (struct_size). The status returned is the backend's to free or to return
  * from init. When init returns an error (or a registration fails and init passes it on),
  * everything the backend registered is rolled back and the backend is reported in
- * tr_load_failures. Calls come from the thread running init, one at a time.
+ * the load failures (tr_load_failure_count, _backend, _reason). Calls come from the thread
+ * running init, one at a time. A NULL `host` is a ValueError naming it (find_interface: NULL).
  *
  * Members are only ever appended, and an older tilerun passes a shorter table: before calling a
  * member added after register_kernel_type, a backend checks

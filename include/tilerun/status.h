@@ -19,7 +19,10 @@ extern "C" {
 
 /* The one table of status codes: X(ENUM_SUFFIX, "PrintedName", "what it means").
  * The enum and the names are generated from it, so they cannot drift. Codes are only ever
- * appended (their numbers travel in messages between components). */
+ * appended (their numbers travel in messages between components). The Python binding raises
+ * ValueError's as exceptions that are Python ValueErrors too: a kernel's own value error, a
+ * misused argument (a NULL handle) and the selection refusal "no implementation serves this
+ * call", which the spec's selection tests catch as ValueError. */
 #define TR_STATUS_CODES(X)                                                                   \
   X(OK, "Ok", "success (never carried by a status object)")                                  \
   X(BACKEND, "BackendError", "a backend misbehaved: a detector, builder or read failed")     \
@@ -29,8 +32,8 @@ extern "C" {
   X(SIGNATURE_DTYPE, "SignatureError(dtype)", "a tensor's dtype breaks the op's signature")   \
   X(SIGNATURE_SHAPE, "SignatureError(shape)", "a tensor's shape breaks the op's signature")   \
   X(SIGNATURE_PARAM, "SignatureError(param)", "a param is missing, unknown or mistyped")      \
-  X(SELECTION, "SelectionError", "no in-tree implementation, or more than one, serves a call")\
-  X(VALUE, "ValueError", "a value is out of its allowed range")                              \
+  X(SELECTION, "SelectionError", "selection is ambiguous, or kernel types are refused")      \
+  X(VALUE, "ValueError", "a value is out of range, or no implementation serves a call")      \
   X(MANIFEST, "ManifestError", "a manifest or configuration file is malformed")              \
   X(TRANSPORT, "TransportError", "a component could not be reached or answered badly")       \
   X(COMPILE, "CompileError", "a kernel failed to compile")                                   \

@@ -5,7 +5,13 @@
  * The C form of the spec's caller interface: `op = RMSNormFwdOp(normalized_shape=..., target=...)`
  * is tr_op_new; `op(x, w)` is tr_op_call; `registered_targets`, `set_default_target`,
  * `default_target`, `load_failures`, `op.request_tune()` and `op.kernel_config()` keep their
- * names with the tr_ prefix; BUILTIN is TR_BUILTIN. */
+ * names with the tr_ prefix; BUILTIN is TR_BUILTIN.
+ *
+ * NULL handles: a function returning a status returns a ValueError naming the function and the
+ * argument ("tr_op_call: 'op' is NULL"; an array left NULL with a count above 0 too), with its
+ * out parameter set to NULL first where there is one to set. One returning no status returns its
+ * neutral value: NULL for a name, 0 for a count or flag (tr_registered_targets with NULL names
+ * counts only); the destroy functions, tr_free_shared and tr_cuda_trim accept NULL. */
 #ifndef TILERUN_TILERUN_H_
 #define TILERUN_TILERUN_H_
 
@@ -109,8 +115,8 @@ size_t tr_op_memo_count(const tr_op *op);
  * all of them. */
 tr_status *tr_op_request_tune(tr_op *op) TR_MUST_USE;
 
-/* The op's config: the first non-empty config of a kernel it built (count returned, 0: none); a
- * composite op gives its steps'. The values are the op's copy, valid until the next call of this
+/* The op's config: the first non-empty config of a kernel it built, in build order (count
+ * returned, 0: none); a composite op gives its steps'. The values are the op's copy, valid until the next call of this
  * function on the op (from any thread: callers asking from several threads serialise their
  * calls) or its destruction. With launch in another process: asked of that process,
  * once per request, while calls go on (the config of its op instance for the same op, params

@@ -34,6 +34,14 @@ tr_status *tr_plat_lib_open(const char *path, tr_plat_lib **out) {
   }
   memcpy(path_copy, path, path_len + 1);
   lib->path = path_copy;
+  /* a file (not a name the loader searches for) is checked first: a truncated one would kill
+   * the process inside dlopen */
+  tr_status *bad = strchr(path, '/') != NULL ? tr_plat_lib_check(path) : NULL;
+  if (bad != NULL) {
+    free(lib->path);
+    free(lib);
+    return bad;
+  }
   dlerror(); /* forget any earlier failure */
   lib->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (lib->handle == NULL) {

@@ -26,8 +26,8 @@ import threading
 
 __all__ = [
     "Error", "SignatureError", "BackendError", "UnknownTargetError", "AmbiguousTargetError",
-    "OpNotAvailableError", "SelectionError", "ManifestError", "TransportError", "CompileError",
-    "InternalError",
+    "OpNotAvailableError", "SelectionError", "InvalidValueError", "ManifestError", "TransportError",
+    "CompileError", "InternalError",
     "Runtime", "Op", "Tensor", "dtype", "op", "default_runtime", "set_stream", "stream",
     "library_path",
 ]
@@ -275,6 +275,12 @@ class SelectionError(Error):
     """No in-tree implementation, or more than one, serves a call."""
 
 
+class InvalidValueError(Error, ValueError):
+    """A value is out of its allowed range (code ValueError): a kernel's own value error, an
+    argument the C API refused, or "no implementation serves this call". Catchable as Python's
+    ValueError, as the spec's selection tests catch it."""
+
+
 class ManifestError(Error):
     """A manifest or configuration file is malformed."""
 
@@ -291,10 +297,12 @@ class InternalError(Error):
     """A bug in tilerun."""
 
 
-# Codes ValueError, OutOfMemoryError and IOError raise Error itself (their names are Python's).
+# Codes OutOfMemoryError and IOError raise Error itself (their names are Python's); code
+# ValueError raises InvalidValueError, an Error that is a Python ValueError too.
 _ERROR_CLASSES = {c.__name__: c for c in (
     SignatureError, BackendError, UnknownTargetError, AmbiguousTargetError, OpNotAvailableError,
     SelectionError, ManifestError, TransportError, CompileError, InternalError)}
+_ERROR_CLASSES["ValueError"] = InvalidValueError
 
 
 def _error_from(status):
