@@ -413,3 +413,36 @@ TEST_CASE("tr_pipeline_call_each has thread and process components' requests in 
   tr_pipeline_destroy(&p);
   for (auto &s : servers) tr_server_stop(&s);
 }
+
+// A handler that fails with a message holding every character JSON must escape.
+static tr_status *FailsOddly(void *, const uint8_t *, size_t, uint8_t *, size_t, size_t *) {
+  return TR_STATUS(TR_VALUE, "a \"quoted\" \\ back\nslash\ttab\x01 bell\x7f caf\xc3\xa9 \xff end");
+}
+
+TEST_CASE("the trace stage escapes quotes, backslashes and control characters: each line is JSON") {
+  TempDir dir;
+  std::string trace = std::string(dir.path) + "/odd.jsonl";
+  tr_trace *t = nullptr;
+  ok(tr_trace_new(trace.c_str(), "validate", FailsOddly, nullptr, &t));
+  // field 2 (the op), length-delimited: an op name with a quote, a backslash, a newline, a
+  // control character and UTF-8
+  const std::string op = "Odd\"Op\\x\ny\x02z\xc3\xa9";
+  std::vector<uint8_t> request = {0x12, (uint8_t)op.size()};
+  request.insert(request.end(), op.begin(), op.end());
+  uint8_t reply[64];
+  size_t n = 0;
+  tr_status *s = tr_trace_handle(t, request.data(), request.size(), reply, sizeof(reply), &n);
+  CHECK(s != nullptr);
+  tr_status_destroy(&s);
+  tr_trace_destroy(&t);
+  std::string check = dir.write("check.py",
+                                "import json, sys\n"
+                                "lines = open(sys.argv[1], encoding='utf-8').read().splitlines()\n"
+                                "assert len(lines) == 1, lines\n"
+                                "d = json.loads(lines[0])\n"
+                                "assert d['op'] == 'Odd\"Op\\\\x\\ny\\x02z\\u00e9', repr(d['op'])\n"
+                                "assert d['error'] == 'a \"quoted\" \\\\ back\\nslash\\ttab\\x01 bell\\x7f caf\\u00e9 "
+                                "\\ufffd end', repr(d['error'])\n"
+                                "assert d['component'] == 'validate'\n");
+  CHECK(std::system(("/usr/bin/python3 " + check + " " + trace).c_str()) == 0);
+}
