@@ -40,6 +40,9 @@ typedef struct tr_component_config {
   tr_placement placement;
   char endpoint[256];       /* process: where `tilerun serve` listens */
   char curve_server_key[41]; /* process over tcp: the server's public key (Z85), or "" */
+  /* process with curve_server_key: a file holding this client's Curve secret key (Z85; its
+   * public key is what a server's client list names), or "" for a fresh keypair per client */
+  char curve_client_secret_file[256];
 } tr_component_config;
 
 typedef struct tr_pipeline_config {
@@ -52,7 +55,8 @@ void tr_pipeline_config_default(tr_pipeline_config *out);
 
 /* Reads a pipeline file. Every problem is a ManifestError naming file, line and column (an
  * unknown component or key, a placement other than inline/thread/process, a process placement
- * without an endpoint, an endpoint of another scheme); an unreadable file is an IOError. */
+ * without an endpoint, an endpoint of another scheme, curve_client_secret_file without
+ * curve_server_key); an unreadable file is an IOError. */
 tr_status *tr_pipeline_config_load(const char *path, tr_pipeline_config *out) TR_MUST_USE;
 
 /* The handler a component runs: request bytes in, reply bytes out (see each component's header:
