@@ -550,3 +550,69 @@ TEST_CASE("the trace stage escapes quotes, backslashes and control characters: e
                                 "assert d['component'] == 'validate'\n");
   CHECK(std::system(("/usr/bin/python3 " + check + " " + trace).c_str()) == 0);
 }
+
+#include <zmq.h>
+
+// The peak of a process's address space (VmPeak, in kB), read from /proc; -1 where there is none.
+static long vm_peak_kb(const std::string &pid) {
+  std::string status = slurp_file("/proc/" + pid + "/status");
+  size_t at = status.find("VmPeak:");
+  return at == std::string::npos ? -1 : std::atol(status.c_str() + at + 7);
+}
+
+TEST_CASE("serve: a request over the largest a component takes is refused unread; the server keeps serving") {
+  TempDir dir;
+  char *ipc_dir = nullptr;
+  ok(tr_plat_make_temp_dir("tr-ipc", &ipc_dir));
+  const std::string endpoint = std::string("ipc://") + ipc_dir + "/big.sock";
+  std::string cmd = "echo $$ >" + std::string(dir.path) + "/pid; exec tools/tilerun serve echo --endpoint " + endpoint +
+                    " >" + dir.path + "/out.txt";
+  const char *argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  tr_plat_process *server = nullptr;
+  ok(tr_plat_process_spawn(argv, &server));
+  tr_transport_options opts = {};
+  opts.component = "echo";
+  opts.deadline_ms = 2000;
+  tr_client *client = nullptr;
+  ok(tr_client_new(endpoint.c_str(), &opts, &client));
+  uint8_t reply[16];
+  size_t n = 0;
+  ok(when_served([&] { return tr_client_call(client, (const uint8_t *)"hi", 2, reply, sizeof(reply), &n); }));
+  std::string pid = slurp_file(std::string(dir.path) + "/pid");
+  pid = pid.substr(0, pid.find('\n'));
+  const long before = vm_peak_kb(pid);
+  if (before < 0) WARN("no /proc here: the server's memory is not measured");
+
+  // 256 MiB in one frame from a plain ZeroMQ socket
+  const size_t big = (size_t)256 << 20;
+  void *ctx = zmq_ctx_new();
+  void *raw = zmq_socket(ctx, ZMQ_DEALER);
+  int linger = 0;
+  zmq_setsockopt(raw, ZMQ_LINGER, &linger, sizeof(linger));
+  REQUIRE(zmq_connect(raw, endpoint.c_str()) == 0);
+  zmq_msg_t msg;
+  REQUIRE(zmq_msg_init_size(&msg, big) == 0);
+  std::memset(zmq_msg_data(&msg), 'x', big);
+  REQUIRE(zmq_msg_send(&msg, raw, 0) == (int)big);
+  tr_plat_sleep_ns(1000000000);  // time to send it, and for the server to have dropped it
+  zmq_close(raw);
+  zmq_ctx_term(ctx);
+
+  if (before >= 0) {
+    const long after = vm_peak_kb(pid);
+    INFO("VmPeak before " << before << " kB, after " << after << " kB");
+    CHECK(after - before < 64 * 1024);  // far less than the 256 MiB message
+  }
+  ok(tr_client_call(client, (const uint8_t *)"still", 5, reply, sizeof(reply), &n));  // serves others
+  CHECK(std::string((const char *)reply, n) == "still");
+  tr_client_destroy(&client);
+  tr_plat_process_kill(server, 0);
+  CHECK(tr_plat_process_wait(&server, 5000) == 0);
+  std::string out = slurp_file(std::string(dir.path) + "/out.txt");
+  INFO(out);
+  CHECK(out.find(" 0 peers disconnected") == std::string::npos);  // the big one's sender, at least
+  CHECK(out.find("peers disconnected (a request over ") != std::string::npos);
+  tr_status *removed = tr_plat_remove_tree(ipc_dir);
+  tr_status_destroy(&removed);
+  std::free(ipc_dir);
+}
