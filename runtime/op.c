@@ -188,6 +188,8 @@ static void miss_call_clear(miss_call *m) {
 
 /* The in-tree path where it cannot run: the message the spec gives for cpu. */
 static tr_status *not_in_tree(const tr_op *op, const tr_device *device) {
+  tr_settle_request asked = {tr_op_def_name(op->def), op->requested, tr_default_target(op->rt), *device};
+  TR_RETURN_IF_ERROR(tr_settle_check_builtin(op->rt->pipeline, op->rt->registry, &asked)); /* served elsewhere */
   char dev[TR_DEVICE_FORMAT_MAX], known[1024];
   tr_device_format(device, dev, sizeof(dev));
   tr_registry_targets_text(op->rt->registry, tr_op_def_name(op->def), known, sizeof(known));

@@ -290,3 +290,33 @@ TEST_CASE("bench pipeline's free tcp ports: all different on loopback; a host no
   CHECK(tr_test::error_of(tr_bench_free_tcp_endpoints("127.0.0.1", 9, eps)) ==
         "ValueError: at most 8 free tcp endpoints at once, 9 asked");
 }
+
+TEST_CASE("run with settle served where its backend is missing: the error says the server knows no such target") {
+  tr_test::TempDir dir;
+  char *ipc_dir = nullptr;
+  tr_test::ok(tr_plat_make_temp_dir("tr-ipc", &ipc_dir));  // a short path: unix socket paths stop at 107 bytes
+  const std::string endpoint = std::string("ipc://") + ipc_dir + "/settle.sock";
+  std::string pipeline = dir.write("p.yaml", "components:\n  settle: {placement: process, endpoint: \"" + endpoint + "\"}\n");
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "/nonexistent") == nullptr);  // the server's: no backend
+  const char *argv[] = {"tools/tilerun", "serve", "settle", "--endpoint", endpoint.c_str(), nullptr};
+  tr_plat_process *server = nullptr;
+  tr_test::ok(tr_plat_process_spawn(argv, &server));
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "backends/cpu") == nullptr);  // this process's: cpu
+  Run r;
+  for (int tries = 0; tries < 50; tries++) {  // until the server is up
+    r = run({"run", "--manifest", "manifest/spec", "--smallest", "--device", "cpu", "--pipeline", pipeline});
+    if (r.out.find("did not answer") == std::string::npos) break;
+  }
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
+  tr_plat_process_kill(server, 0);
+  CHECK(tr_plat_process_wait(&server, 5000) == 0);
+  tr_status *removed = tr_plat_remove_tree(ipc_dir);
+  tr_status_destroy(&removed);
+  std::free(ipc_dir);
+  CHECK(r.rc == 1);
+  CHECK(r.out.find("known targets for this op: ['cpu']") == std::string::npos);  // not the contradiction
+  CHECK(r.out.find("RMSNormFwdOp     llama3.1-8b decode                     FAILED: OpNotAvailableError: "
+                   "RMSNormFwdOp on cpu: the settle component served at " + endpoint + " knows no target for cpu "
+                   "and answered the in-tree kernels, which do not run there; in this process target 'cpu' serves "
+                   "it (the settle server lacks that backend: see its TILERUN_BACKEND_PATH)") != std::string::npos);
+}

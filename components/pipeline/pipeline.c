@@ -260,6 +260,11 @@ tr_status *tr_pipeline_call(tr_pipeline *p, tr_component_id id, const uint8_t *r
 
 tr_placement tr_pipeline_placement(const tr_pipeline *p, tr_component_id id) { return p->channels[id].placement; }
 
+const char *tr_pipeline_endpoint(const tr_pipeline *p, tr_component_id id) {
+  const channel *ch = &p->channels[id];
+  return ch->placement == TR_PLACE_PROCESS && ch->client != NULL ? tr_client_endpoint(ch->client) : NULL;
+}
+
 int tr_pipeline_inline_handler(const tr_pipeline *p, tr_component_id id, tr_component_handler *handler, void **ctx) {
   const channel *ch = &p->channels[id];
   int plain = ch->placement == TR_PLACE_INLINE && ch->trace == NULL && ch->pins == NULL && ch->handler != NULL;

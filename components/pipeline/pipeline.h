@@ -109,6 +109,10 @@ void tr_pipeline_call_each(tr_pipeline *pipeline, tr_pipeline_exchange *x, size_
 
 tr_placement tr_pipeline_placement(const tr_pipeline *pipeline, tr_component_id id);
 
+/* The endpoint a component placed in another process is reached at (after resolution); NULL for
+ * a component in this process. Owned by the pipeline. Cannot fail; thread-safe. */
+const char *tr_pipeline_endpoint(const tr_pipeline *pipeline, tr_component_id id);
+
 /* Where tr_pipeline_call of component `id` is a plain call of its handler (placed inline, its
  * builtin implementation: no trace stage, not pinned): 1, with that handler and its context, so
  * that a client that knows the handler can pass structs to the component's library instead of
