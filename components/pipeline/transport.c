@@ -723,7 +723,10 @@ static tr_status *tr__server_open(const char *endpoint, tr_handler_fn handler, v
     status = tr__monitor_open(s->router, ZMQ_EVENT_DISCONNECTED, s->cfg.component, resolved,
                               &s->monitor);
   }
+  /* Named before the bind: the ZAP handler may name the server as soon as it is bound. */
+  if (status == NULL) snprintf(s->endpoint, sizeof s->endpoint, "%s", resolved);
   if (status == NULL && zmq_bind(s->router, resolved) != 0) {
+    s->endpoint[0] = '\0';
     status = TR_STATUS(TR_TRANSPORT, "cannot bind component '%s' to %s: %s", s->cfg.component,
                        resolved, zmq_strerror(zmq_errno()));
   }
@@ -734,10 +737,14 @@ static tr_status *tr__server_open(const char *endpoint, tr_handler_fn handler, v
     tr__server_free(s);
     return status;
   }
-  size_t size = sizeof s->endpoint;
-  if (zmq_getsockopt(s->router, ZMQ_LAST_ENDPOINT, s->endpoint, &size) != 0) {
-    snprintf(s->endpoint, sizeof s->endpoint, "%s", resolved);
+  char bound[TR_ENDPOINT_MAX];
+  size_t size = sizeof bound;
+  if (zmq_getsockopt(s->router, ZMQ_LAST_ENDPOINT, bound, &size) != 0) {
+    snprintf(bound, sizeof bound, "%s", resolved);
   }
+  if (s->zap_domain[0] != '\0') tr_plat_mutex_lock(&tr__zap_lock); /* the handler reads it */
+  memcpy(s->endpoint, bound, sizeof bound);
+  if (s->zap_domain[0] != '\0') tr_plat_mutex_unlock(&tr__zap_lock);
   *out = s;
   return NULL;
 }
@@ -1166,7 +1173,7 @@ static int tr__recv_by(tr_client *c, tr__slot *slot, uint64_t id, uint64_t deadl
     }
     if (!(items[0].revents & ZMQ_POLLIN)) {
       if ((items[1].revents & ZMQ_POLLIN) && tr__slot_lost(c, slot)) return 2;
-      if (rc == 0 && left == 0) return 1;
+      if (left == 0) return 1; /* nothing queued, and no time left */
       continue; /* the loop's top decides whether time is up */
     }
     if (zmq_msg_recv(reply, sock, ZMQ_DONTWAIT) < 0) {
