@@ -374,6 +374,8 @@ struct tr_server {
   _Atomic uint64_t dropped;
   _Atomic uint64_t disconnects;
   _Atomic uint64_t refused;
+  int refused_logged;         /* under tr__zap_lock: whether, and when, a refusal was logged */
+  uint64_t refused_logged_ns;
   void *monitor;        /* ipc, tcp: ZMQ_EVENT_DISCONNECTED of the router */
   char zap_domain[48];  /* CurveZMQ: this server's ZAP domain */
   char ipc_path[TR_ENDPOINT_MAX]; /* ipc: the socket file this server made, removed when it stops */
@@ -426,9 +428,15 @@ static int tr__zap_allows(const char *domain, size_t domain_size, const uint8_t 
       allowed = key_size == 32 && memcmp(found->cfg.allowed[i], key, 32) == 0;
     }
     if (!allowed) {
-      atomic_fetch_add(&found->refused, 1);
-      snprintf(why, why_size, "component '%s' at %s refused a CurveZMQ client: its key %s is not "
-               "on the server's client list", found->cfg.component, found->endpoint, z85);
+      /* A refused client retries every 100 ms: one line a second says so, with the count. */
+      uint64_t refused = atomic_fetch_add(&found->refused, 1) + 1, now = tr_plat_now_ns();
+      if (found->refused_logged == 0 || now - found->refused_logged_ns >= 1000000000u) {
+        snprintf(why, why_size, "component '%s' at %s refused a CurveZMQ client: its key %s is "
+                 "not on the server's client list (%llu refused so far)", found->cfg.component,
+                 found->endpoint, z85, (unsigned long long)refused);
+        found->refused_logged = 1;
+        found->refused_logged_ns = now;
+      }
     }
   }
   tr_plat_mutex_unlock(&tr__zap_lock);

@@ -75,7 +75,8 @@ typedef struct tr_transport_options {
   /* Server with CurveZMQ: NULL serves every client that knows the server's public key; else
    * the only clients served, as text: one Z85 public key per line (blank lines and lines
    * starting with '#' ignored). A client not on it gets no reply (its handshake is refused
-   * through tilerun's ZAP handler); tr_server_refused counts it and stderr names its key.
+   * through tilerun's ZAP handler); tr_server_refused counts it and stderr names its key (a
+   * line a second at most).
    * Client: its own keypair for CurveZMQ comes from curve_client_public/secret. */
   const char *curve_clients;
 } tr_transport_options;
