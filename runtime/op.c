@@ -194,6 +194,8 @@ static void miss_call_clear(miss_call *m) {
 
 /* The in-tree path where it cannot run: the spec's message, naming the device's type. */
 static tr_status *not_in_tree(const tr_op *op, const tr_device *device) {
+  tr_settle_request asked = {tr_op_def_name(op->def), op->requested, tr_default_target(op->rt), *device};
+  TR_RETURN_IF_ERROR(tr_settle_check_builtin(op->rt->pipeline, op->rt->registry, &asked)); /* served elsewhere */
   char known[1024];
   tr_registry_targets_text(op->rt->registry, tr_op_def_name(op->def), known, sizeof(known));
   return TR_STATUS(TR_OP_NOT_AVAILABLE, "%s's in-tree kernels do not run on %s; known targets for "

@@ -11,6 +11,12 @@
 #include "platform/test_support.h"
 #include "tools/bench.h"
 #include "tools/cli.h"
+#include "components/pipeline/transport.h"
+
+static tr_status *EchoNothing(void *, const uint8_t *, size_t, uint8_t *, size_t, size_t *reply_size) {
+  *reply_size = 0;
+  return nullptr;
+}
 
 struct Run {
   int rc;
@@ -230,7 +236,34 @@ TEST_CASE("serve: usage errors, and a component that does not exist") {
   CHECK(r.err.find("tilerun serve: ValueError: ") == 0);
   r = run({"serve", "settle", "--endpoint", "tcp://:45999", "--curve-secret", "short"});
   CHECK(r.rc == 1);
-  CHECK(r.err.find("the Curve secret key must be 40 Z85 characters, got 5 characters") != std::string::npos);
+  CHECK(r.err.find("--curve-secret is no longer read: on the command line every local user sees the key (ps); "
+                   "give it in TILERUN_CURVE_SECRET, or in a file named by TILERUN_CURVE_SECRET_FILE") !=
+        std::string::npos);
+  CHECK(r.out.empty());
+  REQUIRE(tr_plat_setenv("TILERUN_CURVE_SECRET", "short") == nullptr);
+  r = run({"serve", "settle", "--endpoint", "tcp://:45999"});
+  REQUIRE(tr_plat_setenv("TILERUN_CURVE_SECRET", nullptr) == nullptr);
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("the Curve secret key must be 40 Z85 characters, got 5 characters (from TILERUN_CURVE_SECRET)") !=
+        std::string::npos);
+  tr_test::TempDir dir;
+  std::string file = dir.write("secret", "tooshort\n");
+  REQUIRE(tr_plat_setenv("TILERUN_CURVE_SECRET_FILE", file.c_str()) == nullptr);
+  r = run({"serve", "settle", "--endpoint", "tcp://:45999"});
+  REQUIRE(tr_plat_setenv("TILERUN_CURVE_SECRET_FILE", nullptr) == nullptr);
+  CHECK(r.err.find("got 8 characters (from TILERUN_CURVE_SECRET_FILE)") != std::string::npos);
+}
+
+TEST_CASE("serve says it serves only once the bind succeeded; a failed bind is the error, exit 1") {
+  tr_server *holder = nullptr;
+  tr_test::ok(tr_server_start("tcp://127.0.0.1:*", EchoNothing, nullptr, nullptr, &holder));
+  std::string taken = tr_server_endpoint(holder);
+  Run r = run({"serve", "echo", "--endpoint", taken});
+  tr_server_stop(&holder);
+  CHECK(r.rc == 1);
+  CHECK(r.out.find("serving") == std::string::npos);
+  CHECK(r.err.find("tilerun serve: TransportError: cannot bind component 'echo' to " + taken) == 0);
+  CHECK(r.err.find("Address already in use") != std::string::npos);
 }
 
 TEST_CASE("run --pipeline: a bad pipeline file is named with file, line and column") {
@@ -354,4 +387,34 @@ TEST_CASE("numeric options: not a number, negative, zero, too large and missing 
     CHECK(r.err == c.second + "Run 'tilerun --help' for usage.\n");
     CHECK(r.out.empty());
   }
+}
+
+TEST_CASE("run with settle served where its backend is missing: the error says the server knows no such target") {
+  tr_test::TempDir dir;
+  char *ipc_dir = nullptr;
+  tr_test::ok(tr_plat_make_temp_dir("tr-ipc", &ipc_dir));  // a short path: unix socket paths stop at 107 bytes
+  const std::string endpoint = std::string("ipc://") + ipc_dir + "/settle.sock";
+  std::string pipeline = dir.write("p.yaml", "components:\n  settle: {placement: process, endpoint: \"" + endpoint + "\"}\n");
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "/nonexistent") == nullptr);  // the server's: no backend
+  const char *argv[] = {"tools/tilerun", "serve", "settle", "--endpoint", endpoint.c_str(), nullptr};
+  tr_plat_process *server = nullptr;
+  tr_test::ok(tr_plat_process_spawn(argv, &server));
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "backends/cpu") == nullptr);  // this process's: cpu
+  Run r;
+  for (int tries = 0; tries < 50; tries++) {  // until the server is up
+    r = run({"run", "--manifest", "manifest/spec", "--smallest", "--device", "cpu", "--pipeline", pipeline});
+    if (r.out.find("did not answer") == std::string::npos) break;
+  }
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
+  tr_plat_process_kill(server, 0);
+  CHECK(tr_plat_process_wait(&server, 5000) == 0);
+  tr_status *removed = tr_plat_remove_tree(ipc_dir);
+  tr_status_destroy(&removed);
+  std::free(ipc_dir);
+  CHECK(r.rc == 1);
+  CHECK(r.out.find("known targets for this op: ['cpu']") == std::string::npos);  // not the contradiction
+  CHECK(r.out.find("RMSNormFwdOp     llama3.1-8b decode                     FAILED: OpNotAvailableError: "
+                   "RMSNormFwdOp on cpu: the settle component served at " + endpoint + " knows no target for cpu "
+                   "and answered the in-tree kernels, which do not run there; in this process target 'cpu' serves "
+                   "it (the settle server lacks that backend: see its TILERUN_BACKEND_PATH)") != std::string::npos);
 }

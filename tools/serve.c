@@ -15,6 +15,7 @@
 #include "components/validate/validate.h"
 #include "manifest/manifest.h"
 #include "platform/platform.h"
+#include "proto/components.pb.h"
 #include "kernels/cuda/driver.h"
 #include "registry/registry.h"
 #include "runtime/op_cache.h"
@@ -99,6 +100,72 @@ static tr_status *parse_facts(const char *text, tr_device *device, tr_device_fac
   return NULL;
 }
 
+/* The largest request a component's client sends: the largest of the five requests nanopb can
+ * encode (a launch request carries tensors by reference, never their data). ZeroMQ refuses a
+ * larger message before allocating it. */
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SERVE_MAX_REQUEST                                                                       \
+  MAX(MAX(MAX(tilerun_ValidateRequest_size, tilerun_SettleRequest_size),                        \
+          MAX(tilerun_SelectRequest_size, tilerun_BuildRequest_size)),                          \
+      tilerun_LaunchRequest_size)
+
+/* Reads a whole file named by option `what` into *out (NUL-terminated; the caller frees). */
+static tr_status *read_text(const char *path, const char *what, char **out) {
+  *out = NULL;
+  size_t size = 0;
+  tr_status *status = tr_plat_read_file(path, out, &size);
+  if (status != NULL) {
+    tr_status *named = TR_STATUS(tr_status_code(status), "%s: %s", what, tr_status_message(status));
+    tr_status_destroy(&status);
+    return named;
+  }
+  char *text = realloc(*out, size + 1);
+  if (text == NULL) {
+    free(*out);
+    *out = NULL;
+    return TR_STATUS(TR_OUT_OF_MEMORY, "%s: %zu bytes", what, size);
+  }
+  text[size] = '\0';
+  *out = text;
+  return NULL;
+}
+
+/* The server's Curve secret: $TILERUN_CURVE_SECRET, else the first line of the file
+ * $TILERUN_CURVE_SECRET_FILE names; "" when neither is set. Never from the command line, where
+ * every local user can read it (ps). */
+static tr_status *curve_secret_of(char secret[TR_CURVE_KEY_SIZE + 1], const char **source) {
+  secret[0] = '\0';
+  *source = NULL;
+  const char *env = tr_plat_getenv("TILERUN_CURVE_SECRET");
+  const char *file = tr_plat_getenv("TILERUN_CURVE_SECRET_FILE");
+  char *text = NULL;
+  if (env != NULL && env[0] != '\0') {
+    *source = "TILERUN_CURVE_SECRET";
+    size_t n = strlen(env) + 1;
+    text = malloc(n);
+    if (text == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "the Curve secret key");
+    memcpy(text, env, n);
+  } else if (file != NULL && file[0] != '\0') {
+    *source = "TILERUN_CURVE_SECRET_FILE";
+    TR_RETURN_IF_ERROR(read_text(file, "TILERUN_CURVE_SECRET_FILE", &text));
+  } else {
+    return NULL;
+  }
+  size_t len = strcspn(text, "\r\n");
+  while (len > 0 && (text[len - 1] == ' ' || text[len - 1] == '\t')) len--;
+  tr_status *status = NULL;
+  if (len != 40) {
+    status = TR_STATUS(TR_VALUE, "the Curve secret key must be 40 Z85 characters, got %zu characters (from %s)",
+                       len, *source);
+  } else {
+    memcpy(secret, text, 40);
+    secret[40] = '\0';
+  }
+  memset(text, 0, strlen(text));
+  free(text);
+  return status;
+}
+
 /* The in-tree ops' select table (select and build serve from it), with its facts. */
 typedef struct serve_select {
   serve_facts facts;
@@ -181,20 +248,40 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   tr_transport_options opts;
   memset(&opts, 0, sizeof(opts));
   opts.component = component;
-  char public_key[TR_CURVE_KEY_SIZE];
+  opts.max_request = SERVE_MAX_REQUEST;
+  char public_key[TR_CURVE_KEY_SIZE], secret[TR_CURVE_KEY_SIZE + 1];
+  const char *secret_from = NULL;
+  char *clients = NULL;
+  const char *clients_file = tr_plat_getenv("TILERUN_CURVE_CLIENTS");
   if (status == NULL && curve_secret != NULL) {
-    if (strlen(curve_secret) != 40) {
-      status = TR_STATUS(TR_VALUE, "the Curve secret key must be 40 Z85 characters, got %zu characters",
-                         strlen(curve_secret));
-    } else if (zmq_curve_public(public_key, curve_secret) != 0) {
-      status = TR_STATUS(TR_VALUE, "the Curve secret key is not a key libzmq accepts: %s",
+    status = TR_STATUS(TR_VALUE, "--curve-secret is no longer read: on the command line every local user "
+                       "sees the key (ps); give it in TILERUN_CURVE_SECRET, or in a file named by "
+                       "TILERUN_CURVE_SECRET_FILE");
+  }
+  if (status == NULL) status = curve_secret_of(secret, &secret_from);
+  if (status == NULL && secret[0] != '\0') {
+    if (zmq_curve_public(public_key, secret) != 0) {
+      status = TR_STATUS(TR_VALUE, "the Curve secret key (from %s) is not a key libzmq accepts: %s", secret_from,
                          zmq_strerror(zmq_errno()));
     }
     opts.curve_server_public = public_key;
-    opts.curve_server_secret = curve_secret;
+    opts.curve_server_secret = secret;
+  }
+  if (status == NULL && clients_file != NULL && clients_file[0] != '\0') {
+    if (secret[0] == '\0') {
+      status = TR_STATUS(TR_VALUE, "TILERUN_CURVE_CLIENTS names a client list, but no Curve secret key is given "
+                         "(TILERUN_CURVE_SECRET or TILERUN_CURVE_SECRET_FILE)");
+    } else {
+      status = read_text(clients_file, "TILERUN_CURVE_CLIENTS", &clients);
+    }
+    opts.curve_clients = clients;
   }
   char resolved[TR_ENDPOINT_MAX];
   if (status == NULL) status = tr_endpoint_resolve(endpoint, resolved);
+  tr_server *server = NULL;
+  if (status == NULL) status = tr_server_bind(resolved, handler, ctx, &opts, &server);
+  memset(secret, 0, sizeof(secret));
+  free(clients);
   if (status != NULL) {
     if (sel != NULL) tr_select_table_destroy(&sel->table);
     free(sel);
@@ -207,10 +294,19 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   }
   g_stop = 0;
   tr_plat_on_terminate(&g_stop);
-  if (curve_secret) fprintf(out, "serving %s at %s (CurveZMQ, server key %s)\n", component, resolved, public_key);
-  else fprintf(out, "serving %s at %s\n", component, resolved);
+  if (opts.curve_server_public != NULL) {
+    fprintf(out, "serving %s at %s (CurveZMQ, server key %s%s)\n", component, resolved, public_key,
+            opts.curve_clients != NULL ? "; listed clients only" : "");
+  } else {
+    fprintf(out, "serving %s at %s\n", component, resolved);
+  }
   fflush(out);
-  status = tr_server_run(resolved, handler, ctx, &opts, &g_stop);
+  status = tr_server_serve(server, &g_stop);
+  fprintf(out, "served: %llu malformed messages dropped, %llu peers disconnected (a request over %zu bytes "
+          "disconnects its peer), %llu CurveZMQ clients refused\n",
+          (unsigned long long)tr_server_dropped(server), (unsigned long long)tr_server_disconnects(server),
+          (size_t)SERVE_MAX_REQUEST, (unsigned long long)tr_server_refused(server));
+  tr_server_stop(&server);
   tr_share_maps_destroy(&launch_ctx.maps);
   tr_op_cache_destroy(&ops);
   tr_runtime_destroy(&rt);

@@ -15,9 +15,12 @@ extern "C" {
  * the in-tree ops' selectors with the kernel types plugins add; build: the in-tree kernels'
  * artifacts, compiled with NVRTC for the architecture each request names, no GPU needed). Select reads a device's facts
  * from the device, or from `device_facts` ("cuda:0=90,132,232448": arch, SMs, shared memory per
- * block), which lets a machine without the device select for it. `curve_secret` (40 Z85
- * characters, or NULL) makes it require CurveZMQ; its public key is printed. Prints "serving
- * <component> at <endpoint>" once ready. Returns the exit status (2: bad usage). */
+ * block), which lets a machine without the device select for it. `curve_secret` (a key given on
+ * the command line) is refused, since every local user can read a process's arguments: the key
+ * comes from $TILERUN_CURVE_SECRET or the file $TILERUN_CURVE_SECRET_FILE names, and makes it
+ * require CurveZMQ (its public key is printed); $TILERUN_CURVE_CLIENTS names a file of the only
+ * client public keys served. Prints "serving <component> at <endpoint>" once bound, its counts
+ * and "stopped" at the end. Returns the exit status (2: bad usage). */
 int tr_serve_main(const char *component, const char *endpoint, const char *manifest_dir,
                   const char *curve_secret, const char *const *device_facts, size_t n_device_facts, FILE *out,
                   FILE *err);

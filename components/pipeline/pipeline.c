@@ -6,9 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zmq.h>
+
 #include "components/pipeline/stages.h"
 #include "components/pipeline/transport.h"
 #include "manifest/yaml_doc.h"
+#include "platform/platform.h"
 #include "proto/wire.h"
 
 static const char *const kNames[TR_COMPONENT_COUNT] = {"validate", "settle", "select", "build", "launch"};
@@ -73,10 +76,18 @@ static tr_status *load_component(tr_yaml_doc *doc, yaml_node_t *node, tr_compone
     } else if (strcmp(key, "curve_server_key") == 0) {
       if (strlen(value) != 40) return tr_yaml_error_at(doc, v, "component '%s': curve_server_key must be 40 Z85 characters", name);
       strcpy(c->curve_server_key, value);
+    } else if (strcmp(key, "curve_client_secret_file") == 0) {
+      if (strlen(value) >= sizeof(c->curve_client_secret_file)) {
+        return tr_yaml_error_at(doc, v, "component '%s': curve_client_secret_file too long", name);
+      }
+      strcpy(c->curve_client_secret_file, value);
     } else {
       return tr_yaml_error_at(doc, k, "component '%s': unknown key '%s' (known: implementation, placement, "
-                              "endpoint, curve_server_key, path, pins)", name, key);
+                              "endpoint, curve_server_key, curve_client_secret_file, path, pins)", name, key);
     }
+  }
+  if (c->curve_client_secret_file[0] != '\0' && c->curve_server_key[0] == '\0') {
+    return tr_yaml_error_at(doc, node, "component '%s': curve_client_secret_file needs curve_server_key", name);
   }
   if (c->implementation != TR_IMPL_BUILTIN && c->option_path[0] == '\0') {
     return tr_yaml_error_at(doc, node, "component '%s': implementation %s needs %s", name,
@@ -159,6 +170,38 @@ static tr_status *channel_call(void *ctx, const uint8_t *request, size_t request
   return tr_client_call(ch->client, request, request_size, reply, reply_cap, reply_size);
 }
 
+/* A client's Curve keypair: the secret from the first line of `path`, the public key derived. */
+static tr_status *client_keypair(const char *name, const char *path, char public_key[TR_CURVE_KEY_SIZE],
+                                 char secret_key[TR_CURVE_KEY_SIZE]) {
+  public_key[0] = secret_key[0] = '\0';
+  char *text = NULL;
+  size_t size = 0;
+  tr_status *status = tr_plat_read_file(path, &text, &size);
+  if (status != NULL) {
+    tr_status *named = TR_STATUS(tr_status_code(status), "component '%s': curve_client_secret_file: %s", name,
+                                 tr_status_message(status));
+    tr_status_destroy(&status);
+    return named;
+  }
+  size_t len = 0;
+  while (len < size && text[len] != '\n' && text[len] != '\r') len++;
+  while (len > 0 && (text[len - 1] == ' ' || text[len - 1] == '\t')) len--;
+  if (len != TR_CURVE_KEY_SIZE - 1) {
+    status = TR_STATUS(TR_VALUE, "component '%s': curve_client_secret_file '%s' must hold a 40-character Z85 "
+                       "secret key, got %zu characters", name, path, len);
+  } else {
+    memcpy(secret_key, text, len);
+    secret_key[len] = '\0';
+    if (zmq_curve_public(public_key, secret_key) != 0) {
+      status = TR_STATUS(TR_VALUE, "component '%s': curve_client_secret_file '%s' holds no key libzmq accepts: %s",
+                         name, path, zmq_strerror(zmq_errno()));
+    }
+  }
+  memset(text, 0, size);
+  free(text);
+  return status;
+}
+
 tr_status *tr_pipeline_new(const tr_pipeline_config *config, const tr_component_handler *handlers,
                            void *const *contexts, tr_pipeline **out) {
   *out = NULL;
@@ -191,8 +234,15 @@ tr_status *tr_pipeline_new(const tr_pipeline_config *config, const tr_component_
       status = tr_server_start(endpoint, ch->handler, ch->ctx, &opts, &ch->server);
       if (status == NULL) status = tr_client_new(endpoint, &opts, &ch->client);
     } else if (c->placement == TR_PLACE_PROCESS) {
+      char client_public[TR_CURVE_KEY_SIZE], client_secret[TR_CURVE_KEY_SIZE];
       if (c->curve_server_key[0]) opts.curve_server_public = c->curve_server_key;
-      status = tr_client_new(c->endpoint, &opts, &ch->client);
+      if (c->curve_client_secret_file[0]) {
+        status = client_keypair(kNames[i], c->curve_client_secret_file, client_public, client_secret);
+        opts.curve_client_public = client_public;
+        opts.curve_client_secret = client_secret;
+      }
+      if (status == NULL) status = tr_client_new(c->endpoint, &opts, &ch->client);
+      memset(client_secret, 0, sizeof(client_secret));
     }
   }
   if (status != NULL) {
@@ -224,6 +274,11 @@ tr_status *tr_pipeline_call(tr_pipeline *p, tr_component_id id, const uint8_t *r
 }
 
 tr_placement tr_pipeline_placement(const tr_pipeline *p, tr_component_id id) { return p->channels[id].placement; }
+
+const char *tr_pipeline_endpoint(const tr_pipeline *p, tr_component_id id) {
+  const channel *ch = &p->channels[id];
+  return ch->placement == TR_PLACE_PROCESS && ch->client != NULL ? tr_client_endpoint(ch->client) : NULL;
+}
 
 int tr_pipeline_inline_handler(const tr_pipeline *p, tr_component_id id, tr_component_handler *handler, void **ctx) {
   const channel *ch = &p->channels[id];

@@ -40,6 +40,9 @@ typedef struct tr_component_config {
   tr_placement placement;
   char endpoint[256];       /* process: where `tilerun serve` listens */
   char curve_server_key[41]; /* process over tcp: the server's public key (Z85), or "" */
+  /* process with curve_server_key: a file holding this client's Curve secret key (Z85; its
+   * public key is what a server's client list names), or "" for a fresh keypair per client */
+  char curve_client_secret_file[256];
 } tr_component_config;
 
 typedef struct tr_pipeline_config {
@@ -52,8 +55,9 @@ void tr_pipeline_config_default(tr_pipeline_config *out);
 
 /* Reads a pipeline file. Every problem is a ManifestError naming file, line and column (an
  * unknown component or key, a key given twice, a placement other than inline/thread/process, a
- * process placement without an endpoint, an endpoint of another scheme, nesting deeper than
- * TR_YAML_MAX_DEPTH); an unreadable file is an IOError. */
+ * process placement without an endpoint, an endpoint of another scheme, curve_client_secret_file
+ * without curve_server_key, nesting deeper than TR_YAML_MAX_DEPTH); an unreadable file is an
+ * IOError. */
 tr_status *tr_pipeline_config_load(const char *path, tr_pipeline_config *out) TR_MUST_USE;
 
 /* The handler a component runs: request bytes in, reply bytes out (see each component's header:
@@ -105,6 +109,10 @@ typedef struct tr_pipeline_exchange {
 void tr_pipeline_call_each(tr_pipeline *pipeline, tr_pipeline_exchange *x, size_t n, int until_failure);
 
 tr_placement tr_pipeline_placement(const tr_pipeline *pipeline, tr_component_id id);
+
+/* The endpoint a component placed in another process is reached at (after resolution); NULL for
+ * a component in this process. Owned by the pipeline. Cannot fail; thread-safe. */
+const char *tr_pipeline_endpoint(const tr_pipeline *pipeline, tr_component_id id);
 
 /* Where tr_pipeline_call of component `id` is a plain call of its handler (placed inline, its
  * builtin implementation: no trace stage, not pinned): 1, with that handler and its context, so

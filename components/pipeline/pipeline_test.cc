@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,7 +49,7 @@ TEST_CASE("pipeline files: placements, endpoints, deadline; errors with file, li
         "ManifestError: F:2:42: component 'settle': endpoint 'http://x' is not ipc:// or tcp://");
   CHECK(load_error("components:\n  settle: {placment: thread}\n") ==
         "ManifestError: F:2:12: component 'settle': unknown key 'placment' (known: implementation, "
-        "placement, endpoint, curve_server_key, path, pins)");
+        "placement, endpoint, curve_server_key, curve_client_secret_file, path, pins)");
   CHECK(load_error("deadline_ms: -5\n") ==
         "ManifestError: F:1:14: deadline_ms must be a number of milliseconds from 1 to 3600000, got '-5'");
   CHECK(load_error("components: [validate]\n") ==
@@ -129,13 +131,39 @@ static tr_status *EchoNothing(void *, const uint8_t *, size_t, uint8_t *, size_t
   return nullptr;
 }
 
-TEST_CASE("CurveZMQ through a pipeline file: the server's key is needed") {
+static std::string slurp_file(const std::string &path) {
+  std::string text;
+  FILE *f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
+// `tilerun serve ARGS` with its stdout and stderr in files of `dir` (out.txt, err.txt).
+static tr_plat_process *spawn_serve(const TempDir &dir, const std::string &args) {
+  std::string cmd = "exec tools/tilerun serve " + args + " >" + dir.path + "/out.txt 2>" + dir.path + "/err.txt";
+  const char *argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  tr_plat_process *p = nullptr;
+  ok(tr_plat_process_spawn(argv, &p));
+  return p;
+}
+
+TEST_CASE("CurveZMQ through a pipeline file: the server's key is needed, and a client list names "
+          "the clients served") {
   if (!tr_curve_available()) FAIL("libzmq here has no CurveZMQ");
-  char pub[TR_CURVE_KEY_SIZE], sec[TR_CURVE_KEY_SIZE];
+  TempDir dir;
+  char pub[TR_CURVE_KEY_SIZE], sec[TR_CURVE_KEY_SIZE], client_pub[TR_CURVE_KEY_SIZE], client_sec[TR_CURVE_KEY_SIZE];
   ok(tr_curve_keypair(pub, sec));
+  ok(tr_curve_keypair(client_pub, client_sec));
+  std::string secret_file = dir.write("server.key", std::string(sec) + "\n");
+  std::string client_file = dir.write("client.key", std::string(client_sec) + "\n");
+  std::string clients = dir.write("clients", "# the one client served\n" + std::string(client_pub) + "\n");
   std::string endpoint;
   tr_plat_process *server = nullptr;
-  auto call = [&](const char *key) {
+  auto call = [&](const char *key, const std::string &client_secret_file) {
     tr_pipeline_config config;
     tr_pipeline_config_default(&config);
     config.deadline_ms = 700;
@@ -143,6 +171,7 @@ TEST_CASE("CurveZMQ through a pipeline file: the server's key is needed") {
     c.placement = TR_PLACE_PROCESS;
     snprintf(c.endpoint, sizeof(c.endpoint), "%s", endpoint.c_str());
     snprintf(c.curve_server_key, sizeof(c.curve_server_key), "%s", key);
+    snprintf(c.curve_client_secret_file, sizeof(c.curve_client_secret_file), "%s", client_secret_file.c_str());
     tr_component_handler handlers[TR_COMPONENT_COUNT] = {nullptr};
     void *contexts[TR_COMPONENT_COUNT] = {nullptr};
     tr_pipeline *p = nullptr;
@@ -170,18 +199,93 @@ TEST_CASE("CurveZMQ through a pipeline file: the server's key is needed") {
     ok(tr_server_start("tcp://127.0.0.1:*", EchoNothing, nullptr, nullptr, &probe));
     endpoint = tr_server_endpoint(probe);
     tr_server_stop(&probe);
-    const char *argv[] = {"tools/tilerun", "serve", "validate", "--endpoint", endpoint.c_str(),
-                          "--manifest", "manifest/spec", "--curve-secret", sec, nullptr};
-    ok(tr_plat_process_spawn(argv, &server));
+    // the secret from a file named in the environment, never on the command line
+    ok(tr_plat_setenv("TILERUN_CURVE_SECRET_FILE", secret_file.c_str()));
+    ok(tr_plat_setenv("TILERUN_CURVE_CLIENTS", clients.c_str()));
+    server = spawn_serve(dir, "validate --endpoint " + endpoint + " --manifest manifest/spec");
+    ok(tr_plat_setenv("TILERUN_CURVE_SECRET_FILE", nullptr));
+    ok(tr_plat_setenv("TILERUN_CURVE_CLIENTS", nullptr));
     for (int tries = 0; tries < 20; tries++) {  // until the server is up
-      keyed = call(pub);
+      keyed = call(pub, client_file);
       if (keyed.find("did not answer") == std::string::npos) break;
     }
   }
-  CHECK(keyed.find("decoding a ValidateRequest") != std::string::npos);  // it answered
-  CHECK(call("") == "component 'validate' at " + endpoint + " did not answer within 700 ms");
+  CHECK(keyed.find("decoding a ValidateRequest") != std::string::npos);  // the listed client: answered
+  const std::string silent = "component 'validate' at " + endpoint + " did not answer within 700 ms";
+  CHECK(call(pub, "") == silent);  // the server's key, but a client key not on the list
+  CHECK(call("", "") == silent);   // no CurveZMQ at all
+  CHECK(call(pub, client_file).find("decoding a ValidateRequest") != std::string::npos);  // still served
   tr_plat_process_kill(server, 0);
   CHECK(tr_plat_process_wait(&server, 5000) == 0);
+  std::string out = slurp_file(std::string(dir.path) + "/out.txt");
+  std::string err = slurp_file(std::string(dir.path) + "/err.txt");
+  INFO(out << err);
+  CHECK(out.find("serving validate at " + endpoint + " (CurveZMQ, server key " + pub + "; listed clients only)\n") == 0);
+  CHECK(out.find(" 0 CurveZMQ clients refused") == std::string::npos);  // counted
+  CHECK(out.find(" CurveZMQ clients refused\nstopped\n") != std::string::npos);
+  CHECK(err.find("refused a CurveZMQ client: its key ") != std::string::npos);  // and logged
+  CHECK(err.find(client_pub) == std::string::npos);                              // not the listed one
+}
+
+TEST_CASE("a served component killed mid-run: the next calls fail at once, far inside the deadline") {
+  for (Where where : {Where::kIpc, Where::kTcp}) {
+    INFO(where_name(where));
+    Placed p(TR_COMPONENT_VALIDATE, where, nullptr, nullptr, 10000);
+    std::string reply;
+    tr_status *s = p.raw_call({0xff}, &reply);
+    CHECK(error_of(s).find("decoding a ValidateRequest") != std::string::npos);  // served
+    p.stop_server(true);  // SIGKILL mid-run
+    tr_plat_sleep_ns(100000000);
+    for (int i = 0; i < 3; i++) {
+      uint64_t start = tr_plat_now_ns();
+      CHECK(error_of(p.raw_call({0xff}, &reply)) ==
+            "TransportError: component 'validate' at " + p.endpoint + " dropped the connection (the server ended "
+            "or stopped answering); calls fail at once until it is back");
+      CHECK((tr_plat_now_ns() - start) / 1000000 < 1000);  // the deadline is 10 s
+    }
+  }
+}
+
+TEST_CASE("serve on an ipc path: a live server's path is refused, a dead one's taken over, the file "
+          "removed on exit") {
+  TempDir dir;
+  char *ipc_dir = nullptr;
+  ok(tr_plat_make_temp_dir("tr-ipc", &ipc_dir));  // a short path: unix socket paths stop at 107 bytes
+  const std::string path = std::string(ipc_dir) + "/echo.sock", endpoint = "ipc://" + path;
+  std::free(ipc_dir);
+  tr_plat_process *first = spawn_serve(dir, "echo --endpoint " + endpoint);
+  for (int i = 0; i < 500 && slurp_file(std::string(dir.path) + "/out.txt").empty(); i++) tr_plat_sleep_ns(10000000);
+  REQUIRE(slurp_file(std::string(dir.path) + "/out.txt") == "serving echo at " + endpoint + "\n");
+  TempDir second_dir;
+  tr_plat_process *second = spawn_serve(second_dir, "echo --endpoint " + endpoint);
+  CHECK(tr_plat_process_wait(&second, 10000) == 1);
+  CHECK(slurp_file(std::string(second_dir.path) + "/out.txt").empty());  // never said "serving"
+  CHECK(slurp_file(std::string(second_dir.path) + "/err.txt") ==
+        "tilerun serve: TransportError: cannot bind component 'echo' to " + endpoint +
+            ": the path is in use by a live server (stop it, or choose another path)\n");
+  tr_transport_options opts = {};
+  opts.component = "echo";
+  opts.deadline_ms = 2000;
+  tr_client *client = nullptr;
+  ok(tr_client_new(endpoint.c_str(), &opts, &client));
+  uint8_t reply[16];
+  size_t n = 0;
+  ok(tr_client_call(client, (const uint8_t *)"hi", 2, reply, sizeof(reply), &n));  // the first still answers
+  CHECK(std::string((const char *)reply, n) == "hi");
+  tr_plat_process_kill(first, 1);  // SIGKILL: the socket file stays
+  tr_plat_process_wait(&first, 5000);
+  CHECK(tr_plat_file_exists(path.c_str()));
+  TempDir third_dir;
+  tr_plat_process *third = spawn_serve(third_dir, "echo --endpoint " + endpoint);
+  tr_status *s = when_served([&] { return tr_client_call(client, (const uint8_t *)"again", 5, reply, sizeof(reply), &n); });
+  ok(s);
+  CHECK(std::string((const char *)reply, n) == "again");
+  tr_client_destroy(&client);
+  tr_plat_process_kill(third, 0);
+  CHECK(tr_plat_process_wait(&third, 5000) == 0);
+  CHECK_FALSE(tr_plat_file_exists(path.c_str()));  // removed on exit
+  tr_status *removed = tr_plat_remove_tree(path.substr(0, path.rfind('/')).c_str());
+  tr_status_destroy(&removed);
 }
 
 #include <cstring>
@@ -430,4 +534,103 @@ TEST_CASE("tr_pipeline_call_each has thread and process components' requests in 
   }
   tr_pipeline_destroy(&p);
   for (auto &s : servers) tr_server_stop(&s);
+}
+
+// A handler that fails with a message holding every character JSON must escape.
+static tr_status *FailsOddly(void *, const uint8_t *, size_t, uint8_t *, size_t, size_t *) {
+  return TR_STATUS(TR_VALUE, "a \"quoted\" \\ back\nslash\ttab\x01 bell\x7f caf\xc3\xa9 \xff end");
+}
+
+TEST_CASE("the trace stage escapes quotes, backslashes and control characters: each line is JSON") {
+  TempDir dir;
+  std::string trace = std::string(dir.path) + "/odd.jsonl";
+  tr_trace *t = nullptr;
+  ok(tr_trace_new(trace.c_str(), "validate", FailsOddly, nullptr, &t));
+  // field 2 (the op), length-delimited: an op name with a quote, a backslash, a newline, a
+  // control character and UTF-8
+  const std::string op = "Odd\"Op\\x\ny\x02z\xc3\xa9";
+  std::vector<uint8_t> request = {0x12, (uint8_t)op.size()};
+  request.insert(request.end(), op.begin(), op.end());
+  uint8_t reply[64];
+  size_t n = 0;
+  tr_status *s = tr_trace_handle(t, request.data(), request.size(), reply, sizeof(reply), &n);
+  CHECK(s != nullptr);
+  tr_status_destroy(&s);
+  tr_trace_destroy(&t);
+  std::string check = dir.write("check.py",
+                                "import json, sys\n"
+                                "lines = open(sys.argv[1], encoding='utf-8').read().splitlines()\n"
+                                "assert len(lines) == 1, lines\n"
+                                "d = json.loads(lines[0])\n"
+                                "assert d['op'] == 'Odd\"Op\\\\x\\ny\\x02z\\u00e9', repr(d['op'])\n"
+                                "assert d['error'] == 'a \"quoted\" \\\\ back\\nslash\\ttab\\x01 bell\\x7f caf\\u00e9 "
+                                "\\ufffd end', repr(d['error'])\n"
+                                "assert d['component'] == 'validate'\n");
+  CHECK(std::system(("/usr/bin/python3 " + check + " " + trace).c_str()) == 0);
+}
+
+#include <zmq.h>
+
+// The peak of a process's address space (VmPeak, in kB), read from /proc; -1 where there is none.
+static long vm_peak_kb(const std::string &pid) {
+  std::string status = slurp_file("/proc/" + pid + "/status");
+  size_t at = status.find("VmPeak:");
+  return at == std::string::npos ? -1 : std::atol(status.c_str() + at + 7);
+}
+
+TEST_CASE("serve: a request over the largest a component takes is refused unread; the server keeps serving") {
+  TempDir dir;
+  char *ipc_dir = nullptr;
+  ok(tr_plat_make_temp_dir("tr-ipc", &ipc_dir));
+  const std::string endpoint = std::string("ipc://") + ipc_dir + "/big.sock";
+  std::string cmd = "echo $$ >" + std::string(dir.path) + "/pid; exec tools/tilerun serve echo --endpoint " + endpoint +
+                    " >" + dir.path + "/out.txt";
+  const char *argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  tr_plat_process *server = nullptr;
+  ok(tr_plat_process_spawn(argv, &server));
+  tr_transport_options opts = {};
+  opts.component = "echo";
+  opts.deadline_ms = 2000;
+  tr_client *client = nullptr;
+  ok(tr_client_new(endpoint.c_str(), &opts, &client));
+  uint8_t reply[16];
+  size_t n = 0;
+  ok(when_served([&] { return tr_client_call(client, (const uint8_t *)"hi", 2, reply, sizeof(reply), &n); }));
+  std::string pid = slurp_file(std::string(dir.path) + "/pid");
+  pid = pid.substr(0, pid.find('\n'));
+  const long before = vm_peak_kb(pid);
+  if (before < 0) WARN("no /proc here: the server's memory is not measured");
+
+  // 256 MiB in one frame from a plain ZeroMQ socket
+  const size_t big = (size_t)256 << 20;
+  void *ctx = zmq_ctx_new();
+  void *raw = zmq_socket(ctx, ZMQ_DEALER);
+  int linger = 0;
+  zmq_setsockopt(raw, ZMQ_LINGER, &linger, sizeof(linger));
+  REQUIRE(zmq_connect(raw, endpoint.c_str()) == 0);
+  zmq_msg_t msg;
+  REQUIRE(zmq_msg_init_size(&msg, big) == 0);
+  std::memset(zmq_msg_data(&msg), 'x', big);
+  REQUIRE(zmq_msg_send(&msg, raw, 0) == (int)big);
+  tr_plat_sleep_ns(1000000000);  // time to send it, and for the server to have dropped it
+  zmq_close(raw);
+  zmq_ctx_term(ctx);
+
+  if (before >= 0) {
+    const long after = vm_peak_kb(pid);
+    INFO("VmPeak before " << before << " kB, after " << after << " kB");
+    CHECK(after - before < 64 * 1024);  // far less than the 256 MiB message
+  }
+  ok(tr_client_call(client, (const uint8_t *)"still", 5, reply, sizeof(reply), &n));  // serves others
+  CHECK(std::string((const char *)reply, n) == "still");
+  tr_client_destroy(&client);
+  tr_plat_process_kill(server, 0);
+  CHECK(tr_plat_process_wait(&server, 5000) == 0);
+  std::string out = slurp_file(std::string(dir.path) + "/out.txt");
+  INFO(out);
+  CHECK(out.find(" 0 peers disconnected") == std::string::npos);  // the big one's sender, at least
+  CHECK(out.find("peers disconnected (a request over ") != std::string::npos);
+  tr_status *removed = tr_plat_remove_tree(ipc_dir);
+  tr_status_destroy(&removed);
+  std::free(ipc_dir);
 }

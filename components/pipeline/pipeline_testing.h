@@ -28,6 +28,13 @@ inline const char *where_name(Where w) {
 
 inline std::vector<Where> every_placement() { return {Where::kInline, Where::kThread, Where::kIpc, Where::kTcp}; }
 
+// Whether a status says the server is not there (yet, or any more): no answer within the
+// deadline, or a dropped connection that ZeroMQ has not made again yet.
+inline bool not_there(const std::string &message) {
+  return message.find("did not answer") != std::string::npos ||
+         message.find("dropped the connection") != std::string::npos;
+}
+
 // Calls `call` (returning a status) until a served component answers, or 100 tries: the server
 // may still be starting. Returns the last status.
 template <class F>
@@ -36,7 +43,8 @@ tr_status *when_served(F call) {
   for (int tries = 0; tries < 100; tries++) {
     tr_status_destroy(&s);
     s = call();
-    if (s == nullptr || std::string(tr_status_message(s)).find("did not answer") == std::string::npos) break;
+    if (s == nullptr || !not_there(tr_status_message(s))) break;
+    tr_plat_sleep_ns(10000000);  // a dropped connection fails at once: give a reconnect time
   }
   return s;
 }
@@ -106,7 +114,8 @@ struct Placed {
       tr_status *s = raw_call({0xff}, &r);
       std::string text = s ? tr_status_message(s) : "";
       tr_status_destroy(&s);
-      if (text.find("did not answer") == std::string::npos) return;
+      if (!not_there(text)) return;
+      tr_plat_sleep_ns(10000000);
     }
     FAIL("the served component never answered at " + endpoint);
   }

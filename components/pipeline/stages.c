@@ -81,12 +81,54 @@ static void op_of(const uint8_t *msg, size_t size, char *op, size_t cap) {
     if (len > size - at) return;
     if ((key >> 3) == 2) {
       size_t n = len < cap - 1 ? (size_t)len : cap - 1;
-      for (size_t i = 0; i < n; i++) op[i] = (msg[at + i] >= 32 && msg[at + i] < 127 && msg[at + i] != '"' && msg[at + i] != '\\') ? (char)msg[at + i] : '?';
+      memcpy(op, msg + at, n); /* raw bytes: the line escapes them */
       op[n] = '\0';
       return;
     }
     at += (size_t)len;
   }
+}
+
+/* The length of the valid UTF-8 sequence at text[0..n) (1 to 4), or 0 when it is not one. */
+static size_t utf8_length(const unsigned char *t, size_t n) {
+  size_t len = t[0] < 0x80 ? 1 : (t[0] & 0xe0) == 0xc0 ? 2 : (t[0] & 0xf0) == 0xe0 ? 3 : (t[0] & 0xf8) == 0xf0 ? 4 : 0;
+  if (len == 0 || len > n) return 0;
+  for (size_t i = 1; i < len; i++) {
+    if ((t[i] & 0xc0) != 0x80) return 0;
+  }
+  uint32_t cp = len == 1 ? t[0] : len == 2 ? (t[0] & 0x1fu) : len == 3 ? (t[0] & 0x0fu) : (t[0] & 0x07u);
+  for (size_t i = 1; i < len; i++) cp = (cp << 6) | (t[i] & 0x3fu);
+  static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < least[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0; /* overlong, surrogate */
+  return len;
+}
+
+/* Appends `text` (n bytes) to buf as the inside of a JSON string: \" \\ \n \r \t, other control
+ * characters as \u00XX, valid UTF-8 as it is, any other byte as U+FFFD. Stops short of size. */
+static void json_text(char *buf, size_t size, size_t *used, const char *text, size_t n) {
+  const unsigned char *t = (const unsigned char *)text;
+  for (size_t i = 0; i < n;) {
+    char esc[8];
+    const char *piece = esc;
+    size_t len = 0, step = 1;
+    unsigned char c = t[i];
+    if (c == '"' || c == '\\') {
+      esc[0] = '\\', esc[1] = (char)c, len = 2;
+    } else if (c == '\n' || c == '\r' || c == '\t') {
+      esc[0] = '\\', esc[1] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't', len = 2;
+    } else if (c < 0x20 || c == 0x7f) {
+      len = (size_t)snprintf(esc, sizeof(esc), "\\u%04x", c);
+    } else if ((step = utf8_length(t + i, n - i)) != 0) {
+      piece = text + i, len = step;
+    } else {
+      piece = "\\ufffd", len = 6, step = 1;
+    }
+    if (*used + len + 1 >= size) break;
+    memcpy(buf + *used, piece, len);
+    *used += len;
+    i += step;
+  }
+  buf[*used] = '\0';
 }
 
 static void hex(char *buf, size_t size, size_t *used, const uint8_t *bytes, size_t n) {
@@ -108,19 +150,22 @@ tr_status *tr_trace_handle(void *ctx, const uint8_t *request, size_t request_siz
   op_of(request, request_size, op, sizeof(op));
   /* The line is made whole, then written with one unbuffered append, so stages sharing a file
    * (or threads sharing a stage) never interleave their lines. */
-  size_t size = 2 * (request_size + (status ? 0 : *reply_size)) + 4096, used = 0;
+  const char *message = status ? tr_status_message(status) : "";
+  size_t size = 2 * (request_size + (status ? 0 : *reply_size)) + 6 * (strlen(message) + sizeof(op)) + 4096, used = 0;
   char *line = malloc(size);
   if (line != NULL) {
-    used += (size_t)snprintf(line, size, "{\"op\": \"%s\", \"component\": \"%s\", \"request\": \"", op, t->component);
+    used += (size_t)snprintf(line, size, "{\"op\": \"");
+    json_text(line, size, &used, op, strlen(op));
+    used += (size_t)snprintf(line + used, size - used, "\", \"component\": \"");
+    json_text(line, size, &used, t->component, strlen(t->component));
+    used += (size_t)snprintf(line + used, size - used, "\", \"request\": \"");
     hex(line, size, &used, request, request_size);
     used += (size_t)snprintf(line + used, size - used, "\", \"reply\": \"");
     if (status == NULL) hex(line, size, &used, reply, *reply_size);
     used += (size_t)snprintf(line + used, size - used, "\", \"microseconds\": %.1f", us);
     if (status != NULL) {
       used += (size_t)snprintf(line + used, size - used, ", \"error\": \"");
-      for (const char *c = tr_status_message(status); *c && used + 4 < size; c++) {
-        line[used++] = *c == '"' || *c == '\\' || *c < 32 ? '?' : *c;
-      }
+      json_text(line, size, &used, message, strlen(message));
       line[used++] = '"';
     }
     used += (size_t)snprintf(line + used, size - used, "}\n");

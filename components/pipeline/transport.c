@@ -116,7 +116,11 @@ typedef struct tr__config {
   char *component; /* owned */
   uint32_t deadline_ms;
   size_t max_message;
+  size_t max_request; /* server */
   int curve; /* server: require CurveZMQ; client: speak it */
+  int allow_listed;   /* server: only the clients in `allowed` are served */
+  size_t n_allowed;
+  uint8_t (*allowed)[32]; /* owned: binary public keys */
   char server_public[TR_CURVE_KEY_SIZE];
   char server_secret[TR_CURVE_KEY_SIZE];
   char client_public[TR_CURVE_KEY_SIZE];
@@ -130,6 +134,7 @@ static void tr__wipe(void *data, size_t size) {
 
 static void tr__config_clear(tr__config *cfg) {
   free(cfg->component);
+  free(cfg->allowed);
   tr__wipe(cfg, sizeof *cfg);
 }
 
@@ -189,6 +194,45 @@ static tr_status *tr__need_curve(const char *why) {
                    ZMQ_VERSION_PATCH);
 }
 
+/* Reads curve_clients (one Z85 public key per line; blank lines and '#' lines skipped) into
+ * cfg->allowed. */
+static tr_status *tr__parse_allowed(const char *text, tr__config *cfg) {
+  cfg->allow_listed = 1;
+  size_t lines = 1;
+  for (const char *c = text; *c; c++) lines += *c == '\n';
+  cfg->allowed = calloc(lines, sizeof *cfg->allowed);
+  if (cfg->allowed == NULL) {
+    return TR_STATUS(TR_OUT_OF_MEMORY, "component '%s': cannot hold %zu client keys",
+                     cfg->component, lines);
+  }
+  size_t line_no = 0;
+  for (const char *line = text; *line != '\0';) {
+    const char *end = strchr(line, '\n');
+    if (end == NULL) end = line + strlen(line);
+    line_no++;
+    const char *a = line, *b = end;
+    while (a < b && (*a == ' ' || *a == '\t' || *a == '\r')) a++;
+    while (b > a && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r')) b--;
+    if (a < b && *a != '#') {
+      char key[TR_CURVE_KEY_SIZE];
+      size_t len = (size_t)(b - a);
+      if (len != TR_CURVE_KEY_SIZE - 1) {
+        return TR_STATUS(TR_VALUE, "option curve_clients, line %zu: a CurveZMQ public key is %d "
+                                   "Z85 characters, got %zu", line_no, TR_CURVE_KEY_SIZE - 1, len);
+      }
+      memcpy(key, a, len);
+      key[len] = '\0';
+      if (zmq_z85_decode(cfg->allowed[cfg->n_allowed], key) == NULL) {
+        return TR_STATUS(TR_VALUE, "option curve_clients, line %zu: not a Z85-encoded CurveZMQ "
+                                   "key", line_no);
+      }
+      cfg->n_allowed++;
+    }
+    line = *end == '\n' ? end + 1 : end;
+  }
+  return NULL;
+}
+
 static tr_status *tr__config_init(const tr_transport_options *opts, int is_server,
                                   tr__config *cfg) {
   static const tr_transport_options defaults;
@@ -208,8 +252,17 @@ static tr_status *tr__config_init(const tr_transport_options *opts, int is_serve
                      component);
   }
   memcpy(cfg->component, component, len + 1);
+  cfg->max_request = opts->max_request ? opts->max_request : cfg->max_message;
+  if (cfg->max_request > ((size_t)1 << 31)) {
+    return TR_STATUS(TR_VALUE, "option max_request: %zu bytes is more than the 2 GiB a message "
+                               "may carry", cfg->max_request);
+  }
 
   if (is_server) {
+    if (opts->curve_clients != NULL && opts->curve_server_public == NULL) {
+      return TR_STATUS(TR_VALUE, "component '%s': curve_clients is set but curve_server_public "
+                                 "and curve_server_secret are not", component);
+    }
     if ((opts->curve_server_public == NULL) != (opts->curve_server_secret == NULL)) {
       return TR_STATUS(TR_VALUE, "component '%s': a server needs both curve_server_public and "
                                  "curve_server_secret, or neither; got only %s", component,
@@ -223,6 +276,7 @@ static tr_status *tr__config_init(const tr_transport_options *opts, int is_serve
         tr__copy_key(opts->curve_server_secret, "curve_server_secret", cfg->server_secret));
     TR_RETURN_IF_ERROR(tr__check_pair(cfg->server_public, cfg->server_secret,
                                       "curve_server_public", "curve_server_secret"));
+    if (opts->curve_clients != NULL) TR_RETURN_IF_ERROR(tr__parse_allowed(opts->curve_clients, cfg));
     cfg->curve = 1;
     return NULL;
   }
@@ -318,6 +372,13 @@ struct tr_server {
   void *router;
   uint8_t *reply; /* the reply frame under construction: header + max_message bytes */
   _Atomic uint64_t dropped;
+  _Atomic uint64_t disconnects;
+  _Atomic uint64_t refused;
+  int refused_logged;         /* under tr__zap_lock: whether, and when, a refusal was logged */
+  uint64_t refused_logged_ns;
+  void *monitor;        /* ipc, tcp: ZMQ_EVENT_DISCONNECTED of the router */
+  char zap_domain[48];  /* CurveZMQ: this server's ZAP domain */
+  char ipc_path[TR_ENDPOINT_MAX]; /* ipc: the socket file this server made, removed when it stops */
   /* The actor's pipe and thread (tr_server_start only). */
   void *pipe_parent; /* the owner's end */
   void *pipe_child;  /* the server thread's end */
@@ -329,6 +390,238 @@ static void tr__unique_inproc(const char *what, char *out, size_t size) {
   static _Atomic uint64_t counter;
   snprintf(out, size, "inproc://tilerun-%s-%llu", what,
            (unsigned long long)atomic_fetch_add(&counter, 1));
+}
+
+/* ---- ZAP: which CurveZMQ clients a server serves -------------------------------------------
+ * ZeroMQ asks one handler per context (a REP socket bound to inproc://zeromq.zap.01) about every
+ * CurveZMQ handshake once one is bound. tilerun binds it in a thread when its first CurveZMQ
+ * server starts; each such server registers under its own ZAP domain, with its allow-list (or
+ * none: every client that knows the server's key). An unknown domain is refused. */
+#define TR__ZAP_ENDPOINT "inproc://zeromq.zap.01"
+
+static tr_plat_once tr__zap_once = TR_PLAT_ONCE_INIT;
+static tr_plat_mutex tr__zap_lock;
+static tr_status *tr__zap_failed; /* why the handler could not start */
+static void *tr__zap_socket;
+static tr_plat_thread *tr__zap_thread;
+static tr_server **tr__zap_servers; /* guarded by tr__zap_lock */
+static size_t tr__zap_count, tr__zap_cap;
+
+/* Decides one handshake: 1 when the server registered under `domain` serves `key`. */
+static int tr__zap_allows(const char *domain, size_t domain_size, const uint8_t *key,
+                          size_t key_size, char *why, size_t why_size) {
+  int allowed = 0;
+  tr_plat_mutex_lock(&tr__zap_lock);
+  tr_server *found = NULL;
+  for (size_t i = 0; i < tr__zap_count && found == NULL; i++) {
+    const char *d = tr__zap_servers[i]->zap_domain;
+    if (strlen(d) == domain_size && memcmp(d, domain, domain_size) == 0) found = tr__zap_servers[i];
+  }
+  char z85[TR_CURVE_KEY_SIZE] = "?";
+  if (key_size == 32) zmq_z85_encode(z85, key, 32);
+  if (found == NULL) {
+    snprintf(why, why_size, "no tilerun server has ZAP domain '%.*s'", (int)domain_size, domain);
+  } else if (!found->cfg.allow_listed) {
+    allowed = 1;
+  } else {
+    for (size_t i = 0; i < found->cfg.n_allowed && !allowed; i++) {
+      allowed = key_size == 32 && memcmp(found->cfg.allowed[i], key, 32) == 0;
+    }
+    if (!allowed) {
+      /* A refused client retries every 100 ms: one line a second says so, with the count. */
+      uint64_t refused = atomic_fetch_add(&found->refused, 1) + 1, now = tr_plat_now_ns();
+      if (found->refused_logged == 0 || now - found->refused_logged_ns >= 1000000000u) {
+        snprintf(why, why_size, "component '%s' at %s refused a CurveZMQ client: its key %s is "
+                 "not on the server's client list (%llu refused so far)", found->cfg.component,
+                 found->endpoint, z85, (unsigned long long)refused);
+        found->refused_logged = 1;
+        found->refused_logged_ns = now;
+      }
+    }
+  }
+  tr_plat_mutex_unlock(&tr__zap_lock);
+  return allowed;
+}
+
+/* Answers ZAP requests for the life of the process. */
+static void tr__zap_run(void *arg) {
+  (void)arg;
+  for (;;) {
+    zmq_msg_t parts[8];
+    size_t n = 0;
+    int more = 1, failed = 0;
+    while (more) {
+      zmq_msg_t part;
+      zmq_msg_init(&part);
+      if (zmq_msg_recv(&part, tr__zap_socket, 0) < 0) {
+        zmq_msg_close(&part);
+        if (zmq_errno() == ETERM) return;
+        failed = 1;
+        break;
+      }
+      more = zmq_msg_more(&part);
+      if (n < 8) parts[n++] = part;
+      else zmq_msg_close(&part);
+    }
+    if (failed) {
+      for (size_t i = 0; i < n; i++) zmq_msg_close(&parts[i]);
+      continue;
+    }
+    /* version, request id, domain, address, routing id, mechanism, credentials */
+    char why[640] = "";
+    int allowed = 0;
+    if (n >= 7 && zmq_msg_size(&parts[5]) == 5 && memcmp(zmq_msg_data(&parts[5]), "CURVE", 5) == 0) {
+      allowed = tr__zap_allows(zmq_msg_data(&parts[2]), zmq_msg_size(&parts[2]),
+                               zmq_msg_data(&parts[6]), zmq_msg_size(&parts[6]), why, sizeof why);
+    } else {
+      snprintf(why, sizeof why, "a ZAP request tilerun does not handle (%zu frames)", n);
+    }
+    if (!allowed && why[0] != '\0') fprintf(stderr, "tilerun: %s\n", why);
+    const char *code = allowed ? "200" : "400";
+    (void)zmq_send(tr__zap_socket, "1.0", 3, ZMQ_SNDMORE);
+    if (n >= 2) {
+      (void)zmq_send(tr__zap_socket, zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), ZMQ_SNDMORE);
+    } else {
+      (void)zmq_send(tr__zap_socket, "", 0, ZMQ_SNDMORE);
+    }
+    (void)zmq_send(tr__zap_socket, code, 3, ZMQ_SNDMORE);
+    (void)zmq_send(tr__zap_socket, allowed ? "OK" : "not on the client list",
+                   allowed ? 2 : 22, ZMQ_SNDMORE);
+    (void)zmq_send(tr__zap_socket, "", 0, ZMQ_SNDMORE); /* user id */
+    (void)zmq_send(tr__zap_socket, "", 0, 0);           /* metadata */
+    for (size_t i = 0; i < n; i++) zmq_msg_close(&parts[i]);
+  }
+}
+
+static void tr__zap_start(void) {
+  tr__zap_failed = tr_plat_mutex_init(&tr__zap_lock);
+  void *ctx = NULL;
+  if (tr__zap_failed == NULL) tr__zap_failed = tr__zmq_context(&ctx);
+  if (tr__zap_failed == NULL) {
+    tr__zap_socket = zmq_socket(ctx, ZMQ_REP);
+    int linger = 0;
+    if (tr__zap_socket == NULL ||
+        zmq_setsockopt(tr__zap_socket, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+        zmq_bind(tr__zap_socket, TR__ZAP_ENDPOINT) != 0) {
+      tr__zap_failed = TR_STATUS(TR_TRANSPORT, "cannot start the CurveZMQ client check (ZAP "
+                                 "handler at %s): %s", TR__ZAP_ENDPOINT, zmq_strerror(zmq_errno()));
+    }
+  }
+  /* The socket moves to the thread; starting it orders the memory. */
+  if (tr__zap_failed == NULL) tr__zap_failed = tr_plat_thread_start(tr__zap_run, NULL, &tr__zap_thread);
+}
+
+/* Registers a CurveZMQ server with the ZAP handler, starting the handler first if need be. */
+static tr_status *tr__zap_register(tr_server *s) {
+  static _Atomic uint64_t counter;
+  tr_plat_once_run(&tr__zap_once, tr__zap_start);
+  if (tr__zap_failed != NULL) {
+    return TR_STATUS(tr_status_code(tr__zap_failed), "%s", tr_status_message(tr__zap_failed));
+  }
+  snprintf(s->zap_domain, sizeof s->zap_domain, "tilerun-%lld-%llu",
+           (long long)tr_plat_process_id(), (unsigned long long)atomic_fetch_add(&counter, 1));
+  tr_plat_mutex_lock(&tr__zap_lock);
+  tr_status *status = NULL;
+  if (tr__zap_count == tr__zap_cap) {
+    size_t cap = tr__zap_cap ? 2 * tr__zap_cap : 8;
+    tr_server **grown = realloc(tr__zap_servers, cap * sizeof *grown);
+    if (grown == NULL) {
+      status = TR_STATUS(TR_OUT_OF_MEMORY, "cannot register component '%s' with the ZAP handler",
+                         s->cfg.component);
+    } else {
+      tr__zap_servers = grown;
+      tr__zap_cap = cap;
+    }
+  }
+  if (status == NULL) tr__zap_servers[tr__zap_count++] = s;
+  tr_plat_mutex_unlock(&tr__zap_lock);
+  if (status != NULL) s->zap_domain[0] = '\0';
+  return status;
+}
+
+static void tr__zap_unregister(tr_server *s) {
+  if (s->zap_domain[0] == '\0') return;
+  tr_plat_mutex_lock(&tr__zap_lock);
+  for (size_t i = 0; i < tr__zap_count; i++) {
+    if (tr__zap_servers[i] == s) tr__zap_servers[i] = tr__zap_servers[--tr__zap_count];
+  }
+  tr_plat_mutex_unlock(&tr__zap_lock);
+  s->zap_domain[0] = '\0';
+}
+
+/* Opens a PAIR socket receiving `events` of `sock` (zmq_socket_monitor). */
+static tr_status *tr__monitor_open(void *sock, int events, const char *component,
+                                   const char *endpoint, void **out) {
+  *out = NULL;
+  char name[64];
+  tr__unique_inproc("monitor", name, sizeof name);
+  if (zmq_socket_monitor(sock, name, events) != 0) {
+    return TR_STATUS(TR_TRANSPORT, "cannot watch the connections of component '%s' at %s: %s",
+                     component, endpoint, zmq_strerror(zmq_errno()));
+  }
+  void *monitor;
+  TR_RETURN_IF_ERROR(tr__socket_open(ZMQ_PAIR, component, name, &monitor));
+  if (zmq_connect(monitor, name) != 0) {
+    int err = zmq_errno();
+    zmq_close(monitor);
+    (void)zmq_socket_monitor(sock, NULL, 0);
+    return TR_STATUS(TR_TRANSPORT, "cannot watch the connections of component '%s' at %s: %s",
+                     component, endpoint, zmq_strerror(err));
+  }
+  *out = monitor;
+  return NULL;
+}
+
+/* Reads one monitor event without waiting: its code, or 0 when none is queued. */
+static int tr__monitor_event(void *monitor) {
+  zmq_msg_t part;
+  zmq_msg_init(&part);
+  int event = 0;
+  if (zmq_msg_recv(&part, monitor, ZMQ_DONTWAIT) >= 0) {
+    if (zmq_msg_size(&part) >= 2) { /* a uint16 in host order, then the value */
+      uint16_t code;
+      memcpy(&code, zmq_msg_data(&part), sizeof code);
+      event = code;
+    }
+    if (zmq_msg_more(&part)) tr__drain(monitor); /* the endpoint frame */
+  }
+  zmq_msg_close(&part);
+  return event;
+}
+
+/* For an ipc endpoint whose socket file exists: whether a server answers there. A connect that
+ * succeeds is a live server; one refused is a file a dead server left. Waits at most a second. */
+static tr_status *tr__ipc_check_free(const char *component, const char *endpoint) {
+  const char *path = endpoint + strlen("ipc://");
+  if (path[0] == '@' || !tr_plat_file_exists(path)) return NULL; /* abstract, or nothing there */
+  void *probe = NULL, *monitor = NULL;
+  TR_RETURN_IF_ERROR(tr__socket_open(ZMQ_DEALER, component, endpoint, &probe));
+  tr_status *status = tr__monitor_open(probe, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED |
+                                       ZMQ_EVENT_CONNECT_DELAYED, component, endpoint, &monitor);
+  int live = 0;
+  if (status == NULL && zmq_connect(probe, endpoint) == 0) {
+    uint64_t deadline = tr_plat_now_ns() + 1000000000u;
+    int decided = 0;
+    while (!decided) {
+      zmq_pollitem_t item = {monitor, 0, ZMQ_POLLIN, 0};
+      long left = tr__ms_left(deadline);
+      if (left == 0 || zmq_poll(&item, 1, left) <= 0) break;
+      int event = tr__monitor_event(monitor);
+      if (event == ZMQ_EVENT_CONNECTED) live = decided = 1;
+      else if (event == ZMQ_EVENT_CONNECT_RETRIED) decided = 1;
+    }
+  }
+  if (monitor != NULL) {
+    (void)zmq_socket_monitor(probe, NULL, 0);
+    zmq_close(monitor);
+  }
+  zmq_close(probe);
+  if (status == NULL && live) {
+    status = TR_STATUS(TR_TRANSPORT, "cannot bind component '%s' to %s: the path is in use by a "
+                                     "live server (stop it, or choose another path)", component,
+                       endpoint);
+  }
+  return status;
 }
 
 /* Unbinds the server's endpoint and, for ipc and tcp, waits (at most a second) until ZeroMQ's
@@ -364,7 +657,16 @@ static void tr__server_unbind(tr_server *s) {
 /* Releases the server's endpoint, closes its sockets and frees it. */
 static void tr__server_free(tr_server *s) {
   if (s == NULL) return;
+  tr__zap_unregister(s);
+  if (s->monitor != NULL) {
+    (void)zmq_socket_monitor(s->router, NULL, 0);
+    zmq_close(s->monitor);
+  }
   if (s->router != NULL && s->endpoint[0] != '\0') tr__server_unbind(s);
+  if (s->ipc_path[0] != '\0' && tr_plat_file_exists(s->ipc_path) && !tr_plat_is_dir(s->ipc_path)) {
+    tr_status *removed = tr_plat_remove_tree(s->ipc_path); /* ZeroMQ leaves the file */
+    tr_status_destroy(&removed);
+  }
   if (s->router != NULL) zmq_close(s->router);
   if (s->pipe_child != NULL) zmq_close(s->pipe_child);
   if (s->pipe_parent != NULL) zmq_close(s->pipe_parent);
@@ -385,6 +687,8 @@ static tr_status *tr__server_open(const char *endpoint, tr_handler_fn handler, v
     return TR_STATUS(TR_OUT_OF_MEMORY, "cannot make a server for %s: out of memory", resolved);
   }
   atomic_init(&s->dropped, 0);
+  atomic_init(&s->disconnects, 0);
+  atomic_init(&s->refused, 0);
   s->handler = handler;
   s->handler_ctx = ctx;
   tr_status *status = tr__config_init(opts, 1, &s->cfg);
@@ -407,19 +711,48 @@ static tr_status *tr__server_open(const char *endpoint, tr_handler_fn handler, v
       status = tr__setsockopt(s->router, ZMQ_CURVE_SECRETKEY, "ZMQ_CURVE_SECRETKEY",
                               s->cfg.server_secret, TR_CURVE_KEY_SIZE, &s->cfg, resolved);
     }
+    if (status == NULL) status = tr__zap_register(s);
+    if (status == NULL) {
+      status = tr__setsockopt(s->router, ZMQ_ZAP_DOMAIN, "ZMQ_ZAP_DOMAIN", s->zap_domain,
+                              strlen(s->zap_domain), &s->cfg, resolved);
+    }
   }
+  int is_inproc = tr__starts_with(resolved, "inproc://");
+  if (status == NULL && !is_inproc) {
+    /* ZeroMQ refuses a larger message before allocating it, and drops the peer. */
+    int64_t cap = (int64_t)(TR__ID_SIZE + s->cfg.max_request);
+    status = tr__setsockopt(s->router, ZMQ_MAXMSGSIZE, "ZMQ_MAXMSGSIZE", &cap, sizeof cap,
+                            &s->cfg, resolved);
+  }
+  if (status == NULL && tr__starts_with(resolved, "ipc://")) {
+    status = tr__ipc_check_free(s->cfg.component, resolved);
+  }
+  if (status == NULL && !is_inproc) {
+    status = tr__monitor_open(s->router, ZMQ_EVENT_DISCONNECTED, s->cfg.component, resolved,
+                              &s->monitor);
+  }
+  /* Named before the bind: the ZAP handler may name the server as soon as it is bound. */
+  if (status == NULL) snprintf(s->endpoint, sizeof s->endpoint, "%s", resolved);
   if (status == NULL && zmq_bind(s->router, resolved) != 0) {
+    s->endpoint[0] = '\0';
     status = TR_STATUS(TR_TRANSPORT, "cannot bind component '%s' to %s: %s", s->cfg.component,
                        resolved, zmq_strerror(zmq_errno()));
+  }
+  if (status == NULL && tr__starts_with(resolved, "ipc://") && resolved[6] != '@') {
+    snprintf(s->ipc_path, sizeof s->ipc_path, "%s", resolved + 6);
   }
   if (status != NULL) {
     tr__server_free(s);
     return status;
   }
-  size_t size = sizeof s->endpoint;
-  if (zmq_getsockopt(s->router, ZMQ_LAST_ENDPOINT, s->endpoint, &size) != 0) {
-    snprintf(s->endpoint, sizeof s->endpoint, "%s", resolved);
+  char bound[TR_ENDPOINT_MAX];
+  size_t size = sizeof bound;
+  if (zmq_getsockopt(s->router, ZMQ_LAST_ENDPOINT, bound, &size) != 0) {
+    snprintf(bound, sizeof bound, "%s", resolved);
   }
+  if (s->zap_domain[0] != '\0') tr_plat_mutex_lock(&tr__zap_lock); /* the handler reads it */
+  memcpy(s->endpoint, bound, sizeof bound);
+  if (s->zap_domain[0] != '\0') tr_plat_mutex_unlock(&tr__zap_lock);
   *out = s;
   return NULL;
 }
@@ -444,7 +777,7 @@ static void tr__server_answer(tr_server *s) {
     return;
   }
   size_t size = zmq_msg_size(&body);
-  int malformed = size < TR__ID_SIZE || size - TR__ID_SIZE > s->cfg.max_message;
+  int malformed = size < TR__ID_SIZE || size - TR__ID_SIZE > s->cfg.max_request;
   if (zmq_msg_more(&body)) {
     tr__drain(s->router);
     malformed = 1;
@@ -487,11 +820,16 @@ static void tr__server_answer(tr_server *s) {
 
 /* Answers requests until the pipe (when there is one) says stop or *stop becomes nonzero. */
 static tr_status *tr__server_loop(tr_server *s, volatile int *stop) {
-  zmq_pollitem_t items[2] = {
-      {s->router, 0, ZMQ_POLLIN, 0},
-      {s->pipe_child, 0, ZMQ_POLLIN, 0},
-  };
-  int count = s->pipe_child != NULL ? 2 : 1;
+  zmq_pollitem_t items[3] = {{s->router, 0, ZMQ_POLLIN, 0}};
+  int count = 1, pipe_at = -1, monitor_at = -1;
+  if (s->pipe_child != NULL) {
+    pipe_at = count;
+    items[count++] = (zmq_pollitem_t){s->pipe_child, 0, ZMQ_POLLIN, 0};
+  }
+  if (s->monitor != NULL) {
+    monitor_at = count;
+    items[count++] = (zmq_pollitem_t){s->monitor, 0, ZMQ_POLLIN, 0};
+  }
   for (;;) {
     if (stop != NULL && *stop) return NULL;
     int rc = zmq_poll(items, count, TR__SERVER_POLL_MS);
@@ -501,7 +839,12 @@ static tr_status *tr__server_loop(tr_server *s, volatile int *stop) {
       return TR_STATUS(TR_TRANSPORT, "component '%s' at %s cannot poll its socket: %s",
                        s->cfg.component, s->endpoint, zmq_strerror(err));
     }
-    if (count == 2 && (items[1].revents & ZMQ_POLLIN)) return NULL;
+    if (pipe_at >= 0 && (items[pipe_at].revents & ZMQ_POLLIN)) return NULL;
+    if (monitor_at >= 0 && (items[monitor_at].revents & ZMQ_POLLIN)) {
+      while (tr__monitor_event(s->monitor) == ZMQ_EVENT_DISCONNECTED) {
+        atomic_fetch_add(&s->disconnects, 1);
+      }
+    }
     if (items[0].revents & ZMQ_POLLIN) tr__server_answer(s);
   }
 }
@@ -562,8 +905,10 @@ void tr_server_stop(tr_server **server_p) {
   *server_p = NULL;
   /* One empty message on the pipe says stop. The pipe's queue is empty and its peer is there
    * until the thread is joined, so this send does not wait. */
-  (void)zmq_send(s->pipe_parent, "", 0, 0);
-  tr_plat_thread_join(&s->thread);
+  if (s->thread != NULL) { /* tr_server_start's; tr_server_bind's has none */
+    (void)zmq_send(s->pipe_parent, "", 0, 0);
+    tr_plat_thread_join(&s->thread);
+  }
   tr__server_free(s);
 }
 
@@ -577,13 +922,37 @@ tr_status *tr_server_run(const char *endpoint, tr_handler_fn handler, void *ctx,
   return status;
 }
 
+tr_status *tr_server_bind(const char *endpoint, tr_handler_fn handler, void *ctx,
+                          const tr_transport_options *opts, tr_server **out) {
+  return tr__server_open(endpoint, handler, ctx, opts, out);
+}
+
+tr_status *tr_server_serve(tr_server *server, volatile int *stop) {
+  assert(stop != NULL && server->thread == NULL);
+  return tr__server_loop(server, stop);
+}
+
+uint64_t tr_server_disconnects(const tr_server *server) {
+  return atomic_load(&((tr_server *)server)->disconnects);
+}
+
+uint64_t tr_server_refused(const tr_server *server) {
+  return atomic_load(&((tr_server *)server)->refused);
+}
+
 /* ---- Clients -------------------------------------------------------------------------------- */
 
 /* One pooled DEALER socket. */
 typedef struct tr__slot {
   void *socket;
+  void *monitor; /* ipc, tcp: the socket's handshakes and disconnections */
+  int up;        /* a handshake succeeded and no disconnection followed */
   struct tr__slot *next;
 } tr__slot;
+
+/* Heartbeats on ipc and tcp connections: a peer silent this long is disconnected. */
+#define TR__HEARTBEAT_IVL_MS 1000
+#define TR__HEARTBEAT_TIMEOUT_MS 3000
 
 struct tr_client {
   tr__config cfg;
@@ -592,6 +961,7 @@ struct tr_client {
   tr__slot *idle;                 /* sockets no call is using */
   size_t busy;                    /* sockets calls are using */
   uint64_t last_id;
+  int lost; /* a connection to the server was up and dropped, and none is up since */
 };
 
 /* Opens and connects one DEALER socket for the client, in a new slot. Thread-safe. */
@@ -603,7 +973,23 @@ static tr_status *tr__slot_open(tr_client *c, tr__slot **out) {
                                        "memory", c->cfg.component, c->endpoint);
   }
   slot->next = NULL;
+  slot->monitor = NULL;
+  slot->up = 0;
   tr_status *status = tr__socket_open(ZMQ_DEALER, c->cfg.component, c->endpoint, &slot->socket);
+  if (status == NULL && !tr__starts_with(c->endpoint, "inproc://")) {
+    int ivl = TR__HEARTBEAT_IVL_MS, timeout = TR__HEARTBEAT_TIMEOUT_MS;
+    status = tr__setsockopt(slot->socket, ZMQ_HEARTBEAT_IVL, "ZMQ_HEARTBEAT_IVL", &ivl,
+                            sizeof ivl, &c->cfg, c->endpoint);
+    if (status == NULL) {
+      status = tr__setsockopt(slot->socket, ZMQ_HEARTBEAT_TIMEOUT, "ZMQ_HEARTBEAT_TIMEOUT",
+                              &timeout, sizeof timeout, &c->cfg, c->endpoint);
+    }
+    if (status == NULL) {
+      status = tr__monitor_open(slot->socket, ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                ZMQ_EVENT_DISCONNECTED, c->cfg.component, c->endpoint,
+                                &slot->monitor);
+    }
+  }
   if (status == NULL && c->cfg.curve) {
     status = tr__setsockopt(slot->socket, ZMQ_CURVE_SERVERKEY, "ZMQ_CURVE_SERVERKEY",
                             c->cfg.server_public, TR_CURVE_KEY_SIZE, &c->cfg, c->endpoint);
@@ -621,6 +1007,10 @@ static tr_status *tr__slot_open(tr_client *c, tr__slot **out) {
                        c->cfg.component, c->endpoint, zmq_strerror(zmq_errno()));
   }
   if (status != NULL) {
+    if (slot->monitor != NULL) {
+      (void)zmq_socket_monitor(slot->socket, NULL, 0);
+      zmq_close(slot->monitor);
+    }
     if (slot->socket != NULL) zmq_close(slot->socket);
     free(slot);
     return status;
@@ -630,8 +1020,39 @@ static tr_status *tr__slot_open(tr_client *c, tr__slot **out) {
 }
 
 static void tr__slot_close(tr__slot *slot) {
+  if (slot->monitor != NULL) {
+    (void)zmq_socket_monitor(slot->socket, NULL, 0);
+    zmq_close(slot->monitor);
+  }
   zmq_close(slot->socket);
   free(slot);
+}
+
+/* Takes one monitor event of the slot into its state and the client's; returns it. */
+static int tr__slot_event(tr_client *c, tr__slot *slot, int event) {
+  if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+    slot->up = 1;
+    tr_plat_mutex_lock(&c->lock);
+    c->lost = 0;
+    tr_plat_mutex_unlock(&c->lock);
+  } else if (event == ZMQ_EVENT_DISCONNECTED && slot->up) {
+    slot->up = 0;
+    tr_plat_mutex_lock(&c->lock);
+    c->lost = 1;
+    tr_plat_mutex_unlock(&c->lock);
+  }
+  return event;
+}
+
+/* Reads the slot's queued monitor events; 1 when the server is known gone: a connection was up
+ * and dropped, and none is up now. */
+static int tr__slot_lost(tr_client *c, tr__slot *slot) {
+  if (slot->monitor == NULL) return 0;
+  while (tr__slot_event(c, slot, tr__monitor_event(slot->monitor)) != 0) {}
+  tr_plat_mutex_lock(&c->lock);
+  int lost = c->lost && !slot->up;
+  tr_plat_mutex_unlock(&c->lock);
+  return lost;
 }
 
 tr_status *tr_client_new(const char *endpoint, const tr_transport_options *opts,
@@ -712,6 +1133,12 @@ static tr_status *tr__deadline_error(const tr_client *c) {
                    c->cfg.component, c->endpoint, (unsigned)c->cfg.deadline_ms);
 }
 
+static tr_status *tr__lost_error(const tr_client *c) {
+  return TR_STATUS(TR_TRANSPORT, "component '%s' at %s dropped the connection (the server ended "
+                                 "or stopped answering); calls fail at once until it is back",
+                   c->cfg.component, c->endpoint);
+}
+
 /* 1 when the socket can take a message now. A pooled socket that cannot has lost its peer for
  * good (an inproc server that was stopped: inproc never reconnects). */
 static int tr__writable_now(void *sock) {
@@ -740,19 +1167,23 @@ static int tr__send_by(void *sock, zmq_msg_t *msg, uint64_t deadline_ns, int *er
  * already queued counts even when the deadline has passed (the caller may have done other work
  * since sending): with no time left the socket is still read without waiting. Returns 0 with
  * *reply holding the reply frame, 1 when the deadline passed, -1 on another failure (*err set). */
-static int tr__recv_by(void *sock, uint64_t id, uint64_t deadline_ns, zmq_msg_t *reply,
-                       int *err) {
+static int tr__recv_by(tr_client *c, tr__slot *slot, uint64_t id, uint64_t deadline_ns,
+                       zmq_msg_t *reply, int *err) {
+  void *sock = slot->socket;
   for (;;) {
     long left = tr__ms_left(deadline_ns);
-    zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
-    int rc = zmq_poll(&item, 1, left); /* left 0: a look without waiting */
+    zmq_pollitem_t items[2] = {{sock, 0, ZMQ_POLLIN, 0}, {slot->monitor, 0, ZMQ_POLLIN, 0}};
+    int rc = zmq_poll(items, slot->monitor != NULL ? 2 : 1, left); /* left 0: a look only */
     if (rc < 0) {
       *err = zmq_errno();
       if (*err == EINTR) continue;
       return -1;
     }
-    if (rc == 0 && left == 0) return 1;
-    if (rc == 0) continue; /* the loop's top decides whether time is up */
+    if (!(items[0].revents & ZMQ_POLLIN)) {
+      if ((items[1].revents & ZMQ_POLLIN) && tr__slot_lost(c, slot)) return 2;
+      if (left == 0) return 1; /* nothing queued, and no time left */
+      continue; /* the loop's top decides whether time is up */
+    }
     if (zmq_msg_recv(reply, sock, ZMQ_DONTWAIT) < 0) {
       *err = zmq_errno();
       if (*err == EAGAIN || *err == EINTR) continue;
@@ -771,6 +1202,12 @@ static int tr__recv_by(void *sock, uint64_t id, uint64_t deadline_ns, zmq_msg_t 
 /* Ends a call that failed on its socket: closing it (linger 0) drops whatever the server may
  * still send there, so a late reply never reaches another call. rc as tr__send_by's. */
 static tr_status *tr__call_failed(tr_client *c, tr__slot *slot, int rc, int err) {
+  if (rc == 2) {
+    /* The server went: nothing will answer on this connection. The socket stays in the pool,
+     * so that its monitor sees ZeroMQ reconnect when a server is back. */
+    tr__client_give(c, slot);
+    return tr__lost_error(c);
+  }
   tr__slot_close(slot);
   tr__client_give(c, NULL);
   if (rc == 1) return tr__deadline_error(c);
@@ -816,6 +1253,10 @@ tr_status *tr_client_send(tr_client *client, const uint8_t *request, size_t requ
     }
   }
 
+  if (tr__slot_lost(c, slot)) {
+    zmq_msg_close(&msg);
+    return tr__call_failed(c, slot, 2, 0);
+  }
   int err = 0;
   int rc = tr__send_by(slot->socket, &msg, deadline_ns, &err);
   zmq_msg_close(&msg); /* a no-op once sent */
@@ -839,7 +1280,7 @@ tr_status *tr_client_receive(tr_client_pending *pending, uint8_t *reply, size_t 
   int err = 0;
   zmq_msg_t in;
   zmq_msg_init(&in);
-  int rc = tr__recv_by(slot->socket, id, deadline_ns, &in, &err);
+  int rc = tr__recv_by(c, slot, id, deadline_ns, &in, &err);
   if (rc != 0) {
     zmq_msg_close(&in);
     return tr__call_failed(c, slot, rc, err);

@@ -68,6 +68,17 @@ typedef struct tr_transport_options {
    * TR_TRANSPORT_DEFAULT_MAX_MESSAGE. A server drops larger requests, a client refuses to send
    * them, and a server's handler is given this much room for its reply. */
   size_t max_message;
+  /* Server: the largest request payload it takes; 0 gives max_message. Over ipc and tcp ZeroMQ
+   * itself refuses a larger message (ZMQ_MAXMSGSIZE) before allocating it, and disconnects
+   * the peer that sent it; tr_server_disconnects counts that. Unused by clients. */
+  size_t max_request;
+  /* Server with CurveZMQ: NULL serves every client that knows the server's public key; else
+   * the only clients served, as text: one Z85 public key per line (blank lines and lines
+   * starting with '#' ignored). A client not on it gets no reply (its handshake is refused
+   * through tilerun's ZAP handler); tr_server_refused counts it and stderr names its key (a
+   * line a second at most).
+   * Client: its own keypair for CurveZMQ comes from curve_client_public/secret. */
+  const char *curve_clients;
 } tr_transport_options;
 
 /* ---- Endpoints --------------------------------------------------------------------------- */
@@ -105,8 +116,9 @@ typedef struct tr_server tr_server;
  * TR_VALUE for a malformed endpoint or options (naming which), TR_TRANSPORT when the endpoint
  * cannot be bound (naming the endpoint and ZeroMQ's reason, e.g. "Address already in use") or
  * CurveZMQ is asked for but unavailable, TR_OUT_OF_MEMORY when memory or a thread is refused.
- * An ipc:// bind takes over the path even from a live server (ZeroMQ removes the file first).
- * Thread-safe. The caller frees a returned status. */
+ * An ipc:// path where a live server answers is refused ("in use by a live server"); a socket
+ * file left by a server that has gone is taken over. Stopping the server removes its ipc socket
+ * file. Thread-safe. The caller frees a returned status. */
 tr_status *tr_server_start(const char *endpoint, tr_handler_fn handler, void *ctx,
                            const tr_transport_options *opts, tr_server **out) TR_MUST_USE;
 
@@ -118,6 +130,27 @@ const char *tr_server_endpoint(const tr_server *server);
  * request id, a payload larger than max_message, or a message of more than one frame. Cannot
  * fail. Thread-safe (the count may lag a message being handled). */
 uint64_t tr_server_dropped(const tr_server *server);
+
+/* How many peers disconnected from the server over ipc or tcp: clients that closed, and peers
+ * ZeroMQ dropped for a message over max_request. Cannot fail. Thread-safe (it may lag). */
+uint64_t tr_server_disconnects(const tr_server *server);
+
+/* How many CurveZMQ handshakes the server refused: clients whose key is not on curve_clients.
+ * Cannot fail. Thread-safe (it may lag). */
+uint64_t tr_server_refused(const tr_server *server);
+
+/* Binds as tr_server_start does but starts no thread: the caller answers requests with
+ * tr_server_serve, then stops the server with tr_server_stop. For `tilerun serve`, which says
+ * it serves only once the bind succeeded. Fails as tr_server_start does. The caller frees a
+ * returned status. */
+tr_status *tr_server_bind(const char *endpoint, tr_handler_fn handler, void *ctx,
+                          const tr_transport_options *opts, tr_server **out) TR_MUST_USE;
+
+/* Answers requests of a server made by tr_server_bind in the calling thread until *stop becomes
+ * nonzero (read at least every 100 ms while no handler runs). Returns NULL after a requested
+ * stop; TR_TRANSPORT when polling the socket fails (naming the endpoint and ZeroMQ's reason).
+ * One thread serves a server at a time. The caller frees a returned status. */
+tr_status *tr_server_serve(tr_server *server, volatile int *stop) TR_MUST_USE;
 
 /* Stops *server_p (NULL allowed) and sets *server_p to NULL: asks its thread to stop, waits for
  * it (a handler running finishes first), and closes its socket without waiting for unsent
@@ -155,6 +188,11 @@ tr_status *tr_client_new(const char *endpoint, const tr_transport_options *opts,
  * - no reply arrives within the deadline: "component '<component>' at <endpoint> did not
  *   answer within <N> ms" (also when the request cannot even be queued in that time); the
  *   socket used is closed, so its late reply is lost and never reaches another call;
+ * - over ipc or tcp, the server the client was connected to dropped the connection (it ended,
+ *   or stopped answering ZeroMQ's heartbeats): "component '<component>' at <endpoint> dropped
+ *   the connection ..." at once, not at the deadline, for a call waiting then and for every
+ *   call until a server is back (ZeroMQ reconnects on its own). A server never reached yet is
+ *   waited for until the deadline;
  * - the server's handler failed: "component '<component>' at <endpoint> failed: <its code name
  *   and message>";
  * - the reply does not fit reply_cap, or the request exceeds max_message (naming both sizes);

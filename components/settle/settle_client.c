@@ -102,3 +102,23 @@ tr_status *tr_settle_call_with_validate(tr_pipeline *pipeline, const tr_validate
   free(request);
   return status;
 }
+
+tr_status *tr_settle_check_builtin(const tr_pipeline *pipeline, const tr_registry *registry,
+                                   const tr_settle_request *req) {
+  const char *endpoint = tr_pipeline_endpoint(pipeline, TR_COMPONENT_SETTLE);
+  if (endpoint == NULL) return NULL; /* settled in this process: one registry, no disagreement */
+  const char *here = NULL;
+  tr_status *status = tr_registry_settle(registry, req->requested && req->requested[0] ? req->requested : NULL,
+                                         req->default_target && req->default_target[0] ? req->default_target : NULL,
+                                         &req->device, &here);
+  if (status != NULL || strcmp(here, TR_BUILTIN) == 0) {
+    tr_status_destroy(&status);
+    return NULL;
+  }
+  char dev[TR_DEVICE_FORMAT_MAX];
+  tr_device_format(&req->device, dev, sizeof(dev));
+  return TR_STATUS(TR_OP_NOT_AVAILABLE, "%s on %s: the settle component served at %s knows no target for %s and "
+                   "answered the in-tree kernels, which do not run there; in this process target '%s' serves it "
+                   "(the settle server lacks that backend: see its TILERUN_BACKEND_PATH)", req->op, dev, endpoint,
+                   dev, here);
+}

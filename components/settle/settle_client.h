@@ -45,6 +45,14 @@ tr_status *tr_settle_call_with_validate(tr_pipeline *pipeline, const tr_validate
                                         const tr_settle_request *sreq, tr_validated *vout,
                                         tr_settled *sout) TR_MUST_USE;
 
+/* For a call whose settle answered TR_BUILTIN where the in-tree kernels do not run: when settle
+ * is served in another process and `registry` (this process's) settles `req` to a target, the
+ * two disagree because the server knows no such target (it lacks that backend). Returns that
+ * error (OpNotAvailableError naming the op, the device, the server's endpoint and this process's
+ * target); NULL otherwise. Thread-safe. The caller frees a returned status. */
+tr_status *tr_settle_check_builtin(const tr_pipeline *pipeline, const tr_registry *registry,
+                                   const tr_settle_request *req) TR_MUST_USE;
+
 #ifdef __cplusplus
 }
 #endif

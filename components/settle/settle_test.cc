@@ -54,18 +54,19 @@ TEST_CASE("the settle contract holds in every placement") {
   }
 }
 
-TEST_CASE("a process component killed mid-run: the transport error within the deadline, then "
-          "calls succeed after a restart") {
-  Placed p(TR_COMPONENT_SETTLE, Where::kIpc, tr_settle_handle, registry(), 500);
+TEST_CASE("a process component killed mid-run: the transport error at once, well within the "
+          "deadline, then calls succeed after a restart") {
+  Placed p(TR_COMPONENT_SETTLE, Where::kIpc, tr_settle_handle, registry(), 5000);
   CHECK(settle(p, nullptr, nullptr, "cpu") == "cpu");
   p.stop_server(true);  // SIGKILL: no goodbye
+  tr_plat_sleep_ns(100000000);  // the kernel closes the dead server's end
   for (int i = 0; i < 3; i++) {
     uint64_t start = tr_plat_now_ns();
     CHECK(settle(p, nullptr, nullptr, "cpu") ==
-          "TransportError: component 'settle' at " + p.endpoint + " did not answer within 500 ms");
+          "TransportError: component 'settle' at " + p.endpoint + " dropped the connection (the server "
+          "ended or stopped answering); calls fail at once until it is back");
     double ms = (double)(tr_plat_now_ns() - start) / 1e6;
-    CHECK(ms >= 450);
-    CHECK(ms < 1500);  // within the deadline (and a margin), never a hang
+    CHECK(ms < 1000);  // not the 5 s deadline
   }
   p.start_server();
   p.wait_ready();
