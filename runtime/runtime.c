@@ -33,25 +33,6 @@ void tr__runtime_warn(tr_runtime *rt, const char *fmt, ...) {
   rt->warn(rt->warn_ctx, line);
 }
 
-/* Facts for the load check's selectors, which select nothing: every device unregistered. */
-static tr_status *no_facts(void *ctx, const tr_device *device, tr_device_facts *out) {
-  (void)ctx;
-  (void)device;
-  *out = (tr_device_facts){-1, NULL, 0, 0};
-  return NULL;
-}
-
-/* The registry's load check: the in-tree select table made from what the backends registered so
- * far (the selectors' construction checks), then dropped. A backend whose kernel types fail it
- * is one load failure, so the table discovery makes afterwards holds only types that pass. */
-static tr_status *check_kernel_types(void *ctx, const tr_registry *registry) {
-  (void)ctx;
-  tr_select_table *table = NULL;
-  TR_RETURN_IF_ERROR(tr_select_table_new_intree(registry, no_facts, NULL, &table));
-  tr_select_table_destroy(&table);
-  return NULL;
-}
-
 tr_status *tr__runtime_hint(tr_runtime *rt, tr_status *status) {
   size_t n = tr_registry_failure_count(rt->registry);
   if (status == NULL || n == 0 || atomic_exchange(&rt->hinted, 1)) return status;
@@ -98,7 +79,7 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   if (status == NULL) status = tr_registry_new(rt->warn, rt->warn_ctx, &rt->registry);
   if (status == NULL) {
     tr_registry_set_interface_finder(rt->registry, tr_select_intree_interface, NULL);
-    tr_registry_set_load_check(rt->registry, check_kernel_types, NULL);
+    tr_registry_set_load_check(rt->registry, tr_select_intree_load_check, NULL);
   }
   if (status == NULL && o->backend_dirs != NULL) {
     rt->backend_dirs = calloc(o->n_backend_dirs + 1, sizeof(char *));

@@ -36,6 +36,7 @@ static tr_status *load_backends(tr_registry *reg) {
   char **dirs = NULL;
   size_t n = 0;
   tr_registry_set_interface_finder(reg, tr_select_intree_interface, NULL); /* for plugins' kernel types */
+  tr_registry_set_load_check(reg, tr_select_intree_load_check, NULL);     /* a refused type: one load failure */
   TR_RETURN_IF_ERROR(tr_backend_search_path(&dirs, &n));
   tr_discovery *found = NULL;
   tr_status *status = tr_backend_discover((const char *const *)dirs, n, &found);

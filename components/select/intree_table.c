@@ -45,3 +45,19 @@ const tr_kernel_interface *tr_select_intree_interface(void *ctx, const char *op,
   }
   return NULL;
 }
+
+/* Facts for the load check's selectors, which select nothing: every device unregistered. */
+static tr_status *no_facts(void *ctx, const tr_device *device, tr_device_facts *out) {
+  (void)ctx;
+  (void)device;
+  *out = (tr_device_facts){-1, NULL, 0, 0};
+  return NULL;
+}
+
+tr_status *tr_select_intree_load_check(void *ctx, const tr_registry *registry) {
+  (void)ctx;
+  tr_select_table *table = NULL;
+  TR_RETURN_IF_ERROR(tr_select_table_new_intree(registry, no_facts, NULL, &table));
+  tr_select_table_destroy(&table);
+  return NULL;
+}

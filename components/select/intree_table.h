@@ -23,6 +23,12 @@ tr_status *tr_select_table_new_intree(const tr_registry *registry, tr_facts_fn f
  * Static data; thread-safe. */
 const tr_kernel_interface *tr_select_intree_interface(void *ctx, const char *op, const char *name);
 
+/* The registry's load check (tr_registry_set_load_check; `ctx` unused): the in-tree select table
+ * made from what the backends registered so far, which runs the selectors' construction checks,
+ * then dropped. A backend whose kernel types fail it is one load failure, rolled back, so the
+ * table made after discovery holds only types that pass. Errors as tr_select_table_new's. */
+tr_status *tr_select_intree_load_check(void *ctx, const tr_registry *registry) TR_MUST_USE;
+
 #ifdef __cplusplus
 }
 #endif
