@@ -571,7 +571,8 @@ tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_in
     DLTensor *t = outputs[o];
     const tr_tensor_spec *want = &e->outputs[o];
     if (!e->output_present[o]) continue;
-    int ok = t != NULL && t->data != NULL && t->ndim == want->rank && tr_dtype_equal(t->dtype, want->dtype) &&
+    /* an empty output may have no data (torch's empty tensors have none) */
+    int ok = t != NULL && (t->data != NULL || tr_tensor_spec_numel(want) == 0) && t->ndim == want->rank && tr_dtype_equal(t->dtype, want->dtype) &&
              memcmp(t->shape, want->shape, (size_t)want->rank * sizeof(int64_t)) == 0 &&
              tr_dl_tensor_is_contiguous(t) && t->device.device_type == e->dl_device.device_type &&
              t->device.device_id == e->dl_device.device_id;

@@ -487,6 +487,17 @@ TEST_CASE("review fixes: outputs given to call_into are checked; huge tensors ar
   DLTensor *bad_shape[] = {&wrong_shape.t};
   CHECK(tr_test::error_of(tr_op_call_into(op, in, 2, bad_shape, 1)).find("output 'c' given does not match") !=
         std::string::npos);
+  // an empty output may come without data (torch's empty tensors have none); a non-empty one not
+  int64_t none[] = {0};
+  DLTensor ea{nullptr, {kDLCPU, 0}, 1, TR_FLOAT32, none, nullptr, 0}, eb = ea, ec = ea;
+  const DLTensor *empty_in[] = {&ea, &eb};
+  DLTensor *empty_out[] = {&ec};
+  tr_test::ok(tr_op_call_into(op, empty_in, 2, empty_out, 1));
+  DLTensor no_data = out.t;
+  no_data.data = nullptr;
+  DLTensor *bad_data[] = {&no_data};
+  CHECK(tr_test::error_of(tr_op_call_into(op, in, 2, bad_data, 1)).find("(contiguous, with data)") !=
+        std::string::npos);
   // A broadcast view of one element as 2^31 x 2^31: neither the output nor a contiguous copy can
   // be addressed; the allocation says so instead of wrapping around.
   float one = 1;

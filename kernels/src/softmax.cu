@@ -84,8 +84,9 @@ __device__ __forceinline__ void softmax_row_regs(const T *x, O *y, int tid, floa
   }
   float M = m, S = s;
   block_merge<THREADS>(M, S, tid, scratch);
-  /* a row max of -inf: every element -inf (or NaN), the row NaN as torch's */
-  const float f = M == NEG_INF ? QNAN : s == 0.f ? 0.f : expf(m - M) / S;
+  /* a row max of -inf: every element -inf (or NaN), the row NaN as torch's; a thread whose values
+   * all gave exp 0 (-inf ones) still takes a NaN row's NaN (a row holding +inf: inf - inf) */
+  const float f = M == NEG_INF || S != S ? QNAN : s == 0.f ? 0.f : expf(m - M) / S;
 #pragma unroll
   for (int p = 0; p < PER; p++) {
     const int i = tid + p * THREADS;
