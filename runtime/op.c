@@ -337,10 +337,12 @@ static tr_status *build_in_tree(tr_op *op, miss_call *m, tr_kernel *out) {
   return status;
 }
 
-/* A target's kernel, from its builder: the call's specs and validate's settled params. */
+/* A target's kernel, from its builder: the call's specs and the op instance's params, which live
+ * as long as the op (backend.h: a kernel may keep pointers into them; validate settled the same
+ * values, which the miss clears when it ends). */
 static tr_status *build_backend(tr_op *op, miss_call *m, tr_kernel *out) {
   tr_build_request req = {tr_op_def_name(op->def), op->target, &m->validated.device, m->ptrs, m->n_decl,
-                          m->validated.settled, m->validated.n_settled};
+                          op->named, op->n_params};
   return m->build(m->build_ctx, &req, out);
 }
 

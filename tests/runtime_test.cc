@@ -237,6 +237,51 @@ TEST_CASE("builders get params by manifest name (defaults applied) and None for 
   }
 }
 
+// A builder that keeps the request's params in its kernel and reads them at every call: they
+// live as long as the op instance (backend.h), not only while the builder runs.
+struct KeptParams {
+  const tr_named_value *params;
+  size_t n;
+};
+static tr_status *kept_call(void *self, DLTensor *const *, size_t, DLTensor *const *, size_t) {
+  auto *k = static_cast<KeptParams *>(self);
+  const tr_value *v = nullptr;
+  for (size_t i = 0; i < k->n; i++) {
+    if (std::string(k->params[i].name) == "normalized_shape") v = &k->params[i].value;
+  }
+  if (v == nullptr || v->kind != TR_VALUE_INT_LIST || v->as.list.len != 1 || v->as.list.items[0] != 4) {
+    return TR_STATUS(TR_BACKEND, "the kept params changed after the build");
+  }
+  return nullptr;
+}
+static tr_status *build_keeper(void *, const tr_build_request *req, tr_kernel *out) {
+  out->self = new KeptParams{req->params, req->n_params};
+  out->call = kept_call;
+  out->release = [](void *self) { delete static_cast<KeptParams *>(self); };
+  return nullptr;
+}
+static tr_status *init_keeper(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "keeper", claim_cpu, nullptr));
+  return api->register_kernel_builder(api->host, "RMSNormFwdOp", "keeper", build_keeper, nullptr);
+}
+
+TEST_CASE("a builder's params live as long as the op: a kernel may keep them") {
+  tr_runtime *rt = tr_test::runtime_with_builtin("keeper", init_keeper);
+  int64_t n = 4;
+  tr_value shape;
+  tr_test::ok(tr_value_int_list(&n, 1, &shape));
+  tr_named_value p[] = {{"normalized_shape", shape}};
+  tr_op *op = nullptr;
+  tr_test::ok(tr_op_new(rt, "RMSNormFwdOp", p, 1, nullptr, &op));
+  tr_value_clear(&shape);
+  HostTensor x({2, 4}), w({4}), y({2, 4});
+  const DLTensor *in[] = {&x.t, &w.t};
+  DLTensor *outs[] = {&y.t};
+  for (int i = 0; i < 3; i++) tr_test::ok(tr_op_call_into(op, in, 2, outs, 1));  // the miss, then hits
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
 TEST_CASE("a backend that fails to load is reported, and later errors say so") {
   Env env(true);
   REQUIRE(tr_load_failure_count(env.rt) == 1);

@@ -719,8 +719,9 @@ static tr_status *tr__server_open(const char *endpoint, tr_handler_fn handler, v
   }
   int is_inproc = tr__starts_with(resolved, "inproc://");
   if (status == NULL && !is_inproc) {
-    /* ZeroMQ refuses a larger message before allocating it, and drops the peer. */
-    int64_t cap = (int64_t)(TR__ID_SIZE + s->cfg.max_request);
+    /* ZeroMQ refuses a larger message before allocating it, and drops the peer. Under CurveZMQ
+     * the cap applies to the encrypted frame: its command name, nonce and MAC come on top. */
+    int64_t cap = (int64_t)(TR__ID_SIZE + s->cfg.max_request) + (s->cfg.curve ? 64 : 0);
     status = tr__setsockopt(s->router, ZMQ_MAXMSGSIZE, "ZMQ_MAXMSGSIZE", &cap, sizeof cap,
                             &s->cfg, resolved);
   }
@@ -947,6 +948,8 @@ typedef struct tr__slot {
   void *socket;
   void *monitor; /* ipc, tcp: the socket's handshakes and disconnections */
   int up;        /* a handshake succeeded and no disconnection followed */
+  int ever_up;   /* a handshake succeeded once: the server was reached through this socket */
+  int dropped;   /* a connection that was up dropped since the last send */
   struct tr__slot *next;
 } tr__slot;
 
@@ -975,6 +978,8 @@ static tr_status *tr__slot_open(tr_client *c, tr__slot **out) {
   slot->next = NULL;
   slot->monitor = NULL;
   slot->up = 0;
+  slot->ever_up = 0;
+  slot->dropped = 0;
   tr_status *status = tr__socket_open(ZMQ_DEALER, c->cfg.component, c->endpoint, &slot->socket);
   if (status == NULL && !tr__starts_with(c->endpoint, "inproc://")) {
     int ivl = TR__HEARTBEAT_IVL_MS, timeout = TR__HEARTBEAT_TIMEOUT_MS;
@@ -1032,11 +1037,13 @@ static void tr__slot_close(tr__slot *slot) {
 static int tr__slot_event(tr_client *c, tr__slot *slot, int event) {
   if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
     slot->up = 1;
+    slot->ever_up = 1;
     tr_plat_mutex_lock(&c->lock);
     c->lost = 0;
     tr_plat_mutex_unlock(&c->lock);
   } else if (event == ZMQ_EVENT_DISCONNECTED && slot->up) {
     slot->up = 0;
+    slot->dropped = 1;
     tr_plat_mutex_lock(&c->lock);
     c->lost = 1;
     tr_plat_mutex_unlock(&c->lock);
@@ -1044,15 +1051,25 @@ static int tr__slot_event(tr_client *c, tr__slot *slot, int event) {
   return event;
 }
 
-/* Reads the slot's queued monitor events; 1 when the server is known gone: a connection was up
- * and dropped, and none is up now. */
+/* Reads the slot's queued monitor events; 1 when the server is known gone for this slot: its
+ * connection was up and dropped, and none is up now (a slot that never reached the server waits
+ * for its handshake, or the deadline: the server may be back while the client's flag says lost). */
 static int tr__slot_lost(tr_client *c, tr__slot *slot) {
   if (slot->monitor == NULL) return 0;
   while (tr__slot_event(c, slot, tr__monitor_event(slot->monitor)) != 0) {}
   tr_plat_mutex_lock(&c->lock);
-  int lost = c->lost && !slot->up;
+  int lost = c->lost && !slot->up && slot->ever_up;
   tr_plat_mutex_unlock(&c->lock);
   return lost;
+}
+
+/* While a reply is awaited: 1 when the connection the request went out on dropped since the send
+ * (the request is lost with it, even where the socket reconnected since: a restarted server never
+ * got it). */
+static int tr__slot_dropped(tr_client *c, tr__slot *slot) {
+  if (slot->monitor == NULL) return 0;
+  while (tr__slot_event(c, slot, tr__monitor_event(slot->monitor)) != 0) {}
+  return slot->dropped;
 }
 
 tr_status *tr_client_new(const char *endpoint, const tr_transport_options *opts,
@@ -1180,7 +1197,7 @@ static int tr__recv_by(tr_client *c, tr__slot *slot, uint64_t id, uint64_t deadl
       return -1;
     }
     if (!(items[0].revents & ZMQ_POLLIN)) {
-      if ((items[1].revents & ZMQ_POLLIN) && tr__slot_lost(c, slot)) return 2;
+      if ((items[1].revents & ZMQ_POLLIN) && tr__slot_dropped(c, slot)) return 2;
       if (left == 0) return 1; /* nothing queued, and no time left */
       continue; /* the loop's top decides whether time is up */
     }
@@ -1257,6 +1274,7 @@ tr_status *tr_client_send(tr_client *client, const uint8_t *request, size_t requ
     zmq_msg_close(&msg);
     return tr__call_failed(c, slot, 2, 0);
   }
+  slot->dropped = 0; /* from here on, a drop loses this request */
   int err = 0;
   int rc = tr__send_by(slot->socket, &msg, deadline_ns, &err);
   zmq_msg_close(&msg); /* a no-op once sent */

@@ -62,6 +62,7 @@ static tr_status *check_elf(int fd, const char *path, uint64_t length) {
     return TR_STATUS(TR_IO, "cannot load shared object '%s': its program headers are %llu bytes each, shorter than "
                      "the %zu of an ELF program header", path, (unsigned long long)phentsize, phdr);
   }
+  if (phnum == 0xffff) phnum = 0; /* PN_XNUM: the count is in section 0; the loader reads it, not we */
   uint64_t ph_end = phoff + phnum * phentsize;
   if (phnum > 0 && (phoff > length || ph_end > length)) {
     return TR_STATUS(TR_IO, "cannot load shared object '%s': truncated: it is %llu bytes long, but its program "
@@ -73,7 +74,7 @@ static tr_status *check_elf(int fd, const char *path, uint64_t length) {
     if (field(p, 0, 4, msb) != PT_LOAD) continue;
     uint64_t offset = wide ? field(p, 8, 8, msb) : field(p, 4, 4, msb);
     uint64_t filesz = wide ? field(p, 32, 8, msb) : field(p, 16, 4, msb);
-    if (offset > length || filesz > length - offset) {
+    if (filesz > 0 && (offset > length || filesz > length - offset)) { /* bss-only: nothing mapped from the file */
       return TR_STATUS(TR_IO, "cannot load shared object '%s': truncated: it is %llu bytes long, but its loadable "
                        "segment at program header %llu ends at byte %llu", path, (unsigned long long)length,
                        (unsigned long long)i, (unsigned long long)(offset + filesz));
