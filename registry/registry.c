@@ -183,7 +183,7 @@ static tr_status *checked_build(void *ctx, const tr_build_request *req, tr_kerne
   const builder_ref *ref = ctx;
   TR_RETURN_IF_ERROR(ref->build(ref->ctx, req, out));
   size_t got = out->struct_size;
-  if (got < TR_KERNEL_MIN_SIZE) {
+  if (!tr__kernel_fits(out)) {
     memset(out, 0, sizeof(*out));
     out->struct_size = sizeof(*out);
     return TR_STATUS(TR_BACKEND, "backend '%s': the kernel built for (%s, %s) has struct_size %zu, shorter "
@@ -191,7 +191,6 @@ static tr_status *checked_build(void *ctx, const tr_build_request *req, tr_kerne
                      "against tilerun's headers", ref->backend, req->op, req->target, got,
                      (size_t)TR_KERNEL_MIN_SIZE);
   }
-  if (got < sizeof(*out)) memset((char *)out + got, 0, sizeof(*out) - got);
   return NULL;
 }
 

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "components/select/intree_table.h"
+#include "core/internal.h"
 #include "kernels/intree/intree.h"
 #include "runtime/internal.h"
 
@@ -60,11 +62,7 @@ tr_status *tr_runtime_output_specs(tr_runtime *rt, const char *op_name, const tr
 static void intree_names(char *buf, size_t size) {
   size_t used = 0;
   buf[0] = '\0';
-  for (size_t i = 0; i < tr_intree_op_count() && used < size; i++) {
-    int n = snprintf(buf + used, size - used, "%s%s", i ? ", " : "", tr_intree_op_at(i)->op);
-    if (n < 0) break;
-    used += (size_t)n;
-  }
+  for (size_t i = 0; i < tr_intree_op_count(); i++) tr__appendf(buf, size, &used, "%s%s", i ? ", " : "", tr_intree_op_at(i)->op);
 }
 
 static tr_status *no_intree(const char *op_name) {
@@ -143,17 +141,13 @@ size_t tr_runtime_inventory_count(const tr_runtime *runtime) {
   return tr_intree_op_count();
 }
 
-/* The inventory of in-tree op `fam`: its table's types, then those plugins registered (as the
- * runtime's select table is made: components/select/intree_table.c). */
+/* The inventory of in-tree op `fam`: the types its selector holds (its own, then those plugins
+ * registered). */
 static void inventory_of(const tr_runtime *rt, const tr_intree_op *fam, tr_op_inventory *out) {
   out->op = fam->op;
   out->n_interfaces = fam->n_interfaces;
   out->interfaces = fam->interfaces;
-  size_t k = 0;
-  for (; k < fam->n_types && k < TR_INVENTORY_MAX_TYPES; k++) out->types[k] = fam->types[k];
-  size_t added = tr_registry_kernel_types(rt->registry, fam->op, out->types + k, TR_INVENTORY_MAX_TYPES - k);
-  k += added < TR_INVENTORY_MAX_TYPES - k ? added : TR_INVENTORY_MAX_TYPES - k;
-  out->n_types = k;
+  out->n_types = tr_select_intree_types(rt->registry, fam, out->types, TR_INVENTORY_MAX_TYPES);
 }
 
 tr_status *tr_runtime_inventory_at(tr_runtime *rt, size_t i, tr_op_inventory *out) {

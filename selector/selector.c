@@ -514,13 +514,10 @@ static tr_status *build_for(tr_selector *sel, const tr_kernel_type *t, const tr_
   }
   b->kernel.struct_size = sizeof(b->kernel);
   tr_status *status = t->factory(t, call, &b->kernel); /* the first time this identity appears */
-  if (status == NULL && b->kernel.struct_size < TR_KERNEL_MIN_SIZE) { /* dropped unread */
+  if (status == NULL && !tr__kernel_fits(&b->kernel)) { /* dropped unread */
     status = TR_STATUS(TR_BACKEND, "%s: the factory of kernel type '%s' filled in a tr_kernel with "
                        "struct_size %zu, shorter than the %zu bytes of tr_kernel version 1",
                        sel->op_name, t->key, b->kernel.struct_size, (size_t)TR_KERNEL_MIN_SIZE);
-  }
-  if (status == NULL && b->kernel.struct_size < sizeof(b->kernel)) { /* members past it: absent */
-    memset((char *)&b->kernel + b->kernel.struct_size, 0, sizeof(b->kernel) - b->kernel.struct_size);
   }
   if (status != NULL) {
     if (b->whole_call) tr_call_spec_clear(&b->call);

@@ -549,6 +549,13 @@ static void tr__zap_unregister(tr_server *s) {
   s->zap_domain[0] = '\0';
 }
 
+/* Stops watching `sock` and closes its monitor socket (NULL: nothing). */
+static void tr__monitor_close(void *sock, void *monitor) {
+  if (monitor == NULL) return;
+  (void)zmq_socket_monitor(sock, NULL, 0);
+  zmq_close(monitor);
+}
+
 /* Opens a PAIR socket receiving `events` of `sock` (zmq_socket_monitor). */
 static tr_status *tr__monitor_open(void *sock, int events, const char *component,
                                    const char *endpoint, void **out) {
@@ -560,11 +567,14 @@ static tr_status *tr__monitor_open(void *sock, int events, const char *component
                      component, endpoint, zmq_strerror(zmq_errno()));
   }
   void *monitor;
-  TR_RETURN_IF_ERROR(tr__socket_open(ZMQ_PAIR, component, name, &monitor));
+  tr_status *opened = tr__socket_open(ZMQ_PAIR, component, name, &monitor);
+  if (opened != NULL) {
+    (void)zmq_socket_monitor(sock, NULL, 0);
+    return opened;
+  }
   if (zmq_connect(monitor, name) != 0) {
     int err = zmq_errno();
-    zmq_close(monitor);
-    (void)zmq_socket_monitor(sock, NULL, 0);
+    tr__monitor_close(sock, monitor);
     return TR_STATUS(TR_TRANSPORT, "cannot watch the connections of component '%s' at %s: %s",
                      component, endpoint, zmq_strerror(err));
   }
@@ -611,10 +621,7 @@ static tr_status *tr__ipc_check_free(const char *component, const char *endpoint
       else if (event == ZMQ_EVENT_CONNECT_RETRIED) decided = 1;
     }
   }
-  if (monitor != NULL) {
-    (void)zmq_socket_monitor(probe, NULL, 0);
-    zmq_close(monitor);
-  }
+  tr__monitor_close(probe, monitor);
   zmq_close(probe);
   if (status == NULL && live) {
     status = TR_STATUS(TR_TRANSPORT, "cannot bind component '%s' to %s: the path is in use by a "
@@ -633,35 +640,22 @@ static void tr__server_unbind(tr_server *s) {
     (void)zmq_unbind(s->router, s->endpoint);
     return;
   }
-  char monitor_name[64];
-  tr__unique_inproc("monitor", monitor_name, sizeof monitor_name);
-  void *monitor = NULL;
-  tr_status *status = NULL;
-  if (zmq_socket_monitor(s->router, monitor_name, ZMQ_EVENT_CLOSED) == 0) {
-    status = tr__socket_open(ZMQ_PAIR, s->cfg.component, monitor_name, &monitor);
-    if (status == NULL && zmq_connect(monitor, monitor_name) != 0) {
-      zmq_close(monitor);
-      monitor = NULL;
-    }
-    tr_status_destroy(&status);
-  }
+  void *monitor = NULL; /* without one, the unbind is not waited for */
+  tr_status *status = tr__monitor_open(s->router, ZMQ_EVENT_CLOSED, s->cfg.component, s->endpoint, &monitor);
+  tr_status_destroy(&status);
   if (zmq_unbind(s->router, s->endpoint) == 0 && monitor != NULL) {
     /* The only event asked for is ZMQ_EVENT_CLOSED: its arrival is the signal. */
     zmq_pollitem_t item = {monitor, 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&item, 1, 1000) == 1) tr__drain(monitor);
   }
-  (void)zmq_socket_monitor(s->router, NULL, 0);
-  if (monitor != NULL) zmq_close(monitor);
+  tr__monitor_close(s->router, monitor);
 }
 
 /* Releases the server's endpoint, closes its sockets and frees it. */
 static void tr__server_free(tr_server *s) {
   if (s == NULL) return;
   tr__zap_unregister(s);
-  if (s->monitor != NULL) {
-    (void)zmq_socket_monitor(s->router, NULL, 0);
-    zmq_close(s->monitor);
-  }
+  tr__monitor_close(s->router, s->monitor);
   if (s->router != NULL && s->endpoint[0] != '\0') tr__server_unbind(s);
   if (s->ipc_path[0] != '\0' && tr_plat_file_exists(s->ipc_path) && !tr_plat_is_dir(s->ipc_path)) {
     tr_status *removed = tr_plat_remove_tree(s->ipc_path); /* ZeroMQ leaves the file */
@@ -1012,10 +1006,7 @@ static tr_status *tr__slot_open(tr_client *c, tr__slot **out) {
                        c->cfg.component, c->endpoint, zmq_strerror(zmq_errno()));
   }
   if (status != NULL) {
-    if (slot->monitor != NULL) {
-      (void)zmq_socket_monitor(slot->socket, NULL, 0);
-      zmq_close(slot->monitor);
-    }
+    tr__monitor_close(slot->socket, slot->monitor);
     if (slot->socket != NULL) zmq_close(slot->socket);
     free(slot);
     return status;
@@ -1025,10 +1016,7 @@ static tr_status *tr__slot_open(tr_client *c, tr__slot **out) {
 }
 
 static void tr__slot_close(tr__slot *slot) {
-  if (slot->monitor != NULL) {
-    (void)zmq_socket_monitor(slot->socket, NULL, 0);
-    zmq_close(slot->monitor);
-  }
+  tr__monitor_close(slot->socket, slot->monitor);
   zmq_close(slot->socket);
   free(slot);
 }

@@ -14,6 +14,17 @@ typedef struct intree_sources {
   const tr_kernel_type *types[MAX_OPS][MAX_TYPES];
 } intree_sources;
 
+size_t tr_select_intree_types(const tr_registry *registry, const tr_intree_op *op, const tr_kernel_type **out,
+                              size_t max) {
+  size_t k = 0;
+  for (; k < op->n_types && k < max; k++) out[k] = op->types[k];
+  if (registry != NULL) { /* the count is the total registered; at most max - k were written */
+    size_t added = tr_registry_kernel_types(registry, op->op, out + k, max - k);
+    k += added < max - k ? added : max - k;
+  }
+  return k;
+}
+
 tr_status *tr_select_table_new_intree(const tr_registry *registry, tr_facts_fn facts, void *facts_ctx,
                                       tr_select_table **out) {
   *out = NULL;
@@ -23,12 +34,7 @@ tr_status *tr_select_table_new_intree(const tr_registry *registry, tr_facts_fn f
   if (s == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "the in-tree selectors");
   for (size_t i = 0; i < n; i++) {
     const tr_intree_op *op = tr_intree_op_at(i);
-    size_t k = 0;
-    for (; k < op->n_types && k < MAX_TYPES; k++) s->types[i][k] = op->types[k];
-    if (registry != NULL) { /* the count is the total registered; at most MAX_TYPES - k were written */
-      size_t added = tr_registry_kernel_types(registry, op->op, s->types[i] + k, MAX_TYPES - k);
-      k += added < MAX_TYPES - k ? added : MAX_TYPES - k;
-    }
+    size_t k = tr_select_intree_types(registry, op, s->types[i], MAX_TYPES);
     s->sources[i] = (tr_select_source){op->op, op->interfaces, op->n_interfaces, s->types[i], k};
   }
   tr_status *status = tr_select_table_new(s->sources, n, facts, facts_ctx, out);

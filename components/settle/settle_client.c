@@ -16,6 +16,13 @@ static tr_status *encode(const tr_settle_request *req, uint8_t *buf, size_t *siz
 
 static int fits(const char *text, size_t size) { return text == NULL || strlen(text) < size; }
 
+/* This process's registry's answer to the request (an empty name: none given). */
+static tr_status *settle_here(const tr_registry *registry, const tr_settle_request *req, const char **target) {
+  return tr_registry_settle(registry, req->requested && req->requested[0] ? req->requested : NULL,
+                            req->default_target && req->default_target[0] ? req->default_target : NULL,
+                            &req->device, target);
+}
+
 /* The answer with no message made, where a message would carry the request unchanged: 1 and
  * *status then (the registry's error as a reply carries it); else 0. */
 static int directly(const tr_registry *registry, const tr_settle_request *req, tr_settled *out, tr_status **status) {
@@ -25,9 +32,7 @@ static int directly(const tr_registry *registry, const tr_settle_request *req, t
     return 0;
   }
   const char *target = NULL;
-  *status = tr_registry_settle(registry, req->requested && req->requested[0] ? req->requested : NULL,
-                               req->default_target && req->default_target[0] ? req->default_target : NULL,
-                               &req->device, &target);
+  *status = settle_here(registry, req, &target);
   if (*status == NULL) snprintf(out->target, sizeof(out->target), "%s", target);
   *status = tr_pipeline_as_replied(*status);
   return 1;
@@ -108,9 +113,7 @@ tr_status *tr_settle_check_builtin(const tr_pipeline *pipeline, const tr_registr
   const char *endpoint = tr_pipeline_endpoint(pipeline, TR_COMPONENT_SETTLE);
   if (endpoint == NULL) return NULL; /* settled in this process: one registry, no disagreement */
   const char *here = NULL;
-  tr_status *status = tr_registry_settle(registry, req->requested && req->requested[0] ? req->requested : NULL,
-                                         req->default_target && req->default_target[0] ? req->default_target : NULL,
-                                         &req->device, &here);
+  tr_status *status = settle_here(registry, req, &here);
   if (status != NULL || strcmp(here, TR_BUILTIN) == 0) {
     tr_status_destroy(&status);
     return NULL;
