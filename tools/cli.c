@@ -115,11 +115,12 @@ static const option_doc kOptions[] = {
                       "most 1000000000)"},
     {"--iters N", "calls per measurement (default 2000; a whole number from 1 to 10000000)"},
     {"--endpoint E", "where to listen: ipc://PATH, or tcp://:PORT (binds loopback); required"},
-    {"--curve-secret K", "require CurveZMQ with this secret key, 40 Z85 characters (default: none,\n"
-                         "plain connections)"},
     {"--device-facts F", "select only: a device's facts instead of reading them from it, e.g.\n"
                          "cuda:0=90,132,232448 (arch, SMs, shared memory per block); repeatable, at\n"
                          "most 8 (default: read from the device)"},
+    {"CurveZMQ", "from the environment, never a flag (ps shows flags to every local user):\n"
+                 "TILERUN_CURVE_SECRET, or a file named by TILERUN_CURVE_SECRET_FILE;\n"
+                 "TILERUN_CURVE_CLIENTS names the clients served (default: plain connections)"},
     {"--help, -h", "show this text"},
 };
 
@@ -149,10 +150,9 @@ static const command_doc kCommands[] = {
     {"targets", "tilerun targets [--manifest DIR] [--pipeline FILE] [OP]",
      "Load the backends; list the registered targets, the ops each serves, and the load failures.",
      {"--manifest", "--pipeline"}},
-    {"serve", "tilerun serve COMPONENT --endpoint E [--curve-secret K] [--device-facts F]...\n"
-              "                   [--manifest DIR]",
+    {"serve", "tilerun serve COMPONENT --endpoint E [--device-facts F]... [--manifest DIR]",
      "Host one component (validate, settle, select, build, launch, echo) until SIGTERM.",
-     {"--endpoint", "--curve-secret", "--device-facts", "--manifest"}},
+     {"--endpoint", "--device-facts", "--manifest", "CurveZMQ"}},
     {"bench", "tilerun bench pipeline [--iters N] [--manifest DIR]",
      "Benchmarks; one so far: pipeline (tilerun bench pipeline --help).", {"--iters", "--manifest"}},
     {"bench pipeline", "tilerun bench pipeline [--iters N] [--manifest DIR]",
