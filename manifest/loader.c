@@ -59,11 +59,10 @@ static yaml_node_t *value_node(loading *l, const yaml_node_pair_t *p) { return t
 
 /* A key given twice in a mapping: an error at the repetition, naming the key and the first. */
 static tr_status *unique_keys(loading *l, const yaml_node_t *node, const char *what) {
-  yaml_node_t *dup = NULL, *first = NULL;
-  TR_RETURN_IF_ERROR(tr_yaml_duplicate_key(l->doc, node, &dup, &first));
-  if (dup == NULL) return NULL;
-  return err_at(l, dup, "duplicate key '%s' in %s (first at line %d, column %d)", tr_yaml_scalar(dup), what,
-                tr_yaml_line(first), (int)first->start_mark.column + 1);
+  char prefix[256], where[256];
+  snprintf(prefix, sizeof(prefix), "%s: ", l->op->name);
+  snprintf(where, sizeof(where), " in %s", what);
+  return tr_yaml_unique_keys(l->doc, node, prefix, where);
 }
 
 /* Requires a mapping whose keys are all in `known` (a NULL-terminated list) and given once. */

@@ -345,3 +345,11 @@ tr_status *tr_yaml_duplicate_key(tr_yaml_doc *doc, const yaml_node_t *mapping, y
 }
 
 int tr_yaml_line(const yaml_node_t *node) { return node ? (int)node->start_mark.line + 1 : 0; }
+
+tr_status *tr_yaml_unique_keys(tr_yaml_doc *doc, const yaml_node_t *mapping, const char *prefix, const char *where) {
+  yaml_node_t *dup = NULL, *first = NULL;
+  TR_RETURN_IF_ERROR(tr_yaml_duplicate_key(doc, mapping, &dup, &first));
+  if (dup == NULL) return NULL;
+  return tr_yaml_error_at(doc, dup, "%sduplicate key '%s'%s (first at line %d, column %d)", prefix, tr_yaml_scalar(dup),
+                          where, tr_yaml_line(first), (int)first->start_mark.column + 1);
+}

@@ -57,6 +57,11 @@ yaml_node_t *tr_yaml_get(tr_yaml_doc *doc, const yaml_node_t *mapping, const cha
 tr_status *tr_yaml_duplicate_key(tr_yaml_doc *doc, const yaml_node_t *mapping, yaml_node_t **dup,
                                  yaml_node_t **first) TR_MUST_USE;
 
+/* The same as an error: NULL when every key differs, else a ManifestError at the repetition,
+ * "<prefix>duplicate key 'K'<where> (first at line L, column C)". */
+tr_status *tr_yaml_unique_keys(tr_yaml_doc *doc, const yaml_node_t *mapping, const char *prefix,
+                               const char *where) TR_MUST_USE;
+
 /* A ManifestError "path:line:column: <message>", pointing at `node` (1-based line and column). */
 tr_status *tr_yaml_error_at(const tr_yaml_doc *doc, const yaml_node_t *node, const char *fmt, ...)
     TR_PRINTF(3, 4) TR_MUST_USE;

@@ -32,21 +32,11 @@ void tr_pipeline_config_default(tr_pipeline_config *out) {
   out->deadline_ms = 3000;
 }
 
-/* A repeated key of `mapping` as an error "<prefix>duplicate key 'K'<where> (first at line L,
- * column C)", pointing at the repetition; NULL when every key differs. */
-static tr_status *unique_keys(tr_yaml_doc *doc, const yaml_node_t *mapping, const char *prefix, const char *where) {
-  yaml_node_t *dup = NULL, *first = NULL;
-  TR_RETURN_IF_ERROR(tr_yaml_duplicate_key(doc, mapping, &dup, &first));
-  if (dup == NULL) return NULL;
-  return tr_yaml_error_at(doc, dup, "%sduplicate key '%s'%s (first at line %d, column %d)", prefix, tr_yaml_scalar(dup),
-                          where, tr_yaml_line(first), (int)first->start_mark.column + 1);
-}
-
 static tr_status *load_component(tr_yaml_doc *doc, yaml_node_t *node, tr_component_config *c, const char *name) {
   if (node->type != YAML_MAPPING_NODE) return tr_yaml_error_at(doc, node, "component '%s': a mapping is expected", name);
   char prefix[64];
   snprintf(prefix, sizeof(prefix), "component '%s': ", name);
-  TR_RETURN_IF_ERROR(unique_keys(doc, node, prefix, ""));
+  TR_RETURN_IF_ERROR(tr_yaml_unique_keys(doc, node, prefix, ""));
   for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top; p++) {
     yaml_node_t *k = tr_yaml_node(doc, p->key), *v = tr_yaml_node(doc, p->value);
     const char *key = tr_yaml_scalar(k), *value = tr_yaml_scalar(v);
@@ -109,7 +99,7 @@ tr_status *tr_pipeline_config_load(const char *path, tr_pipeline_config *out) {
   if (root == NULL || root->type != YAML_MAPPING_NODE) {
     status = tr_yaml_error_at(doc, root, "a pipeline file is a mapping with 'components' (and 'deadline_ms')");
   }
-  if (status == NULL) status = unique_keys(doc, root, "", " in a pipeline file");
+  if (status == NULL) status = tr_yaml_unique_keys(doc, root, "", " in a pipeline file");
   for (yaml_node_pair_t *p = status ? NULL : root->data.mapping.pairs.start; status == NULL && p < root->data.mapping.pairs.top; p++) {
     yaml_node_t *k = tr_yaml_node(doc, p->key), *v = tr_yaml_node(doc, p->value);
     const char *key = tr_yaml_scalar(k);
@@ -124,7 +114,7 @@ tr_status *tr_pipeline_config_load(const char *path, tr_pipeline_config *out) {
     } else if (key != NULL && strcmp(key, "components") == 0 && v->type != YAML_MAPPING_NODE) {
       status = tr_yaml_error_at(doc, v, "'components' must be a mapping of component: {placement, ...}");
     } else if (key != NULL && strcmp(key, "components") == 0) {
-      status = unique_keys(doc, v, "", " in 'components'");
+      status = tr_yaml_unique_keys(doc, v, "", " in 'components'");
       for (yaml_node_pair_t *c = v->data.mapping.pairs.start; status == NULL && c < v->data.mapping.pairs.top; c++) {
         yaml_node_t *ck = tr_yaml_node(doc, c->key);
         const char *name = tr_yaml_scalar(ck);
