@@ -134,7 +134,7 @@ static tr_status *read_text(const char *path, const char *what, char **out) {
 /* The server's Curve secret: $TILERUN_CURVE_SECRET, else the first line of the file
  * $TILERUN_CURVE_SECRET_FILE names; "" when neither is set. Never from the command line, where
  * every local user can read it (ps). */
-static tr_status *curve_secret_of(char secret[TR_CURVE_KEY_SIZE + 1], const char **source) {
+static tr_status *curve_secret_of(char secret[TR_CURVE_KEY_SIZE], const char **source) {
   secret[0] = '\0';
   *source = NULL;
   const char *env = tr_plat_getenv("TILERUN_CURVE_SECRET");
@@ -152,15 +152,11 @@ static tr_status *curve_secret_of(char secret[TR_CURVE_KEY_SIZE + 1], const char
   } else {
     return NULL;
   }
-  size_t len = strcspn(text, "\r\n");
-  while (len > 0 && (text[len - 1] == ' ' || text[len - 1] == '\t')) len--;
+  size_t len = tr_curve_key_line(text, strlen(text), secret);
   tr_status *status = NULL;
-  if (len != 40) {
+  if (secret[0] == '\0') {
     status = TR_STATUS(TR_VALUE, "the Curve secret key must be 40 Z85 characters, got %zu characters (from %s)",
                        len, *source);
-  } else {
-    memcpy(secret, text, 40);
-    secret[40] = '\0';
   }
   memset(text, 0, strlen(text));
   free(text);
@@ -250,7 +246,7 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   memset(&opts, 0, sizeof(opts));
   opts.component = component;
   opts.max_request = SERVE_MAX_REQUEST;
-  char public_key[TR_CURVE_KEY_SIZE], secret[TR_CURVE_KEY_SIZE + 1];
+  char public_key[TR_CURVE_KEY_SIZE], secret[TR_CURVE_KEY_SIZE];
   const char *secret_from = NULL;
   char *clients = NULL;
   const char *clients_file = tr_plat_getenv("TILERUN_CURVE_CLIENTS");

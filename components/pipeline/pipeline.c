@@ -173,15 +173,11 @@ static tr_status *client_keypair(const char *name, const char *path, char public
     tr_status_destroy(&status);
     return named;
   }
-  size_t len = 0;
-  while (len < size && text[len] != '\n' && text[len] != '\r') len++;
-  while (len > 0 && (text[len - 1] == ' ' || text[len - 1] == '\t')) len--;
-  if (len != TR_CURVE_KEY_SIZE - 1) {
+  size_t len = tr_curve_key_line(text, size, secret_key);
+  if (secret_key[0] == '\0') {
     status = TR_STATUS(TR_VALUE, "component '%s': curve_client_secret_file '%s' must hold a 40-character Z85 "
                        "secret key, got %zu characters", name, path, len);
   } else {
-    memcpy(secret_key, text, len);
-    secret_key[len] = '\0';
     if (zmq_curve_public(public_key, secret_key) != 0) {
       status = TR_STATUS(TR_VALUE, "component '%s': curve_client_secret_file '%s' holds no key libzmq accepts: %s",
                          name, path, zmq_strerror(zmq_errno()));

@@ -140,6 +140,18 @@ static void tr__config_clear(tr__config *cfg) {
 
 int tr_curve_available(void) { return zmq_has("curve") ? 1 : 0; }
 
+size_t tr_curve_key_line(const char *text, size_t n, char key[TR_CURVE_KEY_SIZE]) {
+  size_t len = 0;
+  while (len < n && text[len] != '\n' && text[len] != '\r') len++;
+  while (len > 0 && (text[len - 1] == ' ' || text[len - 1] == '\t')) len--;
+  key[0] = '\0';
+  if (len == TR_CURVE_KEY_SIZE - 1) {
+    memcpy(key, text, len);
+    key[len] = '\0';
+  }
+  return len;
+}
+
 tr_status *tr_curve_keypair(char public_key[TR_CURVE_KEY_SIZE],
                             char secret_key[TR_CURVE_KEY_SIZE]) {
   public_key[0] = secret_key[0] = '\0';

@@ -103,6 +103,11 @@ int tr_curve_available(void);
 tr_status *tr_curve_keypair(char public_key[TR_CURVE_KEY_SIZE],
                             char secret_key[TR_CURVE_KEY_SIZE]) TR_MUST_USE;
 
+/* A key given as text (a file's contents, a variable): the length of its first line, line end
+ * and trailing blanks dropped; where that is TR_CURVE_KEY_SIZE - 1 (40) characters, `key` holds
+ * them and a NUL, else "". Checks nothing else (zmq_curve_public does). Cannot fail. */
+size_t tr_curve_key_line(const char *text, size_t n, char key[TR_CURVE_KEY_SIZE]);
+
 /* ---- Servers ----------------------------------------------------------------------------- */
 
 /* A running server: an actor (a thread plus a pipe) answering on one endpoint. Opaque; single
