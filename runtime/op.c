@@ -320,6 +320,7 @@ static tr_status *build_in_tree(tr_op *op, miss_call *m, tr_kernel *out) {
   tr_device_facts facts;
   TR_RETURN_IF_ERROR(tr_device_facts_of(op->rt, &m->validated.device, &facts));
   tr_call_spec_state_facts(&m->call, TR_FACT_ARCH | TR_FACT_SM_COUNT | TR_FACT_SMEM_BUDGET, &facts);
+  if (!tr_intree_has_source(m->type)) return tr_intree_kernel(m->type, &m->call, NULL, 0, out); /* cuBLASLt's */
   size_t n_kept = 0;
   const tr_artifact *kept = tr_intree_builds_find(op->rt->intree_builds, m->type, &m->call, &n_kept);
   if (kept != NULL) return tr_intree_kernel(m->type, &m->call, kept, n_kept, out);

@@ -110,8 +110,8 @@ TEST_CASE("the in-tree message names the device's type, not the device") {
         "OpNotAvailableError: RMSNormFwdOp's in-tree kernels do not run on acme; known targets for this op: "
         "['torch_cpu']");
   tr_value_clear(&params[0].value);
-  CHECK(spec.call("GemmFwdOp", {{2, 3}, {3, 4}}, {kDLCUDA, 0}, TR_BUILTIN) ==
-        "OpNotAvailableError: GemmFwdOp's in-tree kernels do not run on cuda; known targets for this op: []");
+  CHECK(spec.call("GroupNormFwdOp", {{2, 4, 3}}, {kDLCUDA, 0}, TR_BUILTIN, {{"num_groups", tr_value_int(2)}}) ==
+        "OpNotAvailableError: GroupNormFwdOp's in-tree kernels do not run on cuda; known targets for this op: []");
 }
 
 TEST_CASE("with no backend installed, the spec's message for the example before install") {

@@ -141,9 +141,9 @@ TEST_CASE("the build contract: each bad request is answered with an error naming
     CHECK(bad_arch.find("sm_xx") != std::string::npos);
     CHECK(build(p, cs[3], "", "sm_90a", out, &n).find("is built in the process that launches it") != std::string::npos);
     IntreeCall other = cs[3];
-    other.op = "GemmFwdOp";
+    other.op = "GroupNormFwdOp";
     CHECK(build(p, other, "add_elementwise", "sm_90a", out, &n) ==
-          "OpNotAvailableError: no in-tree kernels are registered for op 'GemmFwdOp'");
+          "OpNotAvailableError: no in-tree kernels are registered for op 'GroupNormFwdOp'");
     CHECK(n == 0);
   }
   Placed inline_(TR_COMPONENT_BUILD, Where::kInline, tr_build_handle, t.table);

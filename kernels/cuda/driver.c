@@ -56,6 +56,12 @@ typedef int (*range_fn)(tr_cu_ptr *base, size_t *size, tr_cu_ptr ptr);
 typedef int (*ipc_get_fn)(tr_cu_ipc_handle *handle, tr_cu_ptr ptr);
 typedef int (*ipc_open_fn)(tr_cu_ptr *ptr, tr_cu_ipc_handle handle, unsigned flags);
 typedef int (*ipc_close_fn)(tr_cu_ptr ptr);
+typedef int (*event_create_fn)(tr_cu_event *event, unsigned flags);
+typedef int (*event_record_fn)(tr_cu_event event, tr_cu_stream stream);
+typedef int (*event_sync_fn)(tr_cu_event event);
+typedef int (*event_elapsed_fn)(float *ms, tr_cu_event start, tr_cu_event end);
+typedef int (*event_destroy_fn)(tr_cu_event event);
+typedef int (*memset8_fn)(tr_cu_ptr dst, unsigned char value, size_t n, tr_cu_stream stream);
 
 enum { kFuncAttrMaxDynamicSmem = 8 };      /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 
@@ -90,6 +96,12 @@ static struct {
   ipc_get_fn ipc_get;
   ipc_open_fn ipc_open;
   ipc_close_fn ipc_close;
+  event_create_fn event_create;
+  event_record_fn event_record;
+  event_sync_fn event_sync;
+  event_elapsed_fn event_elapsed;
+  event_destroy_fn event_destroy;
+  memset8_fn memset8;
   tr_plat_mutex lock; /* the contexts */
   _Atomic(tr_cu_ctx) published[TR_CUDA_MAX_DEVICES]; /* contexts[i] once retained, read without the lock */
   tr_cu_ctx contexts[TR_CUDA_MAX_DEVICES];
@@ -153,6 +165,15 @@ static void load_once(void) {
   BIND(ipc_get, "cuIpcGetMemHandle");
   BIND(ipc_open, "cuIpcOpenMemHandle_v2");
   BIND(ipc_close, "cuIpcCloseMemHandle");
+  BIND(event_create, "cuEventCreate");
+  BIND(event_record, "cuEventRecord");
+  BIND(event_sync, "cuEventSynchronize");
+  BIND(event_destroy, "cuEventDestroy_v2");
+  BIND(memset8, "cuMemsetD8Async");
+  /* CUDA 12.8 on name it _v2 (the same signature); older drivers have the plain name only */
+  void *elapsed = tr_plat_lib_symbol(g.lib, "cuEventElapsedTime_v2");
+  if (elapsed != NULL) memcpy(&g.event_elapsed, &elapsed, sizeof(g.event_elapsed));
+  else BIND(event_elapsed, "cuEventElapsedTime");
   if (missing) { /* reported by tr_cu_load, never called through */
     g.init = NULL;
     return;
@@ -484,4 +505,32 @@ tr_status *tr_cu_address_range(tr_cu_ptr ptr, tr_cu_ptr *base, uint64_t *size) {
   int rc = g.range(base, &bytes, ptr);
   *size = bytes;
   return rc == 0 ? NULL : cu_error(rc, "finding the cuda allocation of an address%s", "");
+}
+
+/* CU_EVENT_DEFAULT: events that time. */
+tr_status *tr_cu_event_new(tr_cu_event *out) {
+  *out = NULL;
+  int rc = g.event_create(out, 0);
+  return rc == 0 ? NULL : cu_error(rc, "creating a cuda event%s", "");
+}
+
+tr_status *tr_cu_event_record(tr_cu_event event, tr_cu_stream stream) {
+  int rc = g.event_record(event, stream);
+  return rc == 0 ? NULL : cu_error(rc, "recording a cuda event%s", "");
+}
+
+tr_status *tr_cu_event_elapsed(tr_cu_event start, tr_cu_event end, float *ms) {
+  *ms = 0.f;
+  int rc = g.event_sync(end);
+  if (rc == 0) rc = g.event_elapsed(ms, start, end);
+  return rc == 0 ? NULL : cu_error(rc, "timing between two cuda events%s", "");
+}
+
+void tr_cu_event_destroy(tr_cu_event event) {
+  if (event != NULL && g.event_destroy != NULL) g.event_destroy(event);
+}
+
+tr_status *tr_cu_memset_async(tr_cu_ptr dst, unsigned char value, size_t bytes, tr_cu_stream stream) {
+  int rc = g.memset8(dst, value, bytes, stream);
+  return rc == 0 ? NULL : cu_error(rc, "setting cuda memory%s", "");
 }

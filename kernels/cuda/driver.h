@@ -19,6 +19,7 @@ typedef void *tr_cu_module;
 typedef void *tr_cu_function;
 typedef void *tr_cu_stream;
 typedef uint64_t tr_cu_ptr; /* CUdeviceptr */
+typedef void *tr_cu_event;
 
 /* The most devices tilerun addresses (indices 0..TR_CUDA_MAX_DEVICES-1). */
 #define TR_CUDA_MAX_DEVICES 64
@@ -111,6 +112,16 @@ int tr_cu_device_count(void);
  * tr_cu_set_stream, else the per-thread default stream (CU_STREAM_PER_THREAD). */
 tr_cu_stream tr_cu_current_stream(int32_t index);
 tr_status *tr_cu_set_stream(int32_t index, tr_cu_stream stream) TR_MUST_USE;
+
+/* Events that time work on a stream (tuning: never on the hot path). The elapsed time waits for
+ * `end`. The current context must be the device's. */
+tr_status *tr_cu_event_new(tr_cu_event *out) TR_MUST_USE;
+tr_status *tr_cu_event_record(tr_cu_event event, tr_cu_stream stream) TR_MUST_USE;
+tr_status *tr_cu_event_elapsed(tr_cu_event start, tr_cu_event end, float *ms) TR_MUST_USE;
+void tr_cu_event_destroy(tr_cu_event event); /* accepts NULL */
+
+/* `bytes` bytes at `dst` set to `value`, ordered on `stream`. */
+tr_status *tr_cu_memset_async(tr_cu_ptr dst, unsigned char value, size_t bytes, tr_cu_stream stream) TR_MUST_USE;
 
 /* The driver's text for an error code ("CUDA_ERROR_INVALID_VALUE: invalid argument"). */
 const char *tr_cu_error_text(int code, char *buf, size_t size);

@@ -19,7 +19,7 @@ static const tr_kernel_interface kAddIface = {
     "written in place"};
 
 enum { ADD };
-static const tr_intree_impl kImpls[] = {{&tr_intree_elementwise_family, ADD}};
+static const tr_intree_impl kImpls[] = {{&tr_intree_elementwise_family, ADD, 0}};
 
 static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
   (void)self;
@@ -78,4 +78,4 @@ static const tr_kernel_interface *const kIfaces[] = {&kAddIface};
 static const tr_kernel_type *const kTypes[] = {&kAdd};
 static const tr_intree_op kOps[] = {{"AddFwdOp", 1, kIfaces, 1, kTypes, add_spec}};
 
-const tr_intree_family tr_intree_elementwise_family = {"elementwise", 1, kOps, 0, source_for, prepare, launch};
+const tr_intree_family tr_intree_elementwise_family = {"elementwise", 1, kOps, 0, source_for, prepare, launch, NULL, NULL, NULL};

@@ -25,6 +25,9 @@ typedef struct tr_intree_family tr_intree_family;
 typedef struct tr_intree_impl {
   const tr_intree_family *family;
   int kind;
+  /* 1: nothing to compile (a library's kernels: cuBLASLt); the source has no text, no artifact is
+   * built, and the kernel is made by the family's prepare alone */
+  int no_source;
 } tr_intree_impl;
 
 /* A kernel made from an implementation's artifacts on one device: what its family's launch
@@ -42,9 +45,12 @@ typedef struct tr_intree_built {
   int32_t sm_count;
   int overlap; /* launched with programmatic dependent launch (sm_90 on) */
   tr_cuda_loaded narrow, wide;
-  int64_t ints[4];
+  int64_t ints[8];
   double reals[4];
-  tr_named_value config[4]; /* implementation (the key), block, overlap, few_rows */
+  void *state; /* the family's own (a cuBLASLt GEMM), released by its release */
+  /* implementation (the key), block, overlap, few_rows, then up to four of the family's */
+  tr_named_value config[8];
+  size_t n_config;
 } tr_intree_built;
 
 /* A family: its ops (interfaces, implementations, call specs) and how an implementation is
@@ -65,6 +71,14 @@ struct tr_intree_family {
   /* Launches the kernel on `stream` (its context current) for tensors of at least one element. */
   tr_status *(*launch)(const tr_intree_built *k, DLTensor *const *in, size_t n_in, DLTensor *const *out,
                        tr_cu_stream stream);
+  /* Optional (NULL: the family's kernels are not tuned). request_tune: the kernel's context is
+   * current; idempotent. */
+  tr_status *(*tune)(tr_intree_built *k);
+  /* Optional: fills k->config[4..7] with the family's own values (ints and bools), returning how
+   * many; called when the kernel is made and again after tuning. */
+  size_t (*describe)(tr_intree_built *k);
+  /* Optional: releases k->state (the kernel goes). */
+  void (*release)(tr_intree_built *k);
 };
 
 /* The families' factory (the selector runs it): builds the artifacts here, then loads them. */
@@ -107,10 +121,11 @@ const char *tr_intree_row_refusal(int64_t row, char *buf, size_t size);
 int64_t tr_intree_compiled_row(int64_t row);
 
 /* The families (one line each in intree.c's table). */
-extern const tr_intree_family tr_intree_norm_family, tr_intree_softmax_family, tr_intree_elementwise_family;
+extern const tr_intree_family tr_intree_norm_family, tr_intree_softmax_family, tr_intree_elementwise_family,
+    tr_intree_gemm_family;
 
 /* The sources, with the common header in front (kernels/tools/embed.py). */
-extern const char tr_src_norm[], tr_src_softmax[], tr_src_add[], tr_src_copy[];
+extern const char tr_src_norm[], tr_src_softmax[], tr_src_add[], tr_src_copy[], tr_src_gemm[];
 
 /* Counts launches split over clusters (softmax). */
 void tr__intree_count_split(void);

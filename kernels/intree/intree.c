@@ -21,6 +21,7 @@ static const tr_intree_family *const kFamilies[] = {
     &tr_intree_norm_family,
     &tr_intree_softmax_family,
     &tr_intree_elementwise_family,
+    &tr_intree_gemm_family,
 };
 #define N_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 
@@ -54,6 +55,10 @@ int tr_intree_owns(const tr_kernel_type *type) {
     if (kFamilies[f] == family) return 1;
   }
   return 0;
+}
+
+int tr_intree_has_source(const tr_kernel_type *type) {
+  return tr_intree_owns(type) && !((const tr_intree_impl *)type->ctx)->no_source;
 }
 
 void tr_intree_arch_name(int32_t arch, char *buf, size_t size) {
@@ -229,6 +234,7 @@ tr_status *tr_intree_build(const tr_kernel_type *type, const tr_call_spec *call,
   if (refused != NULL) return TR_STATUS(TR_SELECTION, "kernel '%s' does not serve this call: %s", type->key, refused);
   tr_intree_source src;
   TR_RETURN_IF_ERROR(tr_intree_source_for(type, call, &src));
+  if (src.source == NULL) return NULL; /* a library's kernels: nothing to compile */
   TR_RETURN_IF_ERROR(tr__intree_artifact(arch, &src, &out[0]));
   *n_out = 1;
   if (tr_intree_has_wide(&src, arch_number(arch))) {
@@ -257,7 +263,7 @@ static int overlap_enabled(void) {
 static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTensor *const *out, size_t n_out) {
   const tr_intree_built *k = self;
   (void)n_out;
-  if (tr_intree_numel(in[0]) == 0) return NULL; /* an empty tensor: nothing to compute (and no row count) */
+  if (tr_intree_numel(out[0]) == 0) return NULL; /* an empty output: nothing to compute (and no row count) */
   tr_cu_stream stream = tr_cu_current_stream(k->index);
   tr_cuda_pool_before_work(stream);
   tr_cu_ctx previous;
@@ -270,11 +276,24 @@ static tr_status *kernel_call(void *self, DLTensor *const *in, size_t n_in, DLTe
 static size_t kernel_config(void *self, const tr_named_value **out) {
   tr_intree_built *k = self;
   *out = k->config;
-  return 4;
+  return k->n_config;
+}
+
+/* request_tune: the family's tuning with the kernel's context current, then its config again. */
+static tr_status *kernel_tune(void *self, const tr_device *device) {
+  tr_intree_built *k = self;
+  (void)device; /* the kernel's own: one device per kernel */
+  tr_cu_ctx previous;
+  TR_RETURN_IF_ERROR(tr_cu_enter_context(k->ctx, &previous));
+  tr_status *status = k->impl->family->tune(k);
+  tr_cu_restore_context(k->ctx, previous);
+  if (k->impl->family->describe != NULL) k->n_config = 4 + k->impl->family->describe(k);
+  return status;
 }
 
 static void kernel_release(void *self) {
   tr_intree_built *k = self;
+  if (k->impl->family->release != NULL) k->impl->family->release(k);
   tr_value_clear(&k->config[0].value);
   tr_value_clear(&k->config[3].value);
   free(k);
@@ -294,6 +313,8 @@ static tr_status *set_config(tr_intree_built *k) {
   const char *few = k->wide.function == NULL ? "none" : k->wide_split ? "split" : "wide";
   tr_status *status = tr_value_str(few, &k->config[3].value);
   if (status != NULL) tr_value_clear(&k->config[0].value);
+  k->n_config = 4;
+  if (status == NULL && k->impl->family->describe != NULL) k->n_config += k->impl->family->describe(k);
   return status;
 }
 
@@ -314,7 +335,7 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   tr_intree_arch_name(call->facts.arch, arch, sizeof(arch));
   tr_intree_source src;
   TR_RETURN_IF_ERROR(tr_intree_source_for(self, call, &src));
-  size_t want = tr_intree_has_wide(&src, call->facts.arch) ? 2 : 1;
+  size_t want = src.source == NULL ? 0 : tr_intree_has_wide(&src, call->facts.arch) ? 2 : 1;
   for (size_t i = 0; i < n; i++) { /* artifacts from elsewhere must be this kernel's, for this card */
     if (strcmp(arts[i].name, self->key) != 0 || strcmp(arts[i].entry, src.entry) != 0 || strcmp(arts[i].arch, arch) != 0) {
       return TR_STATUS(TR_BACKEND, "kernel '%s' for %s was given an artifact of '%s' (entry %s) for %s", self->key,
@@ -336,15 +357,16 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   tr_cu_ctx previous = NULL;
   tr_status *status = tr_cu_enter_device(index, &k->ctx, &previous);
   if (status == NULL) {
-    status = tr_cuda_module_load(index, &arts[0], k->impl->family->any_entry, &k->narrow);
+    if (n > 0) status = tr_cuda_module_load(index, &arts[0], k->impl->family->any_entry, &k->narrow);
     if (status == NULL && n > 1) status = tr_cuda_module_load(index, &arts[1], k->impl->family->any_entry, &k->wide);
     if (status == NULL) status = k->impl->family->prepare(call, k);
     if (status == NULL) status = tr__intree_load_copies(index, arch);
     tr_cu_restore_context(k->ctx, previous);
   }
-  k->overlap = call->facts.arch >= 90 && k->narrow.awaits && (n < 2 || k->wide.awaits) && overlap_enabled();
+  k->overlap = call->facts.arch >= 90 && n > 0 && k->narrow.awaits && (n < 2 || k->wide.awaits) && overlap_enabled();
   if (status == NULL) status = set_config(k);
   if (status != NULL) {
+    if (k->impl->family->release != NULL) k->impl->family->release(k);
     free(k);
     return status;
   }
@@ -352,6 +374,7 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   out->call = kernel_call;
   out->config = kernel_config;
   out->release = kernel_release;
+  if (k->impl->family->tune != NULL) out->request_tune = kernel_tune;
   atomic_fetch_add(&g.kernels, 1);
   return NULL;
 }

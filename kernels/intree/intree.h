@@ -36,7 +36,7 @@ typedef struct tr_intree_op {
                           tr_call_spec *out);
 } tr_intree_op;
 
-/* The in-tree ops, family by family (RMSNormFwdOp, LayerNormFwdOp, SoftmaxFwdOp, AddFwdOp). */
+/* The in-tree ops, family by family (RMSNormFwdOp, LayerNormFwdOp, SoftmaxFwdOp, AddFwdOp, GemmFwdOp). */
 size_t tr_intree_op_count(void);
 const tr_intree_op *tr_intree_op_at(size_t i);
 const tr_intree_op *tr_intree_find(const char *op); /* NULL: no in-tree kernels */
@@ -73,6 +73,10 @@ void tr_intree_wide_source(const tr_intree_source *src, tr_intree_source *w);
 
 /* 1 when `type` is one of the in-tree implementations above (it has a source to compile). */
 int tr_intree_owns(const tr_kernel_type *type);
+
+/* 1 when `type` is in-tree and compiles a source; 0 for one made from a library's kernels
+ * (cuBLASLt: tr_intree_build gives it no artifact, and tr_intree_kernel makes it from none). */
+int tr_intree_has_source(const tr_kernel_type *type);
 
 /* 1 when `src` has a wide build for architecture `arch` (90 for "sm_90a"). */
 int tr_intree_has_wide(const tr_intree_source *src, int32_t arch);

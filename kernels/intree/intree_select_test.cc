@@ -78,7 +78,7 @@ std::string norm_key(Selector &s, tr_dtype dt, int64_t rows, int64_t row) {
 }  // namespace
 
 TEST_CASE("every in-tree op's selector passes the checks made when it is built") {
-  REQUIRE(tr_intree_op_count() == 4);
+  REQUIRE(tr_intree_op_count() == 5);
   for (size_t i = 0; i < tr_intree_op_count(); i++) {
     const tr_intree_op *op = tr_intree_op_at(i);
     tr_selector *sel = nullptr;
@@ -90,7 +90,8 @@ TEST_CASE("every in-tree op's selector passes the checks made when it is built")
     tr_selector_destroy(&sel);
     for (size_t k = 0; k < op->n_interfaces; k++) CHECK(tr_interface_name_ok(op->interfaces[k]->name));
   }
-  CHECK(tr_intree_find("GemmFwdOp") == nullptr);
+  CHECK(tr_intree_find("GemmFwdOp") != nullptr);
+  CHECK(tr_intree_find("GQADecodeFwdOp") == nullptr);
 }
 
 TEST_CASE("RMSNorm and LayerNorm rows go to a warp up to 1024 elements, else to the looped kernel") {
@@ -273,5 +274,118 @@ TEST_CASE("the launch side refuses artifacts that are not the kernel's, before t
   CHECK(refusal("rms_norm_looped", "sm_80", 2) ==
         "kernel 'rms_norm_looped' for sm_90a was given an artifact of 'rms_norm_looped' (entry tr_norm) for sm_80");
   CHECK(refusal("rms_norm_looped", "sm_90a", 1) == "kernel 'rms_norm_looped' needs 2 artifacts, was given 1");
+  tr_call_spec_clear(&call);
+}
+
+namespace {
+
+// GemmFwdOp's key for a [m, k] ([k, m] with trans_a) times b [k, n] ([n, k] with trans_b).
+std::string gemm_key(Selector &s, tr_dtype dt, int64_t m, int64_t n, int64_t k, bool ta, bool tb, int32_t arch = 90,
+                     std::string *error = nullptr) {
+  tr_tensor_spec a = ta ? spec(dt, {k, m}) : spec(dt, {m, k});
+  tr_tensor_spec b = tb ? spec(dt, {n, k}) : spec(dt, {k, n});
+  const tr_tensor_spec *in[2] = {&a, &b};
+  tr_named_value p[2] = {{"trans_a", tr_value_bool(ta)}, {"trans_b", tr_value_bool(tb)}};
+  return key_for(s, in, 2, p, 2, arch, error);
+}
+
+// The reason `key` gives for refusing the call (empty: it serves it).
+std::string gemm_refusal(Selector &s, const char *key, tr_dtype dt, int64_t m, int64_t n, int64_t k, bool ta,
+                         bool tb) {
+  tr_tensor_spec a = ta ? spec(dt, {k, m}) : spec(dt, {m, k});
+  tr_tensor_spec b = tb ? spec(dt, {n, k}) : spec(dt, {k, n});
+  const tr_tensor_spec *in[2] = {&a, &b};
+  tr_named_value p[2] = {{"trans_a", tr_value_bool(ta)}, {"trans_b", tr_value_bool(tb)}};
+  tr_device dev = cuda0();
+  const char *iface = nullptr;
+  tr_call_spec call;
+  REQUIRE(s.op->call_spec(in, 2, p, 2, &dev, &iface, &call) == nullptr);
+  const tr_kernel_type *type = nullptr;
+  for (size_t i = 0; i < s.op->n_types; i++) {
+    if (std::string(s.op->types[i]->key) == key) type = s.op->types[i];
+  }
+  REQUIRE(type != nullptr);
+  char buf[512];
+  const char *reason = type->refusal(type, &call, buf, sizeof(buf));
+  tr_call_spec_clear(&call);
+  return reason ? reason : "";
+}
+
+}  // namespace
+
+TEST_CASE("GEMM: m or n up to 64 goes to the skinny kernel, beyond to cuBLASLt, at both boundaries") {
+  Selector s("GemmFwdOp");
+  for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16}) {
+    // m small, the weight b [n, k] (the decode projections: batch 1, 16, 64)
+    for (int64_t m : {1, 16, 64}) CHECK(gemm_key(s, dt, m, 4096, 4096, false, true) == "gemm_skinny");
+    CHECK(gemm_key(s, dt, 65, 4096, 4096, false, true) == "gemm_cublaslt");
+    CHECK(gemm_key(s, dt, 64, 14336, 4096, true, true) == "gemm_skinny");  // a [k, m]: x read strided
+    // n small, the weight a [m, k]
+    CHECK(gemm_key(s, dt, 4096, 64, 4096, false, false) == "gemm_skinny");
+    CHECK(gemm_key(s, dt, 4096, 64, 4096, false, true) == "gemm_skinny");
+    CHECK(gemm_key(s, dt, 4096, 65, 4096, false, false) == "gemm_cublaslt");
+    // both large: prefill and square shapes
+    CHECK(gemm_key(s, dt, 2048, 4096, 4096, false, true) == "gemm_cublaslt");
+    CHECK(gemm_key(s, dt, 8192, 8192, 8192, false, false) == "gemm_cublaslt");
+  }
+  // m small but the weight b [k, n] is not k-contiguous, and a [k, m] rules out the other way
+  CHECK(gemm_key(s, TR_BFLOAT16, 16, 4096, 4096, true, false) == "gemm_cublaslt");
+  CHECK(gemm_refusal(s, "gemm_skinny", TR_BFLOAT16, 16, 4096, 4096, true, false)
+            .find("streams a k-contiguous weight: m <= 64 needs trans_b (b [n, k])") != std::string::npos);
+  // float32 is cuBLASLt's alone (the skinny kernel multiplies on the tensor cores)
+  CHECK(gemm_key(s, TR_FLOAT32, 1, 4096, 4096, false, true) == "gemm_cublaslt");
+  CHECK(gemm_refusal(s, "gemm_skinny", TR_FLOAT32, 1, 4096, 4096, false, true) ==
+        "multiplies float16 and bfloat16 on the tensor cores; got float32");
+  CHECK(gemm_refusal(s, "gemm_skinny", TR_BFLOAT16, 65, 4096, 4096, false, true) ==
+        "serves m or n of at most 64 (decode), got m=65, n=4096");
+  CHECK(gemm_refusal(s, "gemm_cublaslt", TR_FLOAT32, 65, 4096, 4096, false, true).empty());
+}
+
+TEST_CASE("GEMM: k too narrow for a 16-byte vector is refused by the vectorised kernel (the spec's case)") {
+  Selector s("GemmFwdOp");
+  // the spec's call: SM90, 132 SMs, m = n = 64, k = 1, float16, trans_b
+  CHECK(gemm_refusal(s, "gemm_skinny", TR_FLOAT16, 64, 64, 1, false, true) ==
+        "k must span at least one 16-byte vector (8 elements of 2 bytes), got k=1");
+  // cuBLASLt, the general implementation, serves it: key_for names it
+  CHECK(gemm_key(s, TR_FLOAT16, 64, 64, 1, false, true) == "gemm_cublaslt");
+  // the boundary: 8 elements span one vector; 127 is not a whole number of vectors
+  CHECK(gemm_key(s, TR_FLOAT16, 64, 64, 8, false, true) == "gemm_skinny");
+  CHECK(gemm_key(s, TR_FLOAT16, 64, 64, 7, false, true) == "gemm_cublaslt");
+  CHECK(gemm_refusal(s, "gemm_skinny", TR_BFLOAT16, 1, 4096, 127, false, true) ==
+        "k must be a whole number of 16-byte vectors (a multiple of 8), got k=127");
+  CHECK(gemm_key(s, TR_BFLOAT16, 1, 4096, 127, false, true) == "gemm_cublaslt");
+}
+
+TEST_CASE("GEMM: architectures before SM80 have no implementation; the reasons name both") {
+  Selector s("GemmFwdOp");
+  std::string error;
+  CHECK(gemm_key(s, TR_BFLOAT16, 1, 4096, 4096, false, true, 75, &error).empty());
+  CHECK(error.find("no implementation serves this call") != std::string::npos);
+  CHECK(error.find("gemm_skinny") != std::string::npos);
+  CHECK(error.find("gemm_cublaslt") != std::string::npos);
+  CHECK(gemm_key(s, TR_BFLOAT16, 1, 4096, 4096, false, true, 80) == "gemm_skinny");
+}
+
+TEST_CASE("GEMM: cuBLASLt compiles nothing; the skinny kernel has a source; the call spec reads the transposes") {
+  Selector s("GemmFwdOp");
+  const tr_kernel_type *lt = s.op->types[0], *skinny = s.op->types[1];
+  REQUIRE(std::string(lt->key) == "gemm_cublaslt");
+  REQUIRE(std::string(skinny->key) == "gemm_skinny");
+  CHECK(tr_intree_has_source(lt) == 0);
+  CHECK(tr_intree_has_source(skinny) == 1);
+  tr_tensor_spec a = spec(TR_BFLOAT16, {4096, 3}), b = spec(TR_BFLOAT16, {5, 4096});
+  const tr_tensor_spec *in[2] = {&a, &b};
+  tr_named_value p[2] = {{"trans_a", tr_value_bool(true)}, {"trans_b", tr_value_bool(true)}};
+  tr_device dev = cuda0();
+  const char *iface = nullptr;
+  tr_call_spec call;
+  REQUIRE(s.op->call_spec(in, 2, p, 2, &dev, &iface, &call) == nullptr);
+  CHECK(tr_call_spec_int(&call, "m") == 3);
+  CHECK(tr_call_spec_int(&call, "n") == 5);
+  CHECK(tr_call_spec_int(&call, "k") == 4096);
+  tr_artifact arts[2];
+  size_t n = 9;
+  REQUIRE(tr_intree_build(lt, &call, "sm_90a", arts, &n) == nullptr);
+  CHECK(n == 0);
   tr_call_spec_clear(&call);
 }

@@ -37,10 +37,10 @@ enum { RMS_WARP, RMS_LOOPED, LAYER_WARP, LAYER_LOOPED };
 #define IS_WARP(kind) ((kind) % 2 == 0)
 
 static const tr_intree_impl kImpls[] = {
-    {&tr_intree_norm_family, RMS_WARP},
-    {&tr_intree_norm_family, RMS_LOOPED},
-    {&tr_intree_norm_family, LAYER_WARP},
-    {&tr_intree_norm_family, LAYER_LOOPED},
+    {&tr_intree_norm_family, RMS_WARP, 0},
+    {&tr_intree_norm_family, RMS_LOOPED, 0},
+    {&tr_intree_norm_family, LAYER_WARP, 0},
+    {&tr_intree_norm_family, LAYER_LOOPED, 0},
 };
 
 static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
@@ -187,4 +187,4 @@ static const tr_intree_op kOps[] = {
     {"LayerNormFwdOp", 1, kLayerIfaces, 2, kLayerTypes, layer_spec},
 };
 
-const tr_intree_family tr_intree_norm_family = {"norm", 2, kOps, 1, source_for, prepare, launch};
+const tr_intree_family tr_intree_norm_family = {"norm", 2, kOps, 1, source_for, prepare, launch, NULL, NULL, NULL};

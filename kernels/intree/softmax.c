@@ -30,10 +30,10 @@ enum { WARP_MAX_ROW = 1024, BLOCK_MAX_ROW = 32768, WARP_BLOCK = 128, LOOPED_BLOC
 enum { SPLIT_MIN_ROW = 16384, SPLIT_BLOCK = 512, SPLIT_MAX_CTAS = 8, SPLIT_MIN_ARCH = 90 };
 
 static const tr_intree_impl kImpls[] = {
-    {&tr_intree_softmax_family, WARP},
-    {&tr_intree_softmax_family, BLOCK},
-    {&tr_intree_softmax_family, LOOPED},
-    {&tr_intree_softmax_family, STRIDED},
+    {&tr_intree_softmax_family, WARP, 0},
+    {&tr_intree_softmax_family, BLOCK, 0},
+    {&tr_intree_softmax_family, LOOPED, 0},
+    {&tr_intree_softmax_family, STRIDED, 0},
 };
 
 static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
@@ -185,4 +185,4 @@ static const tr_kernel_interface *const kIfaces[] = {&kSoftmaxIface};
 static const tr_kernel_type *const kTypes[] = {&kWarp, &kBlock, &kLooped, &kStrided};
 static const tr_intree_op kOps[] = {{"SoftmaxFwdOp", 1, kIfaces, 4, kTypes, softmax_spec}};
 
-const tr_intree_family tr_intree_softmax_family = {"softmax", 1, kOps, 0, source_for, prepare, launch};
+const tr_intree_family tr_intree_softmax_family = {"softmax", 1, kOps, 0, source_for, prepare, launch, NULL, NULL, NULL};

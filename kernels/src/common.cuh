@@ -196,3 +196,33 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
   v = lane < BLOCK / 32 ? scratch[lane] : -__int_as_float(0x7f800000);
   return warp_max(v);
 }
+
+// Thread-block clusters (sm_90 and later; used only by builds for those): this CTA's rank and
+// the cluster's CTA count and index.
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned cluster_ctas() {
+  unsigned r;
+  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned cluster_index() {
+  unsigned r;
+  asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+  return r;
+}
+// Every thread of the cluster's CTAs: writes to shared memory before are seen by reads after.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+// The float at `p` (this CTA's shared memory) in CTA `rank`'s shared memory.
+__device__ __forceinline__ float load_cluster(const float *p, unsigned rank) {
+  unsigned local, remote;
+  float f;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(f) : "r"(remote) : "memory");
+  return f;
+}

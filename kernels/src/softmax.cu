@@ -137,40 +137,6 @@ __device__ __forceinline__ void softmax_row_looped(const T *x, O *y, float *scra
 }
 
 #if defined(TR_SPLIT)
-// A row split over the C CTAs of a thread-block cluster (sm_90 on; C from the launch, at most 8):
-// CTA r takes the r-th of C equal runs of the row's vectors. Each thread keeps an online (max,
-// sum) over its vectors, U loads in flight at once; the block merges them, then every CTA reads
-// the C merged pairs from the cluster's shared memory and merges them alike (the same result in
-// every CTA), and writes its run with a second read (from L2). Exponentials by exp_neg. For few
-// long rows (a logits row of 128256): one block per row would leave all but a few SMs idle.
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ unsigned cluster_ctas() {
-  unsigned r;
-  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ unsigned cluster_index() {
-  unsigned r;
-  asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-  return r;
-}
-// Every thread of the cluster's CTAs: writes to shared memory before are seen by reads after.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
-// The float at `p` (this CTA's shared memory) in CTA `rank`'s shared memory.
-__device__ __forceinline__ float load_cluster(const float *p, unsigned rank) {
-  unsigned local, remote;
-  float f;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(f) : "r"(remote) : "memory");
-  return f;
-}
-
 // e^d for d <= 0 (d = x - max) as 2^(d log2 e) by the approximate exp2 instruction (2 ulp;
 // results below float32's normal range are 0): three instructions against expf's eight, where
 // only a few SMs work on a row.
@@ -180,6 +146,12 @@ __device__ __forceinline__ float exp_neg(float d) {
   return r;
 }
 
+// A row split over the C CTAs of a thread-block cluster (sm_90 on; C from the launch, at most 8):
+// CTA r takes the r-th of C equal runs of the row's vectors. Each thread keeps an online (max,
+// sum) over its vectors, U loads in flight at once; the block merges them, then every CTA reads
+// the C merged pairs from the cluster's shared memory and merges them alike (the same result in
+// every CTA), and writes its run with a second read (from L2). Exponentials by exp_neg. For few
+// long rows (a logits row of 128256): one block per row would leave all but a few SMs idle.
 template <int V>
 __device__ __forceinline__ void softmax_row_split(const T *x, O *y, float *scratch, float *part) {
   constexpr int NV = TR_N / V, U = 8;

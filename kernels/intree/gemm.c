@@ -1,0 +1,362 @@
+/* gemm.c: the GEMM family: d [m, n] = op(a) @ op(b), row-major, float32 accumulation. Two
+ * implementations of GemmFwdInterface:
+ *   gemm_cublaslt  the general one: cuBLASLt (kernels/cuda/cublaslt.h), every dtype, both
+ *                  transposes, any m, n, k; descriptors, algorithm and workspace made when the
+ *                  kernel is made; request_tune times the top heuristic algorithms.
+ *   gemm_skinny    decode (kernels/src/gemm.cu): m, or n, at most 64, float16 and bfloat16; the
+ *                  large operand (the weight) streamed once into tensor-core fragments, k split
+ *                  over the CTAs of a cluster on sm_90 (the split count a run-time choice that
+ *                  request_tune times); preferred over gemm_cublaslt where both apply. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/cublaslt.h"
+#include "kernels/intree/family.h"
+
+static const tr_call_field kGemmFields[] = {
+    {"dtype", TR_VALUE_DTYPE, 0, 0, {0}},
+    {"trans_a", TR_VALUE_BOOL, 0, 1, {.kind = TR_VALUE_BOOL, .as.b = false}},
+    {"trans_b", TR_VALUE_BOOL, 0, 1, {.kind = TR_VALUE_BOOL, .as.b = false}},
+    {"m", TR_VALUE_INT, 0, 0, {0}},
+    {"n", TR_VALUE_INT, 0, 0, {0}},
+    {"k", TR_VALUE_INT, 0, 0, {0}},
+};
+static const tr_call_spec_type kGemmCall = {"GemmCall", 6, kGemmFields};
+
+static const char *const kGemmArgs[] = {"a", "b", NULL};
+static const char *const kD[] = {"d"};
+
+static const tr_kernel_interface kGemmIface = {
+    "GemmFwdInterface", &kGemmCall, 2, kGemmArgs, 1, kD,
+    "a [m, k] ([k, m] with trans_a) and b [k, n] ([n, k] with trans_b), contiguous, of one dtype on one cuda "
+    "device; returns d = op(a) @ op(b) [m, n] in that dtype, accumulated in float32 (float32 inputs without "
+    "TF32); nothing written in place. A result of an input holding NaN or infinity is undefined beyond what "
+    "the IEEE products give."};
+
+enum { CUBLASLT, SKINNY };
+static const tr_intree_impl kImpls[] = {
+    {&tr_intree_gemm_family, CUBLASLT, 1},
+    {&tr_intree_gemm_family, SKINNY, 0},
+};
+
+/* The skinny kernel: at most this many rows of the small operand; CTAs of SKINNY_BLOCK threads;
+ * at most SKINNY_MAX_SPLIT CTAs a cluster (the portable cluster size). */
+enum { SKINNY_MAX_ROWS = 64, SKINNY_BLOCK = 128, SKINNY_MAX_SPLIT = 8, SKINNY_SPLIT_MIN_ARCH = 90 };
+
+static int call_bool(const tr_call_spec *call, const char *name) {
+  const tr_value *v = tr_call_spec_get(call, name);
+  return v != NULL && v->kind == TR_VALUE_BOOL && v->as.b;
+}
+
+/* How the skinny kernel sees a call: w [L, K] K-contiguous streamed, x [S, K] small (x[s, k] at
+ * x + s * xs + k * xk), y[s, l] at d + s * ys + l * yl; `x_is_a`: x is the operand a. */
+typedef struct skinny_view {
+  int x_is_a;
+  int64_t S, L, xs, xk, ys, yl;
+} skinny_view;
+
+/* 0 where neither operand can be streamed K-contiguous with the other at most 64 rows. */
+static int skinny_view_of(const tr_call_spec *call, skinny_view *v) {
+  int ta = call_bool(call, "trans_a"), tb = call_bool(call, "trans_b");
+  int64_t m = tr_call_spec_int(call, "m"), n = tr_call_spec_int(call, "n"), k = tr_call_spec_int(call, "k");
+  if (m <= SKINNY_MAX_ROWS && tb) { /* w = b [n, k]; x = op(a) */
+    *v = (skinny_view){1, m, n, ta ? 1 : k, ta ? m : 1, n, 1};
+    return 1;
+  }
+  if (n <= SKINNY_MAX_ROWS && !ta) { /* w = a [m, k]; x = op(b)^T */
+    *v = (skinny_view){0, n, m, tb ? k : 1, tb ? 1 : n, 1, n};
+    return 1;
+  }
+  return 0;
+}
+
+static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
+  const tr_intree_impl *impl = self->ctx;
+  tr_dtype d = tr_call_spec_get(call, "dtype")->as.dtype;
+  int64_t m = tr_call_spec_int(call, "m"), n = tr_call_spec_int(call, "n"), k = tr_call_spec_int(call, "k");
+  if (m < 0 || n < 0 || k < 0) {
+    snprintf(buf, size, "m, n and k are counts; got m=%lld, n=%lld, k=%lld", (long long)m, (long long)n, (long long)k);
+    return buf;
+  }
+  if (impl->kind == CUBLASLT) {
+    if (!tr_intree_is_float16ish(d)) {
+      snprintf(buf, size, "multiplies float16, bfloat16 and float32; got %s", tr_dtype_name(d));
+      return buf;
+    }
+    return NULL;
+  }
+  if (!tr_dtype_equal(d, TR_FLOAT16) && !tr_dtype_equal(d, TR_BFLOAT16)) {
+    snprintf(buf, size, "multiplies float16 and bfloat16 on the tensor cores; got %s", tr_dtype_name(d));
+    return buf;
+  }
+  size_t elem = tr_dtype_bytes(d);
+  if (k * (int64_t)elem < 16) {
+    snprintf(buf, size, "k must span at least one 16-byte vector (%zu elements of %zu bytes), got k=%lld", 16 / elem,
+             elem, (long long)k);
+    return buf;
+  }
+  if (k % (int64_t)(16 / elem) != 0) {
+    snprintf(buf, size, "k must be a whole number of 16-byte vectors (a multiple of %zu), got k=%lld", 16 / elem,
+             (long long)k);
+    return buf;
+  }
+  if (k > INT32_MAX / 2) {
+    snprintf(buf, size, "k must be at most %d, got k=%lld", INT32_MAX / 2, (long long)k);
+    return buf;
+  }
+  if (m > SKINNY_MAX_ROWS && n > SKINNY_MAX_ROWS) {
+    snprintf(buf, size, "serves m or n of at most %d (decode), got m=%lld, n=%lld", SKINNY_MAX_ROWS, (long long)m,
+             (long long)n);
+    return buf;
+  }
+  skinny_view v;
+  if (!skinny_view_of(call, &v)) {
+    snprintf(buf, size, "streams a k-contiguous weight: m <= %d needs trans_b (b [n, k]), n <= %d needs trans_a false "
+             "(a [m, k]); got m=%lld, n=%lld, trans_a=%s, trans_b=%s", SKINNY_MAX_ROWS, SKINNY_MAX_ROWS, (long long)m,
+             (long long)n, call_bool(call, "trans_a") ? "true" : "false", call_bool(call, "trans_b") ? "true" : "false");
+    return buf;
+  }
+  return NULL;
+}
+
+static const char *const kSkinnyOver[] = {"gemm_cublaslt", NULL};
+
+TR_INTREE_TYPE(kCublasLt, "gemm_cublaslt", kGemmIface, kImpls[CUBLASLT], 1, NULL, refusal);
+TR_INTREE_TYPE(kSkinny, "gemm_skinny", kGemmIface, kImpls[SKINNY], 0, kSkinnyOver, refusal);
+
+static tr_status *gemm_spec(const tr_tensor_spec *const *in, size_t n_in, const tr_named_value *params, size_t n_params,
+                            const tr_device *device, const char **iface, tr_call_spec *out) {
+  *iface = kGemmIface.name;
+  if (n_in < 2 || in[0] == NULL || in[1] == NULL) return TR_STATUS(TR_VALUE, "GemmFwdOp: the in-tree kernels need a and b");
+  const tr_tensor_spec *a = in[0], *b = in[1];
+  if (a->rank != 2 || b->rank != 2) {
+    return TR_STATUS(TR_VALUE, "GemmFwdOp: the in-tree kernels multiply matrices; got a of rank %d, b of rank %d",
+                     a->rank, b->rank);
+  }
+  const tr_value *pa = tr_intree_param(params, n_params, "trans_a"), *pb = tr_intree_param(params, n_params, "trans_b");
+  bool ta = pa != NULL && pa->kind == TR_VALUE_BOOL && pa->as.b, tb = pb != NULL && pb->kind == TR_VALUE_BOOL && pb->as.b;
+  tr_named_value v[6] = {
+      {"dtype", tr_value_dtype(a->dtype)},
+      {"trans_a", tr_value_bool(ta)},
+      {"trans_b", tr_value_bool(tb)},
+      {"m", tr_value_int(ta ? a->shape[1] : a->shape[0])},
+      {"n", tr_value_int(tb ? b->shape[0] : b->shape[1])},
+      {"k", tr_value_int(ta ? a->shape[0] : a->shape[1])},
+  };
+  return tr_call_spec_init(out, &kGemmCall, device, v, 6);
+}
+
+/* ---- the skinny kernel ---- */
+
+/* rows of w per CTA: 16 per warp tile, two tiles a warp where x has more than 16 rows (x's
+ * fragments then serve twice the weight) */
+static int skinny_tiles(int64_t S) { return S > 16 ? 2 : 1; }
+
+static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
+  const tr_intree_impl *impl = type->ctx;
+  if (impl->kind == CUBLASLT) return NULL; /* no source: cuBLASLt's kernels */
+  tr_dtype dt = tr_call_spec_get(call, "dtype")->as.dtype;
+  skinny_view v;
+  if (!skinny_view_of(call, &v)) {
+    return TR_STATUS(TR_VALUE, "kernel '%s' has no specialisation for this layout", type->key);
+  }
+  int64_t S = v.S < 1 ? 1 : v.S;
+  out->source = tr_src_gemm;
+  out->entry = "tr_gemm_skinny";
+  out->block = SKINNY_BLOCK;
+  tr_intree_add_text(out, "-DTR_T=%s", tr_intree_c_type(dt));
+  if (tr_dtype_equal(dt, TR_BFLOAT16)) tr_intree_add_text(out, "%s", "-DTR_T_IS_BF16");
+  tr_intree_add_int(out, "-DTR_S=%lld", (long long)S);
+  tr_intree_add_int(out, "-DTR_K=%lld", (long long)tr_call_spec_int(call, "k"));
+  tr_intree_add_int(out, "-DTR_RT=%lld", skinny_tiles(S));
+  tr_intree_add_int(out, "-DTR_U=%lld", S > 16 ? 4 : 8);
+  tr_intree_add_int(out, "-DTR_XK=%lld", v.xk == 1 ? 1 : 0);
+  out->wide_block = SKINNY_BLOCK; /* the split build: k over a cluster's CTAs */
+  out->wide_split = 1;
+  out->wide_min_arch = SKINNY_SPLIT_MIN_ARCH;
+  tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
+  return NULL;
+}
+
+/* The split count before tuning. */
+static int64_t skinny_default_split(int64_t L, int64_t S, int64_t k, int32_t sms, int have_split) {
+  if (!have_split) return 1;
+  int64_t rows = 16 * (int64_t)skinny_tiles(S), tiles = (L + rows - 1) / rows, chunks = (k + 31) / 32;
+  int64_t split = 1;
+  /* about four CTAs an SM, each warp (4 a CTA) with at least two 32-wide chunks of k */
+  while (split < SKINNY_MAX_SPLIT && tiles * split < 4 * (int64_t)sms && chunks / (split * 2) >= 8) split *= 2;
+  return split;
+}
+
+/* ---- cuBLASLt ---- */
+
+static tr_lt_type lt_type_of(tr_dtype d) {
+  return tr_dtype_equal(d, TR_FLOAT16) ? TR_LT_FLOAT16 : tr_dtype_equal(d, TR_BFLOAT16) ? TR_LT_BFLOAT16 : TR_LT_FLOAT32;
+}
+
+static void set_config_int(tr_intree_built *k, size_t i, const char *name, int64_t value) {
+  k->config[i].name = name;
+  k->config[i].value = tr_value_int(value);
+}
+
+/* The family's config after the common four: what runs (updated by tuning). */
+static size_t describe(tr_intree_built *k) {
+  if (k->impl->kind == SKINNY) {
+    set_config_int(k, 4, "split", k->ints[3]);
+    k->config[5].name = "tuned";
+    k->config[5].value = tr_value_bool(k->ints[4] != 0);
+    return 2;
+  }
+  tr_lt_gemm *g = k->state;
+  tr_lt_choice c = g != NULL ? tr_lt_gemm_choice(g) : (tr_lt_choice){0, 0, 0, 0, 0.f};
+  set_config_int(k, 4, "algorithm", c.index);
+  set_config_int(k, 5, "algorithms_offered", c.offered);
+  set_config_int(k, 6, "workspace", (int64_t)c.workspace);
+  k->config[7].name = "tuned";
+  k->config[7].value = tr_value_bool(c.tuned != 0);
+  return 4;
+}
+
+/* The skinny kernel's launch values: ints[0] x_is_a, [1] S, [2] L, [3] the split count, [4]
+ * tuned, [5] k; reals[0..3] xs, xk, ys, yl (exact: strides below 2^53). cuBLASLt's: ints[0..2]
+ * m, n, k and its GEMM in k->state (none where m, n or k is 0). */
+static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
+  int64_t m = tr_call_spec_int(call, "m"), n = tr_call_spec_int(call, "n"), kk = tr_call_spec_int(call, "k");
+  if (k->impl->kind == SKINNY) {
+    skinny_view v;
+    if (!skinny_view_of(call, &v)) return TR_STATUS(TR_BACKEND, "kernel '%s': no skinny layout", k->key);
+    k->ints[0] = v.x_is_a;
+    k->ints[1] = v.S;
+    k->ints[2] = v.L;
+    k->ints[3] = skinny_default_split(v.L, v.S, kk, k->sm_count, k->wide.function != NULL);
+    k->ints[4] = 0;
+    k->ints[5] = kk;
+    k->reals[0] = (double)v.xs;
+    k->reals[1] = (double)v.xk;
+    k->reals[2] = (double)v.ys;
+    k->reals[3] = (double)v.yl;
+    return NULL;
+  }
+  k->ints[0] = m;
+  k->ints[1] = n;
+  k->ints[2] = kk;
+  if (m < 1 || n < 1 || kk < 1) return NULL; /* nothing to multiply: the launch writes zeros, or nothing */
+  tr_lt_shape shape = {lt_type_of(tr_call_spec_get(call, "dtype")->as.dtype), call_bool(call, "trans_a"),
+                       call_bool(call, "trans_b"), m, n, kk};
+  tr_lt_gemm *g = NULL;
+  TR_RETURN_IF_ERROR(tr_lt_gemm_new(k->index, &shape, &g));
+  k->state = g;
+  return NULL;
+}
+
+static tr_status *skinny_launch(const tr_intree_built *k, const void *w, const void *x, void *y, int64_t split,
+                                tr_cu_stream stream) {
+  int64_t L = k->ints[2], S = k->ints[1];
+  int64_t xs = (int64_t)k->reals[0], xk = (int64_t)k->reals[1], ys = (int64_t)k->reals[2], yl = (int64_t)k->reals[3];
+  int64_t rows = 16 * (int64_t)skinny_tiles(S), tiles = (L + rows - 1) / rows;
+  int aligned = ((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0;
+  void *args[] = {(void *)&w, (void *)&x, &y, &L, &xs, &xk, &ys, &yl};
+  if (split > 1 && k->wide.function != NULL) {
+    tr_cu_function f = aligned ? k->wide.function : k->wide.any;
+    tr_status *clustered = tr_cu_launch_cluster(f, k->key, (uint32_t)(tiles * split), (uint32_t)split, k->wide_threads,
+                                                stream, args, k->overlap);
+    if (clustered == NULL) return NULL;
+    tr_status_destroy(&clustered); /* no clusters here (MPS, a partitioned GPU): unsplit */
+  }
+  tr_cu_function f = aligned ? k->narrow.function : k->narrow.any;
+  return tr_cu_launch_ex(f, k->key, (uint32_t)tiles, 1, k->block, 0, stream, args, k->overlap);
+}
+
+static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n_in, DLTensor *const *out,
+                         tr_cu_stream stream) {
+  (void)n_in;
+  void *a = tr_intree_data(in[0]), *b = tr_intree_data(in[1]), *d = tr_intree_data(out[0]);
+  if (k->impl->kind == SKINNY) {
+    return k->ints[0] ? skinny_launch(k, b, a, d, k->ints[3], stream) : skinny_launch(k, a, b, d, k->ints[3], stream);
+  }
+  if (k->state == NULL) { /* k = 0: d is zeros (m or n of 0: no elements, never launched) */
+    size_t bytes = (size_t)tr_intree_numel(out[0]) * (size_t)(out[0]->dtype.bits / 8);
+    return tr_cu_memset_async((tr_cu_ptr)(uintptr_t)d, 0, bytes, stream);
+  }
+  return tr_lt_gemm_run(k->state, a, b, d, stream);
+}
+
+/* Times each split count (1, 2, 4, 8 where the split build loaded) on buffers of the kernel's
+ * own, keeping the fastest. */
+static tr_status *tune_skinny(tr_intree_built *k, tr_cu_stream stream) {
+  int64_t S = k->ints[1], L = k->ints[2], kk = k->ints[5];
+  const size_t elem = 2; /* float16 or bfloat16 */
+  size_t w_bytes = (size_t)(L * kk) * elem, x_bytes = (size_t)(S * kk) * elem, y_bytes = (size_t)(S * L) * elem;
+  tr_cu_ptr w = 0, x = 0, y = 0;
+  tr_cu_event start = NULL, end = NULL;
+  tr_status *status = tr_cu_alloc(w_bytes, &w);
+  if (status == NULL) status = tr_cu_alloc(x_bytes, &x);
+  if (status == NULL) status = tr_cu_alloc(y_bytes, &y);
+  if (status == NULL) status = tr_cu_memset_async(w, 0, w_bytes, stream);
+  if (status == NULL) status = tr_cu_memset_async(x, 0, x_bytes, stream);
+  if (status == NULL) status = tr_cu_event_new(&start);
+  if (status == NULL) status = tr_cu_event_new(&end);
+  int64_t best = k->ints[3];
+  float best_us = 0.f;
+  /* x's strides as the call has them: the buffers are laid out alike (x of S * K elements) */
+  for (int64_t split = 1; split <= (k->wide.function != NULL ? SKINNY_MAX_SPLIT : 1) && status == NULL; split *= 2) {
+    enum { REPS = 20 };
+    for (int r = 0; r < REPS + 2 && status == NULL; r++) {
+      if (r == 2) status = tr_cu_event_record(start, stream);
+      if (status == NULL) {
+        status = skinny_launch(k, (void *)(uintptr_t)w, (void *)(uintptr_t)x, (void *)(uintptr_t)y, split, stream);
+      }
+    }
+    if (status == NULL) status = tr_cu_event_record(end, stream);
+    float ms = 0.f;
+    if (status == NULL) status = tr_cu_event_elapsed(start, end, &ms);
+    float us = ms * 1000.f / REPS;
+    if (status == NULL && (best_us == 0.f || us < best_us)) {
+      best_us = us;
+      best = split;
+    }
+  }
+  tr_cu_event_destroy(start);
+  tr_cu_event_destroy(end);
+  if (w) tr_cu_free(w);
+  if (x) tr_cu_free(x);
+  if (y) tr_cu_free(y);
+  if (status != NULL) return status;
+  k->ints[3] = best;
+  k->ints[4] = 1;
+  return NULL;
+}
+
+static tr_status *tune(tr_intree_built *k) {
+  tr_cu_stream stream = tr_cu_current_stream(k->index);
+  if (k->impl->kind == SKINNY) {
+    if (k->ints[4]) return NULL;
+    if (tr_cu_stream_capturing(stream)) {
+      return TR_STATUS(TR_VALUE, "tuning kernel '%s': the stream is being captured into a graph; tune before capturing",
+                       k->key);
+    }
+    return tune_skinny(k, stream);
+  }
+  if (k->state == NULL) return NULL; /* k = 0: nothing runs */
+  return tr_lt_gemm_tune(k->state, 8, 20, stream);
+}
+
+static void release(tr_intree_built *k) {
+  if (k->impl->kind == CUBLASLT && k->state != NULL) {
+    tr_cu_ctx previous = NULL;
+    tr_status *entered = tr_cu_enter_context(k->ctx, &previous);
+    if (entered == NULL) {
+      tr_lt_gemm_destroy(k->state);
+      tr_cu_restore_context(k->ctx, previous);
+    }
+    tr_status_destroy(&entered); /* no context to free it in: the workspace stays with the process */
+    k->state = NULL;
+  }
+}
+
+static const tr_kernel_interface *const kIfaces[] = {&kGemmIface};
+static const tr_kernel_type *const kTypes[] = {&kCublasLt, &kSkinny};
+static const tr_intree_op kOps[] = {{"GemmFwdOp", 1, kIfaces, 2, kTypes, gemm_spec}};
+
+const tr_intree_family tr_intree_gemm_family = {"gemm", 1, kOps, 1, source_for, prepare, launch,
+                                                tune, describe, release};
