@@ -169,7 +169,7 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   tr_intree_add_int(out, "-DTR_S=%lld", (long long)S);
   tr_intree_add_int(out, "-DTR_K=%lld", (long long)tr_call_spec_int(call, "k"));
   tr_intree_add_int(out, "-DTR_RT=%lld", skinny_tiles(S));
-  tr_intree_add_int(out, "-DTR_U=%lld", S > 16 ? 4 : 8);
+  tr_intree_add_int(out, "-DTR_U=%lld", S > 16 ? 2 : 4);
   tr_intree_add_int(out, "-DTR_XK=%lld", v.xk == 1 ? 1 : 0);
   out->wide_block = SKINNY_BLOCK; /* the split build: k over a cluster's CTAs */
   out->wide_split = 1;

@@ -4,7 +4,7 @@
 // with no shared-memory round trip: each lane loads 16 contiguous bytes of a row, and the same
 // permutation of k within a 32-wide chunk is applied to x, so the dot products are unchanged.
 // A CTA of TR_BLOCK / 32 warps takes 16 * TR_RT rows of w; its warps take every WARPS-th chunk
-// of k and sum their partials in shared memory in a fixed order. The split build (-DTR_SPLIT,
+// of k (two batches of TR_U chunks in flight each) and sum their partials in shared memory in a fixed order. The split build (-DTR_SPLIT,
 // sm_90 on) also splits k over the CTAs of a thread-block cluster (the split count is the launch's
 // cluster size, chosen at run time) and sums the CTAs' partials through distributed shared
 // memory, in rank order: the result does not depend on timing (deterministic), and no workspace
@@ -78,6 +78,46 @@ __device__ __forceinline__ void mma(float (&d)[4], unsigned a0, unsigned a1, uns
 #endif
 }
 
+// The weight's U chunks from chunk c on (every WARPS-th), for this lane's rows.
+template <bool ALIGNED>
+__device__ __forceinline__ void load_batch(unsigned (&wa)[U][RT][2][4], const T *const (&wr)[RT][2],
+                                           const bool (&wv)[RT][2], int c, int c1, int t) {
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    const int cc = c + u * WARPS;
+    const i64 k = (i64)cc * 32 + 8 * t;
+    const bool ok = cc < c1 && k < K;
+#pragma unroll
+    for (int r = 0; r < RT; r++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) load8<ALIGNED, true>(wr[r][h] + k, ok && wv[r][h], wa[u][r][h]);
+  }
+}
+
+// Multiplies the batch loaded from chunk c on into acc, loading x's matching fragments.
+template <bool ALIGNED>
+__device__ __forceinline__ void mma_batch(float (&acc)[RT][NT][4], const unsigned (&wa)[U][RT][2][4],
+                                          const T *const (&xr)[NT], const bool (&xv)[NT], i64 xk, int c, int c1,
+                                          int t) {
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    const int cc = c + u * WARPS;
+    const i64 k = (i64)cc * 32 + 8 * t;
+    const bool ok = cc < c1 && k < K;
+    unsigned xb[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) load_x<ALIGNED>(xr[j], k, xk, ok && xv[j], xb[j]);
+#pragma unroll
+    for (int step = 0; step < 2; step++)
+#pragma unroll
+      for (int r = 0; r < RT; r++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+          mma(acc[r][j], wa[u][r][0][2 * step], wa[u][r][1][2 * step], wa[u][r][0][2 * step + 1],
+              wa[u][r][1][2 * step + 1], xb[j][2 * step], xb[j][2 * step + 1]);
+  }
+}
+
 template <bool ALIGNED>
 __device__ __forceinline__ void skinny(const T *w, const T *x, T *y, i64 L, i64 xs, i64 xk, i64 ys, i64 yl) {
   // the warps' partials, [warp][column][row]; then the CTA's sum in red[0]
@@ -123,35 +163,21 @@ __device__ __forceinline__ void skinny(const T *w, const T *x, T *y, i64 L, i64 
 #pragma unroll
       for (int q = 0; q < 4; q++) acc[r][j][q] = 0.f;
 
-  for (int c = c0 + warp; c < c1; c += WARPS * U) {
-    unsigned wa[U][RT][2][4];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int cc = c + u * WARPS;
-      const i64 k = (i64)cc * 32 + 8 * t;
-      const bool ok = cc < c1 && k < K;
-#pragma unroll
-      for (int r = 0; r < RT; r++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) load8<ALIGNED, true>(wr[r][h] + k, ok && wv[r][h], wa[u][r][h]);
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int cc = c + u * WARPS;
-      const i64 k = (i64)cc * 32 + 8 * t;
-      const bool ok = cc < c1 && k < K;
-      unsigned xb[NT][4];
-#pragma unroll
-      for (int j = 0; j < NT; j++) load_x<ALIGNED>(xr[j], k, xk, ok && xv[j], xb[j]);
-#pragma unroll
-      for (int step = 0; step < 2; step++)
-#pragma unroll
-        for (int r = 0; r < RT; r++)
-#pragma unroll
-          for (int j = 0; j < NT; j++)
-            mma(acc[r][j], wa[u][r][0][2 * step], wa[u][r][1][2 * step], wa[u][r][0][2 * step + 1],
-                wa[u][r][1][2 * step + 1], xb[j][2 * step], xb[j][2 * step + 1]);
-    }
+  // Two batches of U chunks in flight a warp: the next batch's loads are issued before this
+  // batch is multiplied, so the weight streams while the tensor cores work.
+  unsigned wa[U][RT][2][4], wb[U][RT][2][4];
+  constexpr int STEP = WARPS * U;
+  int c = c0 + warp;
+  load_batch<ALIGNED>(wa, wr, wv, c, c1, t);
+  for (;;) {
+    if (c >= c1) break;
+    const int cb = c + STEP;
+    load_batch<ALIGNED>(wb, wr, wv, cb, c1, t);
+    mma_batch<ALIGNED>(acc, wa, xr, xv, xk, c, c1, t);
+    if (cb >= c1) break;
+    c = cb + STEP;
+    load_batch<ALIGNED>(wa, wr, wv, c, c1, t);
+    mma_batch<ALIGNED>(acc, wb, xr, xv, xk, cb, c1, t);
   }
 
   // acc[r][j]: rows 16r + g (+8), columns 8j + 2t (+1)

@@ -184,6 +184,8 @@ _tr_op_call_into = _bind("tr_op_call_into", _c_status_p,
 _tr_op_target = _bind("tr_op_target", _cp, [_vp])
 _tr_op_memo_count = _bind("tr_op_memo_count", _sz, [_vp])
 _tr_op_request_tune = _bind("tr_op_request_tune", _c_status_p, [_vp], required=False)
+_tr_op_kernel_config = _bind("tr_op_kernel_config", _sz, [_vp, ctypes.POINTER(ctypes.POINTER(_NamedValue))],
+                             required=False)
 _tr_registered_targets = _bind("tr_registered_targets", _sz,
                                [_vp, _cp, ctypes.POINTER(_cp), _sz], required=False)
 _tr_set_default_target = _bind("tr_set_default_target", _c_status_p, [_vp, _cp],
@@ -1017,6 +1019,28 @@ class Op:
     def request_tune(self):
         """Tuned mode: asks every kernel built so far, and each one built later, to tune."""
         _check(_tr_op_request_tune(self._handle()))
+
+    def kernel_config(self):
+        """The config of the first kernel the op built that has one (a composite op: its
+        steps'), as a dict of name to value ({} when none): e.g. the implementation chosen, and
+        what tuning settled."""
+        arr = ctypes.POINTER(_NamedValue)()
+        n = _tr_op_kernel_config(self._handle(), ctypes.byref(arr))
+        out = {}
+        for i in range(n):
+            v = arr[i].value
+            if v.kind == TR_VALUE_INT:
+                val = int(v.as_.i)
+            elif v.kind == TR_VALUE_FLOAT:
+                val = float(v.as_.f)
+            elif v.kind == TR_VALUE_BOOL:
+                val = bool(v.as_.b)
+            elif v.kind == TR_VALUE_STR:
+                val = v.as_.str.data.decode()
+            else:
+                val = None
+            out[arr[i].name.decode()] = val
+        return out
 
     def _inputs(self, tensors, keep):
         _sync_torch_streams(tensors)

@@ -1,0 +1,151 @@
+"""bench_gemm.py: device time of tilerun's GemmFwdOp on the GPU against torch.matmul, side by
+side in one run, per workload row of manifest/spec/gemm.yaml plus the decode shapes of Llama 3.1
+8B (m in 1, 16, 64 with n x k of 4096x4096, 14336x4096, 4096x14336) and 4096^3 / 8192^3 bf16.
+
+Every figure is the median device time of one call, timed as the replay of a CUDA graph of
+--calls calls over operands rotated so that the L2 holds none of them (as bench_gpu.py times):
+tilerun untuned, tilerun after request_tune (the op's kernel times its candidates on buffers of
+its own), and torch.matmul (on b.t() for the trans_b rows, as torch.nn.functional.linear does).
+Per row: the implementation tilerun chose and its tuned config, TFLOP/s, the share of the card's
+copy rate (measured in the same run) that the operands' bytes (a + b + d, each once) make, and
+torch's time over tilerun's (above 1: tilerun is faster).
+
+    python3 python/bench/bench_gemm.py [--rows SUBSTRING] [--calls N]
+
+Goals (issue 23): rows with m >= 2048 at least 1.0x torch, tuned; decode rows (m <= 64) at least
+80% of copy and at least 1.3x torch.
+"""
+import argparse
+import os
+import sys
+
+try:  # --help works without PyTorch
+    import torch
+except ImportError:
+    torch = None
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import tilerun  # noqa: E402
+
+# (label, m, n, k, trans_b)
+ROWS = [
+    ("llama3.1-8b q/o proj prefill", 2048, 4096, 4096, True),
+    ("llama3.1-8b mlp up prefill", 2048, 14336, 4096, True),
+    ("llama3.1-8b mlp down prefill", 2048, 4096, 14336, True),
+    ("square 4096^3", 4096, 4096, 4096, False),
+    ("square 8192^3", 8192, 8192, 8192, False),
+]
+for _m in (1, 16, 64):
+    for _lab, _n, _k in (("q/o proj", 4096, 4096), ("mlp up", 14336, 4096), ("mlp down", 4096, 14336)):
+        ROWS.append(("llama3.1-8b %s decode m=%d" % (_lab, _m), _m, _n, _k, True))
+
+
+def graph_us(fn, calls, reps=15):
+    """Median device time of one call: a CUDA graph of `calls` calls, replayed `reps` times."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ts = []
+    for _ in range(reps):
+        st.record()
+        g.replay()
+        en.record()
+        torch.cuda.synchronize()
+        ts.append(st.elapsed_time(en) * 1e3 / calls)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def copy_rate_gbps():
+    """The card's read+write ceiling: a 2 GiB copy timed eagerly (median of 10)."""
+    src = torch.randn(1 << 30, device="cuda", dtype=torch.float16)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ts = []
+    for _ in range(10):
+        st.record()
+        dst.copy_(src)
+        en.record()
+        torch.cuda.synchronize()
+        ts.append(st.elapsed_time(en) * 1e3)
+    ts.sort()
+    del src, dst
+    return 2 * (1 << 30) * 2 / ts[len(ts) // 2] / 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--rows", default="", help="only rows whose label contains this")
+    ap.add_argument("--calls", type=int, default=20, help="calls per captured graph (default 20)")
+    args = ap.parse_args()
+    if torch is None or not torch.cuda.is_available():
+        sys.exit("bench_gemm.py: needs PyTorch with a CUDA device (import torch failed or no GPU)")
+    torch.manual_seed(0)
+    copy = copy_rate_gbps()
+    print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; copy rate {copy:.0f} GB/s "
+          f"(2 GiB fp16 copy, same run)")
+    print("| row | m x n x k | impl (tuned config) | tilerun us | tuned us | torch us | TFLOP/s | % copy | torch/tilerun |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    verdicts = []
+    for label, m, n, k, tb in ROWS:
+        if args.rows not in label:
+            continue
+        bf = torch.bfloat16
+        byts = (m * k + n * k + m * n) * 2
+        sets = max(2, min(16, (400 << 20) // byts + 1))  # operands of 400 MB in all: none stays in L2
+        a = [torch.randn(m, k, device="cuda").to(bf) for _ in range(sets)]
+        b = [(torch.randn(n, k, device="cuda") if tb else torch.randn(k, n, device="cuda")).to(bf)
+             for _ in range(sets)]
+        d = [torch.empty(m, n, device="cuda", dtype=bf) for _ in range(sets)]
+        i = [0]
+
+        def nxt():
+            i[0] = (i[0] + 1) % sets
+            return i[0]
+
+        op = tilerun.op("GemmFwdOp", trans_b=tb)
+        run_tr = lambda: (lambda j: op.call_into([a[j], b[j]], [d[j]]))(nxt())  # noqa: E731
+        run_torch = lambda: (lambda j: torch.matmul(a[j], b[j].t() if tb else b[j], out=d[j]))(nxt())  # noqa: E731
+        op.call_into([a[0], b[0]], [d[0]])
+        impl = op.kernel_config().get("implementation")
+        t_untuned = graph_us(run_tr, args.calls)
+        op.request_tune()
+        op.call_into([a[0], b[0]], [d[0]])
+        cfg = op.kernel_config()
+        t_tuned = graph_us(run_tr, args.calls)
+        t_torch = graph_us(run_torch, args.calls)
+        extra = ", ".join(f"{key}={v}" for key, v in cfg.items() if key in ("split", "algorithm", "algorithms_offered"))
+        tflops = 2 * m * n * k / t_tuned / 1e6
+        pct = 100 * byts / t_tuned / 1e3 / copy
+        ratio = t_torch / t_tuned
+        print(f"| {label} | {m}x{n}x{k} | {impl} ({extra}) | {t_untuned:.2f} | {t_tuned:.2f} | {t_torch:.2f} | "
+              f"{tflops:.1f} | {pct:.0f}% | {ratio:.2f} |", flush=True)
+        if m >= 2048:
+            verdicts.append((label, f"tuned {ratio:.2f}x torch (goal >= 1.0)", ratio >= 1.0))
+        if m <= 64:
+            verdicts.append((label, f"{pct:.0f}% of copy (goal >= 80%), {ratio:.2f}x torch (goal >= 1.3)",
+                             pct >= 80 and ratio >= 1.3))
+        del a, b, d
+        torch.cuda.empty_cache()
+    print()
+    print("goals:")
+    for label, text, ok in verdicts:
+        print(f"  {label}: {text}: {'met' if ok else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
