@@ -93,6 +93,26 @@ int64_t tr_tensor_spec_numel(const tr_tensor_spec *spec) {
   return n;
 }
 
+int64_t tr_dl_tensor_repeat_period(const DLTensor *tensor) {
+  if (tensor->strides == NULL || tensor->ndim < 1) return 0;
+  int32_t axis = tensor->ndim - 1;
+  int64_t expected = 1;
+  for (; axis >= 0; axis--) { /* the contiguous trailing block */
+    int64_t extent = tensor->shape[axis];
+    if (extent == 0) return 0;
+    if (extent != 1 && tensor->strides[axis] != expected) break;
+    expected *= extent;
+  }
+  if (axis < 0) return 0; /* contiguous throughout: nothing repeats */
+  int zero_stride = 0;
+  for (int32_t lead = axis; lead >= 0; lead--) { /* the rest: each axis broadcast (stride 0) */
+    if (tensor->shape[lead] == 0) return 0;
+    if (tensor->shape[lead] != 1 && tensor->strides[lead] != 0) return 0;
+    zero_stride |= tensor->shape[lead] != 1;
+  }
+  return zero_stride ? expected : 0;
+}
+
 int tr_dl_tensor_is_contiguous(const DLTensor *tensor) {
   if (tensor->strides == NULL) return 1;
   for (int32_t axis = 0; axis < tensor->ndim; axis++) {

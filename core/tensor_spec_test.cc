@@ -4,6 +4,7 @@
 #include "core/test_support.h"
 
 #include <string>
+#include <vector>
 
 #include "tilerun/tensor_spec.h"
 
@@ -124,4 +125,31 @@ TEST_CASE("a DLTensor is described without looking at its data or strides") {
   t.device = DLDevice{(DLDeviceType)99, 0};
   CHECK(tr_test::error_of(tr_tensor_spec_from_dl(&t, &spec)).find("no name for DLPack device type 99") !=
         std::string::npos);
+}
+
+TEST_CASE("a row broadcast's repeating block: stride-0 leading axes over contiguous trailing ones") {
+  float data[64] = {0};
+  auto t = [&](std::vector<int64_t> shape, std::vector<int64_t> strides) {
+    static std::vector<int64_t> sh, st;
+    sh = shape;
+    st = strides;
+    DLTensor d{};
+    d.data = data;
+    d.device = {kDLCPU, 0};
+    d.ndim = (int32_t)sh.size();
+    d.dtype = {kDLFloat, 32, 1};
+    d.shape = sh.data();
+    d.strides = st.empty() ? nullptr : st.data();
+    return tr_dl_tensor_repeat_period(&d);
+  };
+  CHECK(t({4, 8}, {0, 1}) == 8);          // expand(bias [8], [4, 8])
+  CHECK(t({2, 3, 8}, {0, 0, 1}) == 8);    // over two leading axes
+  CHECK(t({2, 3, 8}, {0, 8, 1}) == 24);   // a [3, 8] block repeated
+  CHECK(t({1, 4, 8}, {99, 0, 1}) == 8);   // an axis of one: any stride
+  CHECK(t({4, 8}, {8, 1}) == 0);          // contiguous: nothing repeats
+  CHECK(t({4, 8}, {}) == 0);              // no strides: contiguous
+  CHECK(t({4, 8}, {0, 2}) == 0);          // the trailing block is strided
+  CHECK(t({4, 8}, {16, 1}) == 0);         // a gap, not a broadcast
+  CHECK(t({4, 0}, {0, 1}) == 0);          // no elements
+  CHECK(t({8}, {0}) == 1);                // one element repeated (a scalar expanded)
 }

@@ -57,6 +57,7 @@ typedef struct kernel_entry {
   tr_tensor_spec outputs[TR_SIG_MAX_OUTPUTS];
   int tuned; /* request_tune ran on `device` */
   uint64_t built; /* the op's build count when it was memoised: build order, for kernel_config */
+  uint32_t repeat_inputs; /* inputs the kernel reads in place when a block repeats (tr_intree_op's) */
 } kernel_entry;
 
 struct tr_op {

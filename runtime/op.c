@@ -397,6 +397,10 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   if (status == NULL) status = new_entry(op, &m, &e);
   if (status == NULL) status = select_kernel(op, &m);
   if (status == NULL) status = build_kernel(op, &m, &e->kernel);
+  if (status == NULL && op->rt->launch_placement != TR_PLACE_PROCESS && tr_intree_owns(m.type)) {
+    const tr_intree_op *intree = tr_intree_find(tr_op_def_name(op->def));
+    e->repeat_inputs = intree != NULL ? intree->repeat_inputs : 0;
+  }
   if (status == NULL && op->tuned_mode) status = tune_entry(op, e);
   if (status == NULL) e->built = op->builds + 1;
   if (status == NULL) status = tr_memo_insert(op->memo, key, e);
@@ -421,7 +425,9 @@ static tr_status *launch(tr_op *op, kernel_entry *e, const DLTensor *const *inpu
     if (in == NULL) continue;
     int written_as_given = tr_op_def_input_mutated(def, i) && !tr_op_def_input_contiguous(def, i);
     const DLTensor *arg = in;
-    if (!written_as_given) status = tr__contiguous(op->rt, op, i, in, &copies[i], &arg);
+    /* a kernel that reads a repeating block in place (a bias expanded over rows) gets it as is */
+    int read_in_place = ((e->repeat_inputs >> i) & 1u) && tr_dl_tensor_repeat_period(in) > 0;
+    if (!written_as_given && !read_in_place) status = tr__contiguous(op->rt, op, i, in, &copies[i], &arg);
     args[i] = (DLTensor *)arg;
   }
   if (status == NULL) {

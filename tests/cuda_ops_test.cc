@@ -999,3 +999,75 @@ TEST_CASE("calls back to back, each reading the one before's output, are right w
   tr_op_destroy(&softmax);
   tr_runtime_destroy(&rt);
 }
+
+TEST_CASE("an expanded bias is read in place by the add, with no copy the size of the output") {
+  tr_runtime *rt = cuda_runtime();
+  tr_op *op = nullptr;
+  ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &op));
+  const int64_t rows = 48, n = 72;
+  std::vector<float> av = values(rows * n, 11), bv = values(2 * n, 12);
+  CudaTensor a({rows, n}, av), bias({2 * n}, bv);
+  // b: bias[0:n] expanded over rows (strides 0, 1); and bias[::2] expanded (a strided block)
+  DLTensor expanded = bias.t;
+  int64_t shape[2] = {rows, n}, zero_one[2] = {0, 1}, zero_two[2] = {0, 2};
+  expanded.ndim = 2;
+  expanded.shape = shape;
+  expanded.strides = zero_one;
+  for (int strided = 0; strided < 2; strided++) {
+    expanded.strides = strided ? zero_two : zero_one;
+    const DLTensor *in[] = {&a.t, &expanded};
+    tr_test::Outputs out;
+    uint64_t copies = tr_intree_get_stats().copies;
+    ok(tr_op_call(op, in, 2, out.items, 1));
+    std::vector<float> got = host(out.items[0]->dl_tensor);
+    std::vector<double> want((size_t)(rows * n));
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < n; c++) want[r * n + c] = (double)av[r * n + c] + bv[strided ? 2 * c : c];
+    near(got, want, 1e-6);
+    // in place where the block is contiguous; copied first where it is not
+    CHECK(tr_intree_get_stats().copies - copies == (uint64_t)strided);
+  }
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+// float32, cuBLASLt's alone (the skinny kernel, 16-bit types only, is checked against torch by
+// python/tests/test_gemm_gpu.py).
+TEST_CASE("GemmFwdOp on cuda in float32 matches float64, both layouts of b; tuning keeps it right") {
+  tr_runtime *rt = cuda_runtime();
+  struct G {
+    int64_t m, n, k;
+    bool tb;
+  };
+  for (G g : {G{5, 96, 40, false}, G{3, 200, 64, true}}) {
+    tr_value ta = tr_value_bool(false), tb = tr_value_bool(g.tb);
+    tr_named_value p[2] = {{"trans_a", ta}, {"trans_b", tb}};
+    tr_op *op = nullptr;
+    ok(tr_op_new(rt, "GemmFwdOp", p, 2, nullptr, &op));
+    std::vector<float> av = values(g.m * g.k, 21), bv = values(g.k * g.n, 22);
+    CudaTensor a({g.m, g.k}, av), b(g.tb ? std::vector<int64_t>{g.n, g.k} : std::vector<int64_t>{g.k, g.n}, bv);
+    std::vector<double> want((size_t)(g.m * g.n), 0.0);
+    for (int64_t i = 0; i < g.m; i++)
+      for (int64_t j = 0; j < g.n; j++)
+        for (int64_t q = 0; q < g.k; q++)
+          want[i * g.n + j] += (double)av[i * g.k + q] * bv[g.tb ? j * g.k + q : q * g.n + j];
+    const DLTensor *in[] = {&a.t, &b.t};
+    for (int tuned = 0; tuned < 2; tuned++) {
+      if (tuned) ok(tr_op_request_tune(op));
+      tr_test::Outputs out;
+      ok(tr_op_call(op, in, 2, out.items, 1));
+      near(host(out.items[0]->dl_tensor), want, 1e-4);
+      const tr_named_value *cfg = nullptr;
+      size_t n_cfg = tr_op_kernel_config(op, &cfg);
+      REQUIRE(n_cfg >= 1);
+      CHECK(std::string(cfg[0].value.as.str.data) == "gemm_cublaslt");
+      bool saw_tuned = false;
+      for (size_t i = 0; i < n_cfg; i++) {
+        if (std::string(cfg[i].name) == "tuned") saw_tuned = cfg[i].value.as.b;
+      }
+      CHECK(saw_tuned == (tuned == 1));
+    }
+    tr_op_destroy(&op);
+  }
+  tr_runtime_destroy(&rt);
+}

@@ -57,6 +57,12 @@ int64_t tr_tensor_spec_numel(const tr_tensor_spec *spec);
  * equal to the compact ones; axes of extent 1 may have any stride), 0 otherwise. */
 int tr_dl_tensor_is_contiguous(const DLTensor *tensor);
 
+/* For a tensor whose trailing axes are contiguous and whose leading axes all have stride 0 (a
+ * row broadcast over them, as torch's expand makes of a bias): the element count of the
+ * contiguous trailing block, which repeats over the leading axes. 0 for any other layout (a
+ * contiguous tensor included) and for a tensor of no elements. */
+int64_t tr_dl_tensor_repeat_period(const DLTensor *tensor);
+
 #ifdef __cplusplus
 }
 #endif

@@ -78,5 +78,6 @@ tr_status *tr_intree_copy(const DLTensor *src, const DLTensor *dst, int scatter)
   tr_cuda_pool_before_work(stream);
   tr_status *status = tr_cu_launch(f, "copy_strided", blocks, 1, TR_INTREE_ELEMENTWISE_BLOCK, 0, stream, args);
   tr_cu_restore_context(ctx, previous);
+  if (status == NULL) tr__intree_count_copy();
   return status;
 }

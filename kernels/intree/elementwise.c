@@ -15,7 +15,8 @@ static const char *const kC[] = {"c"};
 
 static const tr_kernel_interface kAddIface = {
     "AddElementwiseFwdInterface", &kElementwiseCall, 2, kAddArgs, 1, kC,
-    "a and b of one shape and dtype, contiguous, on one cuda device; returns c = a + alpha * b; nothing "
+    "a and b of one shape and dtype on one cuda device, a contiguous, b contiguous or a contiguous block "
+    "repeated over stride-0 leading axes (a bias expanded over rows); returns c = a + alpha * b; nothing "
     "written in place"};
 
 enum { ADD };
@@ -67,8 +68,10 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   (void)n_in;
   void *a = tr_intree_data(in[0]), *b = tr_intree_data(in[1]), *c = tr_intree_data(out[0]);
   int64_t n = tr_intree_numel(in[0]);
+  int64_t period = tr_dl_tensor_repeat_period(in[1]); /* b broadcast over a's leading axes: read in place */
+  if (period <= 0) period = n;
   double alpha = k->reals[0];
-  void *args[] = {&a, &b, &c, &n, &alpha};
+  void *args[] = {&a, &b, &c, &n, &alpha, &period};
   int64_t per_block = (int64_t)k->block * (int64_t)(16 / (in[0]->dtype.bits / 8));
   uint32_t blocks = tr_cuda_elements_grid(n, per_block, (int64_t)k->sm_count * 16);
   return blocks == 0 ? NULL : tr_cu_launch_ex(k->narrow.function, k->key, blocks, 1, k->block, 0, stream, args, k->overlap);
@@ -76,6 +79,6 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
 
 static const tr_kernel_interface *const kIfaces[] = {&kAddIface};
 static const tr_kernel_type *const kTypes[] = {&kAdd};
-static const tr_intree_op kOps[] = {{"AddFwdOp", 1, kIfaces, 1, kTypes, add_spec}};
+static const tr_intree_op kOps[] = {{"AddFwdOp", 1, kIfaces, 1, kTypes, add_spec, 1u << 1}};
 
 const tr_intree_family tr_intree_elementwise_family = {"elementwise", 1, kOps, 0, source_for, prepare, launch, NULL, NULL, NULL};

@@ -129,6 +129,8 @@ extern const char tr_src_norm[], tr_src_softmax[], tr_src_add[], tr_src_copy[], 
 
 /* Counts launches split over clusters (softmax). */
 void tr__intree_count_split(void);
+/* Counts strided copies (copy.c). */
+void tr__intree_count_copy(void);
 
 /* A specialisation's artifact for `arch`: compiled, or taken from the disk cache. */
 tr_status *tr__intree_artifact(const char *arch, const tr_intree_source *src, tr_artifact *out) TR_MUST_USE;

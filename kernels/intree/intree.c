@@ -143,7 +143,7 @@ int64_t tr_intree_compiled_row(int64_t row) { return row > 0 ? row : 1; }
 
 static struct {
   tr_plat_mutex lock;
-  atomic_uint_fast64_t compiled, from_cache, kernels, split_launches;
+  atomic_uint_fast64_t compiled, from_cache, kernels, split_launches, copies;
   tr_artifact_cache cache;
 } g;
 static tr_plat_once g_once = TR_PLAT_ONCE_INIT;
@@ -157,11 +157,13 @@ static void init_once(void) {
 }
 
 void tr__intree_count_split(void) { atomic_fetch_add_explicit(&g.split_launches, 1, memory_order_relaxed); }
+void tr__intree_count_copy(void) { atomic_fetch_add_explicit(&g.copies, 1, memory_order_relaxed); }
 
 tr_intree_stats tr_intree_get_stats(void) {
   tr_cuda_pool_stats pool = tr_cuda_pool_get_stats(NULL);
   tr_intree_stats s = {atomic_load(&g.compiled), atomic_load(&g.from_cache), tr_cuda_modules_loaded(),
-                       atomic_load(&g.kernels), atomic_load(&g.split_launches), pool.hits, pool.kept,
+                       atomic_load(&g.kernels), atomic_load(&g.split_launches), atomic_load(&g.copies),
+                       pool.hits, pool.kept,
                        pool.released, pool.thread_ends, pool.orphans_freed};
   return s;
 }

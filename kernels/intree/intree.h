@@ -34,6 +34,10 @@ typedef struct tr_intree_op {
   tr_status *(*call_spec)(const tr_tensor_spec *const *inputs, size_t n_inputs, const tr_named_value *params,
                           size_t n_params, const tr_device *device, const char **interface,
                           tr_call_spec *out);
+  /* The inputs (a bit each, in declaration order) its kernels read as they are when their
+   * layout repeats a contiguous block over stride-0 leading axes (tr_dl_tensor_repeat_period:
+   * a bias expanded to a matrix), rather than copied out to a contiguous tensor first. */
+  uint32_t repeat_inputs;
 } tr_intree_op;
 
 /* The in-tree ops, family by family (RMSNormFwdOp, LayerNormFwdOp, SoftmaxFwdOp, AddFwdOp, GemmFwdOp). */
@@ -108,6 +112,7 @@ typedef struct tr_intree_stats {
   uint64_t loaded;      /* modules loaded (once per device and artifact) */
   uint64_t kernels;     /* kernels built (once per memo entry) */
   uint64_t split_launches; /* softmax calls launched split over clusters (few long rows, sm_90 on) */
+  uint64_t copies;         /* strided <-> contiguous copies launched (tr_intree_copy) */
   /* the cuda pools' counts (kernels/cuda/pool.h, over the process's live pools) */
   uint64_t pool_hits, pool_kept, pool_released, thread_ends, orphans_freed;
 } tr_intree_stats;

@@ -183,8 +183,8 @@ static const tr_kernel_type *const kRmsTypes[] = {&kRmsWarp, &kRmsLooped};
 static const tr_kernel_type *const kLayerTypes[] = {&kLayerWarp, &kLayerLooped};
 
 static const tr_intree_op kOps[] = {
-    {"RMSNormFwdOp", 1, kRmsIfaces, 2, kRmsTypes, rms_spec},
-    {"LayerNormFwdOp", 1, kLayerIfaces, 2, kLayerTypes, layer_spec},
+    {"RMSNormFwdOp", 1, kRmsIfaces, 2, kRmsTypes, rms_spec, 0},
+    {"LayerNormFwdOp", 1, kLayerIfaces, 2, kLayerTypes, layer_spec, 0},
 };
 
 const tr_intree_family tr_intree_norm_family = {"norm", 2, kOps, 1, source_for, prepare, launch, NULL, NULL, NULL};
