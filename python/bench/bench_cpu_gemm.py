@@ -5,7 +5,8 @@ For each square size N (N x N times N x N), both write into an output allocated 
 (tilerun: Op.call_into; numpy: matmul(a, b, out=d)). A sample times a batch of calls (enough to
 last --min-ms); samples alternate between the two, the first one alternating too, and each
 figure is the median of --repeats samples per call. The ratio is tilerun's speed over numpy's
-(>= 1: tilerun faster). The two results are compared once per size.
+(>= 1: tilerun faster). The two results are compared once per size: a difference over 1e-4 of
+the largest element fails the run (exit status 1).
 
     bazel build -c opt //python:libtilerun.so //backends/cpu:installed
     /usr/bin/python3 python/bench/bench_cpu_gemm.py [--sizes 256,512,1024,2048] [--repeats 7]
@@ -36,6 +37,21 @@ def parse_args(argv):
     p.add_argument("--trans-b", action="store_true",
                    help="multiply by b transposed (tilerun trans_b=True, numpy a @ b.T)")
     return p.parse_args(argv)
+
+
+def openblas_line():
+    """The OpenBLAS both sides call (numpy's libblas.so.3 and the backend link the same one)."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        core = lib.openblas_get_corename().decode()
+        return "OpenBLAS core %s, %d threads%s" % (
+            core, lib.openblas_get_num_threads(),
+            " (OPENBLAS_CORETYPE=%s)" % os.environ["OPENBLAS_CORETYPE"]
+            if os.environ.get("OPENBLAS_CORETYPE") else "")
+    except (OSError, AttributeError):
+        return "OpenBLAS not found as libopenblas.so.0"
 
 
 def sample_s(fn, calls):
@@ -87,8 +103,9 @@ def main(argv):
         rows.append((n, statistics.median(t_tr), statistics.median(t_np), err))
 
     flops = lambda n: 2.0 * n * n * n
-    print("tilerun cpu GemmFwdOp vs numpy.matmul, float32%s, %d threads available; numpy %s"
-          % (", b transposed" if args.trans_b else "", os.cpu_count() or 0, np.__version__))
+    print("tilerun cpu GemmFwdOp vs numpy.matmul, float32%s, %d processors; numpy %s; %s"
+          % (", b transposed" if args.trans_b else "", len(os.sched_getaffinity(0)),
+             np.__version__, openblas_line()))
     print()
     print("| shape | tilerun ms | numpy ms | tilerun GFLOP/s | numpy GFLOP/s | ratio | max rel diff |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -100,6 +117,11 @@ def main(argv):
               % (n, n, n, tt * 1e3, tn * 1e3, flops(n) / tt / 1e9, flops(n) / tn / 1e9, ratio, err))
     print()
     print("lowest ratio (tilerun speed / numpy speed): %.2f" % worst)
+    wrong = [n for n, _, _, err in rows if not err <= 1e-4]
+    if wrong:
+        print("bench_cpu_gemm: tilerun's result differs from numpy's at size %s (max rel diff "
+              "over 1e-4)" % ", ".join(map(str, wrong)), file=sys.stderr)
+        return 1
     return 0
 
 
