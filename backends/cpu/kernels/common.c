@@ -167,7 +167,6 @@ static void tr__cpu_pool_stop(void) {
   tr_plat_cond_broadcast(&pool->wake);
   tr_plat_mutex_unlock(&pool->lock);
   for (int i = 0; i < pool->n_workers; i++) tr_plat_thread_join(&pool->workers[i]);
-  pool->n_workers = 0;
   /* The lock and conditions stay: a call from another thread may still come (and run inline). */
 }
 
