@@ -108,6 +108,35 @@ void tr_plat_mutex_unlock(tr_plat_mutex *mutex);
  * Cannot fail. */
 void tr_plat_mutex_destroy(tr_plat_mutex *mutex);
 
+/* A condition variable, used with a tr_plat_mutex; embedded like one (opaque storage, no static
+ * initialiser, not copyable once initialised). */
+typedef struct tr_plat_cond {
+  union {
+    unsigned char bytes[64];
+    long long align_ll;
+    double align_d;
+    void *align_p;
+  } storage_;
+} tr_plat_cond;
+
+/* Initialises *cond. Fails with TR_OUT_OF_MEMORY when the system has no room for it (the message
+ * says why); on failure *cond is left unusable and needs no destroy. Not thread-safe on one
+ * condition. The caller frees a returned status. */
+tr_status *tr_plat_cond_init(tr_plat_cond *cond) TR_MUST_USE;
+
+/* Unlocks `mutex` (which the calling thread holds), waits until the condition is signalled or
+ * broadcast, and locks `mutex` again before returning. It may also return spuriously: callers
+ * wait in a loop over their own predicate. Cannot fail otherwise. Thread-safe. */
+void tr_plat_cond_wait(tr_plat_cond *cond, tr_plat_mutex *mutex);
+
+/* Wakes at least one thread waiting on the condition (signal) or all of them (broadcast); none
+ * waiting is fine. Cannot fail. Thread-safe. */
+void tr_plat_cond_signal(tr_plat_cond *cond);
+void tr_plat_cond_broadcast(tr_plat_cond *cond);
+
+/* Releases what tr_plat_cond_init took. No thread may wait on it. Cannot fail. */
+void tr_plat_cond_destroy(tr_plat_cond *cond);
+
 /* Runs a function exactly once across all threads. Initialise with TR_PLAT_ONCE_INIT (it may
  * be static); touch only through tr_plat_once_run. */
 typedef struct tr_plat_once {
@@ -123,6 +152,10 @@ typedef struct tr_plat_once {
  * has returned. Cannot fail. Thread-safe. fn may itself run another `once`, but must not wait
  * on a thread that runs one, and must not reach its own `once` again. */
 void tr_plat_once_run(tr_plat_once *once, void (*fn)(void));
+
+/* The number of processors the calling process may run on (its affinity mask where the system
+ * has one, else the processors online); at least 1. Cannot fail. Thread-safe. */
+int tr_plat_cpu_count(void);
 
 /* A running thread. Opaque; single owner: join it with tr_plat_thread_join. */
 typedef struct tr_plat_thread tr_plat_thread;

@@ -12,6 +12,7 @@
 
 #include "backends/cpu/kernels/cpu_kernels.h"
 #include "platform/platform.h"
+#include "platform/test_support.h"
 #include "runtime/runtime_testing.h"
 
 using tr_test::HostTensor;
@@ -583,4 +584,59 @@ TEST_CASE("builder: it refuses on its own what the kernels refuse and the manife
   // A request the kernels serve is built.
   CHECK(build_directly("GroupNormFwdOp", {{f32, {2, 4, 3}}, {f32, {4}, true}, {f32, {4}, true}},
                        {{"num_groups", tr_value_int(2)}}) == "built");
+}
+
+// The threads of this process, where the system lists them (Linux: /proc/self/task); -1 elsewhere.
+static long thread_count() {
+  char **names = nullptr;
+  size_t count = 0;
+  tr_status *status = tr_plat_list_dir("/proc/self/task", &names, &count);
+  if (status != nullptr) {
+    tr_status_destroy(&status);
+    return -1;
+  }
+  tr_plat_free_names(&names, count);
+  return static_cast<long>(count);
+}
+
+TEST_CASE("the backend's thread pool starts on the first large op and stops when it is unloaded") {
+  const long before = thread_count();
+  if (before < 0) {
+    WARN("no /proc/self/task here: the threads cannot be counted");
+    return;
+  }
+  // A copy of the library in a directory of its own: another test keeps the shipped one loaded
+  // for the whole process, and this one must be the only user of what it loads.
+  tr_test::TempDir dir("tilerun-cpu-pool");
+  char *bytes = nullptr;
+  size_t size = 0;
+  tr_test::ok(tr_plat_read_file("backends/cpu/libtilerun_cpu.so", &bytes, &size));
+  dir.write("libtilerun_cpu.so", std::string(bytes, size));
+  std::free(bytes);
+  dir.write("cpu.yaml", "name: cpu\nlibrary: libtilerun_cpu.so\n");
+  for (int load = 0; load < 3; load++) {  // loaded, used, unloaded again each time
+    INFO("load " << load);
+    {
+      const char *dirs[] = {dir.path};
+      tr_runtime_options o{};
+      o.manifest_dir = "manifest/spec";
+      o.backend_dirs = dirs;
+      o.n_backend_dirs = 1;
+      tr_runtime *rt = nullptr;
+      tr_test::ok(tr_runtime_new(&o, &rt));
+      Cpu cpu(rt);
+      HostTensor a = random({512, 1024}), b = random({512, 1024});
+      tr_op *add = cpu.op("AddFwdOp");
+      const DLTensor *in[] = {&a.t, &b.t};
+      for (int call = 0; call < 20; call++) {
+        Outputs out;
+        tr_test::ok(tr_op_call(add, in, 2, out.items, 1));
+        REQUIRE(out.f(0)[12345] == a.data[12345] + b.data[12345]);
+      }
+      REQUIRE(std::string(tr_op_target(add)) == "cpu");
+      if (tr_cpu_default_threads() > 1) CHECK(thread_count() > before);  // its workers
+      tr_op_destroy(&add);
+    }
+    CHECK(thread_count() == before);  // the runtime closed the plugin: its workers were joined
+  }
 }

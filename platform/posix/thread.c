@@ -1,4 +1,4 @@
-/* thread.c: threads, mutexes and run-once (pthreads) for the POSIX platform layer. */
+/* thread.c: threads, mutexes, conditions and run-once (pthreads) for the POSIX platform layer. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
@@ -49,6 +49,47 @@ void tr_plat_mutex_unlock(tr_plat_mutex *mutex) {
 void tr_plat_mutex_destroy(tr_plat_mutex *mutex) {
   int rc = pthread_mutex_destroy(tr__plat_pthread_mutex(mutex));
   if (rc != 0) tr__plat_die("pthread_mutex_destroy", rc);
+}
+
+/* ---- Conditions --------------------------------------------------------------------------- */
+
+_Static_assert(sizeof(pthread_cond_t) <= sizeof(((tr_plat_cond *)0)->storage_),
+               "tr_plat_cond storage is too small for pthread_cond_t");
+_Static_assert(_Alignof(pthread_cond_t) <= _Alignof(tr_plat_cond),
+               "tr_plat_cond storage is not aligned enough for pthread_cond_t");
+
+static pthread_cond_t *tr__plat_pthread_cond(tr_plat_cond *cond) {
+  return (pthread_cond_t *)(void *)cond->storage_.bytes;
+}
+
+tr_status *tr_plat_cond_init(tr_plat_cond *cond) {
+  int rc = pthread_cond_init(tr__plat_pthread_cond(cond), NULL);
+  if (rc != 0) {
+    char text[TR__PLAT_ERRTEXT_SIZE];
+    return TR_STATUS(TR_OUT_OF_MEMORY, "cannot initialise a condition variable: %s",
+                     tr__plat_errtext(rc, text, sizeof text));
+  }
+  return NULL;
+}
+
+void tr_plat_cond_wait(tr_plat_cond *cond, tr_plat_mutex *mutex) {
+  int rc = pthread_cond_wait(tr__plat_pthread_cond(cond), tr__plat_pthread_mutex(mutex));
+  if (rc != 0) tr__plat_die("pthread_cond_wait", rc);
+}
+
+void tr_plat_cond_signal(tr_plat_cond *cond) {
+  int rc = pthread_cond_signal(tr__plat_pthread_cond(cond));
+  if (rc != 0) tr__plat_die("pthread_cond_signal", rc);
+}
+
+void tr_plat_cond_broadcast(tr_plat_cond *cond) {
+  int rc = pthread_cond_broadcast(tr__plat_pthread_cond(cond));
+  if (rc != 0) tr__plat_die("pthread_cond_broadcast", rc);
+}
+
+void tr_plat_cond_destroy(tr_plat_cond *cond) {
+  int rc = pthread_cond_destroy(tr__plat_pthread_cond(cond));
+  if (rc != 0) tr__plat_die("pthread_cond_destroy", rc);
 }
 
 /* ---- Run once ----------------------------------------------------------------------------

@@ -530,5 +530,28 @@ class BenchScript(unittest.TestCase):
             self.assertIn("bench_gpu.py: needs PyTorch with a CUDA device", done.stderr)
 
 
+
+class CpuGemmBenchScript(unittest.TestCase):
+    """bench_cpu_gemm.py explains itself, and a tiny run prints its table with both sides."""
+
+    SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench",
+                          "bench_cpu_gemm.py")
+
+    def run_script(self, *args):
+        import subprocess
+        return subprocess.run([sys.executable, self.SCRIPT, *args], capture_output=True, text=True,
+                              timeout=120)
+
+    def test_help_and_a_tiny_run(self):
+        done = self.run_script("--help")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("usage: bench_cpu_gemm.py", done.stdout)
+        self.assertIn("--sizes", done.stdout)
+        done = self.run_script("--sizes", "8,33", "--repeats", "1", "--min-ms", "1")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("| shape | tilerun ms | numpy ms |", done.stdout)
+        self.assertIn("| 33x33x33 |", done.stdout)
+        self.assertIn("lowest ratio", done.stdout)
+
 if __name__ == "__main__":
     unittest.main()

@@ -16,10 +16,13 @@
  * - float16 and bfloat16 are read exactly and stored rounding to nearest, ties to even (inf,
  *   nan and subnormals kept). Arithmetic runs in float32 (float64 where a float64 tensor takes
  *   part); reductions sum in float32 lanes, chunk totals in float64.
- * - `threads`: the most threads to use; 0 means tr_cpu_default_threads(); at most
- *   TR_CPU_MAX_THREADS are used. Work of 1 << 16 elements or less (TR_CPU_PARALLEL_MIN) runs on
- *   the calling thread. Work is split by rows (or another whole unit each kernel names), so the
- *   result is bit-identical for every thread count. Negative is a ValueError.
+ * - `threads`: how many ranges to split the work into, run by the backend's pool (threads
+ *   started once per process, one fewer than tr_cpu_default_threads(), and the calling thread);
+ *   0 means tr_cpu_default_threads(); at most TR_CPU_MAX_THREADS. Work of 1 << 16 elements or
+ *   less (TR_CPU_PARALLEL_MIN) runs on the calling thread, and so does a call made while another
+ *   thread's call holds the pool. Work is split by rows (or another whole unit each kernel
+ *   names), so the result is bit-identical for every thread count. Negative is a ValueError.
+ *   gemm's multiply runs on OpenBLAS's own threads instead (see tr_cpu_gemm).
  * - Thread-safe: calls share no state. Outputs must not overlap inputs, except that an output
  *   may be exactly its same-dtype, same-shaped input (in place) where a kernel says so.
  * - Nothing returned needs freeing except the status. */
@@ -38,9 +41,10 @@ extern "C" {
 /* Work of at most this many elements (multiply-adds for gemm and attention) runs on one thread. */
 #define TR_CPU_PARALLEL_MIN (1 << 16)
 
-/* The thread count that `threads == 0` means: $TILERUN_CPU_THREADS when it holds an integer in
- * [1, TR_CPU_MAX_THREADS], else 4. Read once per process (the first call decides). Cannot fail.
- * Thread-safe. */
+/* The thread count that `threads == 0` means, and the pool's size (workers plus the caller):
+ * $TILERUN_CPU_THREADS when it holds an integer in [1, TR_CPU_MAX_THREADS], else the processors
+ * this process may run on (at most TR_CPU_MAX_THREADS). Read once per process (the first call
+ * decides). Cannot fail. Thread-safe. */
 int tr_cpu_default_threads(void);
 
 /* ---- Element conversions (exact, shared with the tests and the plugin glue) --------------- */
@@ -119,9 +123,13 @@ tr_status *tr_cpu_add(const void *a, const void *b, void *c, int64_t numel, tr_d
 /* ---- GEMM (gemm.c) -------------------------------------------------------------------------- */
 
 /* d[M, N] = op(a) @ op(b) (torch.matmul of 2-D operands): a is [K, M] when trans_a else [M, K];
- * b is [N, K] when trans_b else [K, N]. dtype float16, bfloat16 or float32; each d element sums
- * its K products in float32 in order of k. K == 0 gives zeros. Threads split blocks of d. d must
- * not overlap a or b. */
+ * b is [N, K] when trans_b else [K, N]. dtype float16, bfloat16 or float32. OpenBLAS's
+ * cblas_sgemm does the multiply, summing in float32; float16 and bfloat16 operands are converted
+ * to float32 in blocks of at most 1024 rows and columns (by the pool, on `threads`), d's block
+ * accumulating in float32 over the depth blocks and rounded once. K == 0 gives zeros. The
+ * multiply runs on OpenBLAS's threads, whose count is the process's (OPENBLAS_NUM_THREADS;
+ * default the processors), not `threads`: numpy and others in the process share that library
+ * and its setting, so the backend leaves it alone. d must not overlap a or b. */
 tr_status *tr_cpu_gemm(const void *a, const void *b, void *d, int64_t M, int64_t N, int64_t K,
                        int trans_a, int trans_b, tr_dtype dtype, int threads) TR_MUST_USE;
 

@@ -635,8 +635,13 @@ TEST_CASE("add works in place") {
 TEST_CASE("gemm matches the float64 reference for every transpose and dtype") {
   TR_SEEDED_RNG(rng);
   // M, N, K
-  const int64_t shapes[][3] = {{1, 1, 1},     {3, 3, 3},   {1, 300, 4095}, {33, 257, 129},
-                               {5, 4096, 4},  {37, 5, 300}, {4, 6, 0},     {64, 1, 4096}};
+  // Odd sizes, 1 and 127; the float16/bfloat16 path converts blocks of at most 1024 rows,
+  // columns and depth: 1030 and 1100 span two blocks (d accumulates over the depth blocks), 2049
+  // three. K == 0 gives zeros; M or N == 0 writes nothing.
+  const int64_t shapes[][3] = {{1, 1, 1},      {3, 3, 3},     {1, 300, 4095}, {33, 257, 129},
+                               {5, 4096, 4},   {37, 5, 300},  {4, 6, 0},      {64, 1, 4096},
+                               {127, 127, 127}, {1, 127, 3},  {1030, 5, 1100}, {3, 1030, 1025},
+                               {2, 3, 2049},   {0, 5, 7},     {5, 0, 7},      {0, 0, 0}};
   for (const Dt *dt : kHalvesF32) {
     for (const auto &s : shapes) {
       for (int trans = 0; trans < 4; trans++) {
@@ -646,6 +651,7 @@ TEST_CASE("gemm matches the float64 reference for every transpose and dtype") {
                                           {"trans_b", tb}}));
         Buf a = random_buf(rng, *dt, M * K, -1, 1), b = random_buf(rng, *dt, K * N, -1, 1);
         Buf d(*dt, M * N);
+        for (int64_t i = 0; i < M * N; i++) d.set(i, NAN);  // every element must be written
         ok(tr_cpu_gemm(a.data(), b.data(), d.data(), M, N, K, ta, tb, dt->dtype, 1));
         std::vector<double> av = a.values(), bv = b.values(), ref(M * N), scale(M * N);
         for (int64_t i = 0; i < M; i++) {
@@ -890,6 +896,12 @@ TEST_CASE("every kernel gives the same bytes on one thread and on several") {
       expect_same_across_threads("gemm", [&](int threads) {
         Buf d(*dt, M * N);
         ok(tr_cpu_gemm(a.data(), b.data(), d.data(), M, N, K, 0, 1, dt->dtype, threads));
+        return d.bytes;
+      });
+      Buf a2 = random_buf(rng, *dt, 1030 * 1100, -1, 1), b2 = random_buf(rng, *dt, 1100 * 40, -1, 1);
+      expect_same_across_threads("gemm, two blocks each way but N", [&](int threads) {
+        Buf d(*dt, 1030 * 40);
+        ok(tr_cpu_gemm(a2.data(), b2.data(), d.data(), 1030, 40, 1100, 1, 0, dt->dtype, threads));
         return d.bytes;
       });
       expect_same_across_threads("gemm, one row", [&](int threads) {

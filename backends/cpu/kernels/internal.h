@@ -224,11 +224,13 @@ tr_status *tr__cpu_mul(const char *op, const char *what, int64_t a, int64_t b,
 /* Runs items [begin, end); returns NULL or an error (OutOfMemoryError for scratch). */
 typedef tr_status *(*tr__cpu_range_fn)(void *ctx, int64_t begin, int64_t end);
 
-/* Splits items [0, items) into contiguous ranges, one per thread, and runs fn on each: on the
- * calling thread alone when items * work_per_item <= TR_CPU_PARALLEL_MIN or threads resolves to
- * 1, else on min(threads, items, TR_CPU_MAX_THREADS) threads (the caller's among them; a thread
- * the system refuses has its range run by the caller). Returns the first range's error, freeing
- * the others. `threads` is 0 (the default) or positive. */
+/* Splits items [0, items) into min(threads, items, TR_CPU_MAX_THREADS) contiguous ranges and
+ * runs fn on each: on the calling thread alone when items * work_per_item <=
+ * TR_CPU_PARALLEL_MIN or threads resolves to 1, else on the pool's workers and the caller, each
+ * taking the next range until none is left (see common.c). A call made while another holds the
+ * pool (another thread's, or a nested call from inside fn) runs its ranges inline, in order.
+ * Returns the first range's error, freeing the others. `threads` is 0 (the default) or
+ * positive. Thread-safe. */
 tr_status *tr__cpu_parallel_for(int threads, int64_t items, int64_t work_per_item,
                                 tr__cpu_range_fn fn, void *ctx) TR_MUST_USE;
 
