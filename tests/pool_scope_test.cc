@@ -100,3 +100,32 @@ TEST_CASE("a runtime destroyed before its outputs: they stay valid, and go back 
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   CHECK(driver_pool_used() < used);
 }
+
+TEST_CASE("a destroyed runtime's last output freed during a capture: nothing freed under the graph") {
+  // The pool's end frees what it still holds on the legacy stream, which must not be used while
+  // this thread captures (the capture would be invalidated): the blocks wait, and go back at the
+  // next pool made, destroyed or trimmed outside a capture.
+  const int64_t row = 2048;
+  tr_runtime *rt = tr_test::runtime_without_backends();
+  tr_op *op = tr_test::rms_op(rt, row);
+  std::vector<float> xv = tr_test::random_values(64 * (size_t)row, 46), wv = tr_test::random_values(row, 47);
+  tr_test::CudaTensor x({64, row}, xv), w({row}, wv);
+  const DLTensor *in[] = {&x.t, &w.t};
+  tr_test::Outputs out;
+  ok(tr_op_call(op, in, 2, out.items, 1));
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);  // the output is the pool's last block
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const uint64_t used = driver_pool_used();
+  REQUIRE(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+  out.reset();  // parked, then the pool ends: its blocks wait
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(cudaStreamPerThread, &graph) == cudaSuccess);  // the capture held
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(driver_pool_used() == used);  // not freed under the graph
+  tr_runtime *next = tr_test::runtime_without_backends();  // a pool made outside a capture
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(driver_pool_used() < used);  // the waiting block went back
+  tr_runtime_destroy(&next);
+}

@@ -49,9 +49,22 @@ static tr_plat_once g_once = TR_PLAT_ONCE_INIT;
 static int64_t g_pid; /* the process the pools are of (a forked child's are its parent's) */
 static atomic_uint_fast64_t g_hits, g_released, g_thread_ends, g_orphans_freed;
 
+/* Blocks a pool's end could not free because this thread was capturing a graph then (the legacy
+ * stream must not be used under a capture): freed by the next pool made, destroyed or trimmed
+ * outside a capture (g_list_lock). */
+typedef struct deferred_block {
+  void *ptr;
+  int device;
+  struct deferred_block *next;
+} deferred_block;
+static deferred_block *g_deferred;
+static tr_plat_mutex g_deferred_lock; /* taken after a device pool's lock, never before */
+static void flush_deferred(void);
+
 static void init_once(void) {
   g_pid = tr_plat_process_id();
   tr_status *failed = tr_plat_mutex_init(&g_list_lock);
+  if (failed == NULL) failed = tr_plat_mutex_init(&g_deferred_lock);
   g_list_ok = failed == NULL;
   tr_status_destroy(&failed);
 }
@@ -71,6 +84,7 @@ tr_status *tr_cuda_pool_new(tr_cuda_pool **out) {
   tr_cuda_pool *p = calloc(1, sizeof(*p));
   if (p == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "a cuda pool");
   atomic_init(&p->refs, 1);
+  flush_deferred();
   tr_plat_mutex_lock(&g_list_lock);
   p->next = g_pools;
   if (g_pools != NULL) g_pools->prev = p;
@@ -122,6 +136,67 @@ static void *take_locked(device_pool *d, size_t i) {
 /* Gives device i's kept blocks of `p` back to the driver, and its parked ones too where `parked`,
  * on the legacy stream, which waits for every blocking stream: a block of another thread's
  * per-thread stream may still be in use there. */
+/* 1 when this thread is capturing a graph on device i (its current stream, or its per-thread
+ * stream); device i's context is current. */
+static int capturing_here(int i) {
+  return capturing(tr_cu_current_stream(i)) || tr_cu_stream_capturing(TR_CU_PER_THREAD_STREAM);
+}
+
+/* Moves device i's kept (and, with `parked`, parked) blocks of d to g_deferred (d's lock held). */
+static void defer_locked(device_pool *d, int i, int parked) {
+  tr_plat_mutex_lock(&g_deferred_lock);
+  for (size_t b = 0; b < d->n; b++) {
+    deferred_block *x = malloc(sizeof(*x));
+    if (x == NULL) continue; /* kept for good rather than freed under the graph */
+    *x = (deferred_block){d->blocks[b].ptr, i, g_deferred};
+    g_deferred = x;
+  }
+  d->n = 0;
+  d->held = 0;
+  while (parked && d->parked != NULL) {
+    parked_block *b = d->parked;
+    d->parked = b->next;
+    deferred_block *x = malloc(sizeof(*x));
+    if (x != NULL) {
+      *x = (deferred_block){b->ptr, i, g_deferred};
+      g_deferred = x;
+    }
+    free(b);
+  }
+  if (parked) d->n_parked = 0;
+  tr_plat_mutex_unlock(&g_deferred_lock);
+}
+
+/* Frees g_deferred's blocks of the devices this thread is not capturing on. */
+static void flush_deferred(void) {
+  if (!g_list_ok) return;
+  tr_plat_mutex_lock(&g_deferred_lock);
+  deferred_block **at = &g_deferred;
+  while (*at != NULL) {
+    deferred_block *x = *at;
+    tr_cu_ctx ctx = tr_cu_retained_context(x->device), previous;
+    tr_status *status = ctx != NULL ? tr_cu_enter_context(ctx, &previous) : NULL;
+    int freed = 0;
+    if (status == NULL && ctx != NULL) {
+      if (!capturing_here(x->device)) {
+        tr_cu_free_async((tr_cu_ptr)(uintptr_t)x->ptr, LEGACY_STREAM); /* refused: nothing more to do */
+        freed = 1;
+      }
+      tr_cu_restore_context(ctx, previous);
+    }
+    tr_status_destroy(&status);
+    if (freed) {
+      *at = x->next;
+      free(x);
+    } else {
+      at = &x->next;
+    }
+  }
+  tr_plat_mutex_unlock(&g_deferred_lock);
+}
+
+/* Gives device i's kept blocks of `p` back to the driver, and its parked ones too where `parked`;
+ * where this thread is capturing a graph, defers them instead (g_deferred). */
 static void trim_device(tr_cuda_pool *p, int i, int parked) {
   device_pool *d = atomic_load_explicit(&p->devices[i], memory_order_acquire);
   if (d == NULL) return;
@@ -129,7 +204,10 @@ static void trim_device(tr_cuda_pool *p, int i, int parked) {
   tr_cu_ctx ctx = tr_cu_retained_context(i), previous;
   int some = d->n > 0 || (parked && d->parked != NULL);
   tr_status *status = some && ctx != NULL ? tr_cu_enter_context(ctx, &previous) : NULL;
-  if (status == NULL && some && ctx != NULL) {
+  if (status == NULL && some && ctx != NULL && capturing_here(i)) {
+    defer_locked(d, i, parked);
+    tr_cu_restore_context(ctx, previous);
+  } else if (status == NULL && some && ctx != NULL) {
     for (size_t b = 0; b < d->n; b++) tr_cu_free_async((tr_cu_ptr)(uintptr_t)d->blocks[b].ptr, LEGACY_STREAM);
     d->n = 0;
     d->held = 0;
@@ -149,6 +227,7 @@ static void trim_device(tr_cuda_pool *p, int i, int parked) {
 void tr_cuda_pool_trim(tr_cuda_pool *pool) {
   if (pool == NULL) return;
   for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) trim_device(pool, i, 1);
+  flush_deferred();
 }
 
 /* Drops a reference; the last one unlinks the pool and gives back what it still holds. */
@@ -180,6 +259,7 @@ void tr_cuda_pool_destroy(tr_cuda_pool **pool_p) {
   *pool_p = NULL;
   atomic_store(&p->closed, 1);
   for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) trim_device(p, i, 0);
+  flush_deferred();
   pool_unref(p);
 }
 
