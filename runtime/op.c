@@ -397,9 +397,8 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   if (status == NULL) status = new_entry(op, &m, &e);
   if (status == NULL) status = select_kernel(op, &m);
   if (status == NULL) status = build_kernel(op, &m, &e->kernel);
-  if (status == NULL && op->rt->launch_placement != TR_PLACE_PROCESS && tr_intree_owns(m.type)) {
-    const tr_intree_op *intree = tr_intree_find(tr_op_def_name(op->def));
-    e->repeat_inputs = intree != NULL ? intree->repeat_inputs : 0;
+  if (status == NULL && m.builtin && m.fam != NULL && op->rt->launch_placement != TR_PLACE_PROCESS && tr_intree_owns(m.type)) {
+    e->repeat_inputs = m.fam->repeat_inputs; /* the in-tree kernel reads these in place */
   }
   if (status == NULL && op->tuned_mode) status = tune_entry(op, e);
   if (status == NULL) e->built = op->builds + 1;
