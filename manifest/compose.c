@@ -164,6 +164,10 @@ size_t tr_op_def_step_count(const tr_op_def *op) {
   return op->composition ? (size_t)op->composition->n_steps : 0;
 }
 
+const tr_op_def *tr_op_def_step_op(const tr_op_def *op, size_t i) {
+  return i < tr_op_def_step_count(op) ? op->composition->steps[i].op : NULL;
+}
+
 void tr_compose_plan_clear(tr_compose_plan *plan) {
   free(plan->steps);
   memset(plan, 0, sizeof(*plan));

@@ -38,6 +38,8 @@ typedef struct tr_compose_plan {
 
 /* Number of steps of a composite op (0 for an op that builds its own kernels). */
 size_t tr_op_def_step_count(const tr_op_def *op);
+/* The op of step i (in declaration order); NULL past the last. */
+const tr_op_def *tr_op_def_step_op(const tr_op_def *op, size_t i);
 
 /* Plans the composition for a checked call: wires every running step's inputs (names, views,
  * broadcast views), binds its params and checks its call against the sub-op's signature; what

@@ -1,7 +1,7 @@
 /* mainjob.c: the main job: every workload row of the manifest through the runtime, on cuda where
- * there is a GPU and the op has in-tree kernels, else on cpu (the CPU backend), with the target
- * and implementation chosen, build and call time, the error against the CPU backend's result
- * and the achieved rate against the roofline. */
+ * there is a GPU and the op has in-tree kernels (a composition: each of its steps), else on cpu
+ * (the CPU backend), with the target and implementation chosen, build and call time, the error
+ * against the CPU backend's result and the achieved rate against the roofline. */
 #include "tools/mainjob.h"
 
 #include <math.h>
@@ -12,6 +12,7 @@
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/intree/intree.h"
+#include "manifest/compose.h"
 #include "manifest/manifest.h"
 #include "platform/platform.h"
 #include "tilerun/tilerun.h"
@@ -258,10 +259,20 @@ static void print_failed(job *j, const tr_op_def *def, size_t row, tr_status *st
   fflush(j->out);
 }
 
+/* 1 when the op has in-tree kernels, or is a composition whose every step has them. */
+static int in_tree(const tr_op_def *def) {
+  size_t steps = tr_op_def_step_count(def);
+  if (steps == 0) return tr_intree_find(tr_op_def_name(def)) != NULL;
+  for (size_t s = 0; s < steps; s++) {
+    if (!in_tree(tr_op_def_step_op(def, s))) return 0;
+  }
+  return 1;
+}
+
 /* Runs one row; prints its line. Returns 0 when it ran, 1 when it failed, 2 when skipped. */
 static int run_row(job *j, const tr_op_def *def, size_t row, double bytes, double flops) {
   const char *name = tr_op_def_name(def), *label = tr_op_def_workload_label(def, row);
-  int cuda = j->on_gpu && tr_intree_find(name) != NULL;
+  int cuda = j->on_gpu && in_tree(def);
   if (!cuda && bytes > j->max_bytes) {
     fprintf(j->out, "  %-16s %-38.38s skipped on cpu: moves %.3g GB (over --max-gb %g)\n", name, label, bytes / 1e9,
             j->max_bytes / 1e9);

@@ -268,6 +268,42 @@ tr_status *tr_lt_gemm_new(int32_t index, const tr_lt_shape *s, tr_lt_gemm **out)
   return NULL;
 }
 
+tr_status *tr_lt_fill_random(tr_cu_ptr dst, size_t count, tr_lt_type type) {
+  enum { PIECE = 1 << 20 };
+  size_t elem = type == TR_LT_FLOAT32 ? 4 : 2, n = count < PIECE ? count : PIECE;
+  unsigned char *host = malloc(n * elem > 0 ? n * elem : 1);
+  if (host == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "%zu bytes of tuning data", n * elem);
+  uint32_t state = 0x9e3779b9u;
+  for (size_t i = 0; i < n; i++) {
+    state ^= state << 13;
+    state ^= state >> 17;
+    state ^= state << 5;
+    float v = (float)(state >> 8) / (float)(1u << 23) - 1.0f; /* [-1, 1) */
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    if (type == TR_LT_FLOAT32) {
+      memcpy(host + 4 * i, &bits, 4);
+    } else {
+      uint16_t h;
+      if (type == TR_LT_BFLOAT16) {
+        h = (uint16_t)(bits >> 16);
+      } else { /* float16 of a value in [-1, 1): sign, exponent rebased from 127 to 15, 10 bits */
+        uint32_t e = (bits >> 23) & 0xff, sign = (bits >> 16) & 0x8000;
+        h = e < 113 ? (uint16_t)sign /* below float16's normal range: zero */
+                    : (uint16_t)(sign | ((e - 112) << 10) | ((bits >> 13) & 0x3ff));
+      }
+      memcpy(host + 2 * i, &h, 2);
+    }
+  }
+  tr_status *status = NULL;
+  for (size_t done = 0; done < count && status == NULL; done += n) {
+    size_t now = count - done < n ? count - done : n;
+    status = tr_cu_copy_to_device(dst + done * elem, host, now * elem);
+  }
+  free(host);
+  return status;
+}
+
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 tr_status *tr_lt_gemm_run(tr_lt_gemm *g_, const void *a, const void *b, void *d, tr_cu_stream stream) {
@@ -278,15 +314,21 @@ tr_status *tr_lt_gemm_run(tr_lt_gemm *g_, const void *a, const void *b, void *d,
   return rc == 0 ? NULL : lt_error(rc, "running the GEMM (cublasLtMatmul)");
 }
 
-/* Times algorithm `i` over `reps` runs (after two warm-up runs) on the given buffers. */
-static tr_status *time_algo(tr_lt_gemm *g_, int i, tr_cu_ptr a, tr_cu_ptr b, tr_cu_ptr d, int reps,
-                            tr_cu_stream stream, tr_cu_event start, tr_cu_event end, float *us) {
+/* Operand sets tuning rotates through: enough that they are not all in the L2 at once (a model's
+ * layers each bring their own weight), at most TUNE_SETS. */
+#define TUNE_SETS 8
+#define TUNE_BYTES ((size_t)128 << 20)
+
+/* Times algorithm `i` over `reps` runs (after two warm-up runs), rotating through the sets. */
+static tr_status *time_algo(tr_lt_gemm *g_, int i, const tr_cu_ptr *a, const tr_cu_ptr *b, tr_cu_ptr d, int sets,
+                            int reps, tr_cu_stream stream, tr_cu_event start, tr_cu_event end, float *us) {
   static const float kOne = 1.0f, kZero = 0.0f;
   const lt_heuristic *h = &g_->algos[i];
   for (int r = 0; r < reps + 2; r++) {
     if (r == 2) TR_RETURN_IF_ERROR(tr_cu_event_record(start, stream));
-    lt_status rc = g.matmul(g_->handle, g_->desc, &kOne, (void *)(uintptr_t)b, g_->la, (void *)(uintptr_t)a, g_->lb,
-                            &kZero, (void *)(uintptr_t)d, g_->ld, (void *)(uintptr_t)d, g_->ld, &h->algo,
+    int j = r % sets;
+    lt_status rc = g.matmul(g_->handle, g_->desc, &kOne, (void *)(uintptr_t)b[j], g_->la, (void *)(uintptr_t)a[j],
+                            g_->lb, &kZero, (void *)(uintptr_t)d, g_->ld, (void *)(uintptr_t)d, g_->ld, &h->algo,
                             (void *)(uintptr_t)g_->ws, g_->ws_size, stream);
     if (rc != 0) return lt_error(rc, "timing an algorithm");
   }
@@ -308,24 +350,28 @@ tr_status *tr_lt_gemm_tune(tr_lt_gemm *g_, int candidates, int reps, tr_cu_strea
   size_t most = 0;
   for (int i = 0; i < n; i++) most = g_->algos[i].workspace > most ? g_->algos[i].workspace : most;
   const tr_lt_shape *s = &g_->shape;
-  size_t a_bytes = (size_t)(s->m * s->k) * g_->elem, b_bytes = (size_t)(s->k * s->n) * g_->elem,
-         d_bytes = (size_t)(s->m * s->n) * g_->elem;
-  tr_cu_ptr a = 0, b = 0, d = 0;
+  size_t a_count = (size_t)(s->m * s->k), b_count = (size_t)(s->k * s->n);
+  size_t a_bytes = a_count * g_->elem, b_bytes = b_count * g_->elem, d_bytes = (size_t)(s->m * s->n) * g_->elem;
+  int sets = (int)((TUNE_BYTES + a_bytes + b_bytes - 1) / (a_bytes + b_bytes));
+  if (sets > TUNE_SETS) sets = TUNE_SETS;
+  if (sets < 1) sets = 1;
+  tr_cu_ptr a[TUNE_SETS] = {0}, b[TUNE_SETS] = {0}, d = 0;
   tr_cu_event start = NULL, end = NULL;
   tr_status *status = ensure_workspace(g_, most);
-  if (status == NULL) status = tr_cu_alloc(a_bytes, &a);
-  if (status == NULL) status = tr_cu_alloc(b_bytes, &b);
+  for (int j = 0; j < sets && status == NULL; j++) {
+    status = tr_cu_alloc(a_bytes, &a[j]);
+    if (status == NULL) status = tr_cu_alloc(b_bytes, &b[j]);
+    if (status == NULL) status = tr_lt_fill_random(a[j], a_count, s->type);
+    if (status == NULL) status = tr_lt_fill_random(b[j], b_count, s->type);
+  }
   if (status == NULL) status = tr_cu_alloc(d_bytes, &d);
-  /* zeros: the time of a GEMM does not depend on its values, and uninitialised memory could hold NaNs */
-  if (status == NULL) status = tr_cu_memset_async(a, 0, a_bytes, stream);
-  if (status == NULL) status = tr_cu_memset_async(b, 0, b_bytes, stream);
   if (status == NULL) status = tr_cu_event_new(&start);
   if (status == NULL) status = tr_cu_event_new(&end);
   int best = g_->chosen;
   float best_us = 0.f;
   for (int i = 0; i < n && status == NULL; i++) {
     float us = 0.f;
-    tr_status *failed = time_algo(g_, i, a, b, d, reps, stream, start, end, &us);
+    tr_status *failed = time_algo(g_, i, a, b, d, sets, reps, stream, start, end, &us);
     if (failed != NULL) { /* an algorithm that fails here is not chosen; the others still are */
       tr_status_destroy(&failed);
       continue;
@@ -338,8 +384,10 @@ tr_status *tr_lt_gemm_tune(tr_lt_gemm *g_, int candidates, int reps, tr_cu_strea
   if (status == NULL) status = tr_cu_stream_sync(stream);
   tr_cu_event_destroy(start);
   tr_cu_event_destroy(end);
-  if (a) tr_cu_free(a);
-  if (b) tr_cu_free(b);
+  for (int j = 0; j < sets; j++) {
+    if (a[j]) tr_cu_free(a[j]);
+    if (b[j]) tr_cu_free(b[j]);
+  }
   if (d) tr_cu_free(d);
   if (status != NULL) return status;
   if (best_us == 0.f) return TR_STATUS(TR_BACKEND, "tuning a cuBLASLt GEMM: no algorithm ran");

@@ -46,8 +46,10 @@ tr_status *tr_lt_gemm_new(int32_t index, const tr_lt_shape *shape, tr_lt_gemm **
 tr_status *tr_lt_gemm_run(tr_lt_gemm *g, const void *a, const void *b, void *d, tr_cu_stream stream) TR_MUST_USE;
 
 /* Times the top heuristic algorithms (at most `candidates`) on buffers of the GEMM's own (never the
- * caller's tensors), each `reps` runs after a warm-up, on `stream` outside any capture, and keeps
- * the fastest (its workspace too). Idempotent: a tuned GEMM returns at once. */
+ * caller's tensors: values spread over [-1, 1), in up to 8 sets of operands rotated so that about
+ * 128 MB are read, as a model's layers each bring their own weight), each `reps` runs after a
+ * warm-up, on `stream` outside any capture, and keeps the fastest (its workspace too).
+ * Idempotent: a tuned GEMM returns at once. */
 tr_status *tr_lt_gemm_tune(tr_lt_gemm *g, int candidates, int reps, tr_cu_stream stream) TR_MUST_USE;
 
 /* What it runs: the algorithm's place in the heuristic's list (0: the top one), how many the
@@ -58,6 +60,11 @@ typedef struct tr_lt_choice {
   float tuned_us; /* the winner's time per run when tuned, else 0 */
 } tr_lt_choice;
 tr_lt_choice tr_lt_gemm_choice(const tr_lt_gemm *g);
+
+/* Fills `count` elements of `type` at `dst` (device memory; its context current) with values
+ * spread over [-1, 1): what tuning times on (zeros draw less power and run at higher clocks than
+ * real data, and would pick another algorithm). Blocking; for tuning, never on a call's path. */
+tr_status *tr_lt_fill_random(tr_cu_ptr dst, size_t count, tr_lt_type type) TR_MUST_USE;
 
 /* Accepts NULL. The device's context must be current (the workspace is freed). */
 void tr_lt_gemm_destroy(tr_lt_gemm *g);

@@ -219,7 +219,7 @@ static size_t describe(tr_intree_built *k) {
 }
 
 /* The skinny kernel's launch values: ints[0] x_is_a, [1] S, [2] L, [3] the split count, [4]
- * tuned, [5] k; reals[0..3] xs, xk, ys, yl (exact: strides below 2^53). cuBLASLt's: ints[0..2]
+ * tuned, [5] k, [6] the tr_lt_type of the dtype (tuning's data); reals[0..3] xs, xk, ys, yl (exact: strides below 2^53). cuBLASLt's: ints[0..2]
  * m, n, k and its GEMM in k->state (none where m, n or k is 0). */
 static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   int64_t m = tr_call_spec_int(call, "m"), n = tr_call_spec_int(call, "n"), kk = tr_call_spec_int(call, "k");
@@ -232,6 +232,7 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
     k->ints[3] = skinny_default_split(v.L, v.S, kk, k->sm_count, k->wide.function != NULL);
     k->ints[4] = 0;
     k->ints[5] = kk;
+    k->ints[6] = lt_type_of(tr_call_spec_get(call, "dtype")->as.dtype);
     k->reals[0] = (double)v.xs;
     k->reals[1] = (double)v.xk;
     k->reals[2] = (double)v.ys;
@@ -283,29 +284,37 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
 }
 
 /* Times each split count (1, 2, 4, 8 where the split build loaded) on buffers of the kernel's
- * own, keeping the fastest. */
-static tr_status *tune_skinny(tr_intree_built *k, tr_cu_stream stream) {
+ * own (values spread over [-1, 1), weights in up to 8 sets rotated so that about 128 MB are read:
+ * a model's layers each bring their own), keeping the fastest. */
+static tr_status *tune_skinny(tr_intree_built *k, tr_cu_stream stream, tr_lt_type type) {
+  enum { SETS = 8, REPS = 24 };
   int64_t S = k->ints[1], L = k->ints[2], kk = k->ints[5];
   const size_t elem = 2; /* float16 or bfloat16 */
-  size_t w_bytes = (size_t)(L * kk) * elem, x_bytes = (size_t)(S * kk) * elem, y_bytes = (size_t)(S * L) * elem;
-  tr_cu_ptr w = 0, x = 0, y = 0;
+  size_t w_count = (size_t)(L * kk), x_count = (size_t)(S * kk);
+  size_t w_bytes = w_count * elem, x_bytes = x_count * elem, y_bytes = (size_t)(S * L) * elem;
+  int sets = (int)((((size_t)128 << 20) + w_bytes - 1) / w_bytes);
+  sets = sets < 1 ? 1 : sets > SETS ? SETS : sets;
+  tr_cu_ptr w[SETS] = {0}, x = 0, y = 0;
   tr_cu_event start = NULL, end = NULL;
-  tr_status *status = tr_cu_alloc(w_bytes, &w);
+  tr_status *status = NULL;
+  for (int j = 0; j < sets && status == NULL; j++) {
+    status = tr_cu_alloc(w_bytes, &w[j]);
+    if (status == NULL) status = tr_lt_fill_random(w[j], w_count, type);
+  }
   if (status == NULL) status = tr_cu_alloc(x_bytes, &x);
+  if (status == NULL) status = tr_lt_fill_random(x, x_count, type);
   if (status == NULL) status = tr_cu_alloc(y_bytes, &y);
-  if (status == NULL) status = tr_cu_memset_async(w, 0, w_bytes, stream);
-  if (status == NULL) status = tr_cu_memset_async(x, 0, x_bytes, stream);
   if (status == NULL) status = tr_cu_event_new(&start);
   if (status == NULL) status = tr_cu_event_new(&end);
   int64_t best = k->ints[3];
   float best_us = 0.f;
-  /* x's strides as the call has them: the buffers are laid out alike (x of S * K elements) */
+  /* x's strides as the call has them: the buffer is laid out alike (S * K elements) */
   for (int64_t split = 1; split <= (k->wide.function != NULL ? SKINNY_MAX_SPLIT : 1) && status == NULL; split *= 2) {
-    enum { REPS = 20 };
     for (int r = 0; r < REPS + 2 && status == NULL; r++) {
       if (r == 2) status = tr_cu_event_record(start, stream);
       if (status == NULL) {
-        status = skinny_launch(k, (void *)(uintptr_t)w, (void *)(uintptr_t)x, (void *)(uintptr_t)y, split, stream);
+        status = skinny_launch(k, (void *)(uintptr_t)w[r % sets], (void *)(uintptr_t)x, (void *)(uintptr_t)y, split,
+                               stream);
       }
     }
     if (status == NULL) status = tr_cu_event_record(end, stream);
@@ -319,7 +328,9 @@ static tr_status *tune_skinny(tr_intree_built *k, tr_cu_stream stream) {
   }
   tr_cu_event_destroy(start);
   tr_cu_event_destroy(end);
-  if (w) tr_cu_free(w);
+  for (int j = 0; j < sets; j++) {
+    if (w[j]) tr_cu_free(w[j]);
+  }
   if (x) tr_cu_free(x);
   if (y) tr_cu_free(y);
   if (status != NULL) return status;
@@ -336,7 +347,7 @@ static tr_status *tune(tr_intree_built *k) {
       return TR_STATUS(TR_VALUE, "tuning kernel '%s': the stream is being captured into a graph; tune before capturing",
                        k->key);
     }
-    return tune_skinny(k, stream);
+    return tune_skinny(k, stream, (tr_lt_type)k->ints[6]);
   }
   if (k->state == NULL) return NULL; /* k = 0: nothing runs */
   return tr_lt_gemm_tune(k->state, 8, 20, stream);
