@@ -169,7 +169,9 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   tr_intree_add_int(out, "-DTR_S=%lld", (long long)S);
   tr_intree_add_int(out, "-DTR_K=%lld", (long long)tr_call_spec_int(call, "k"));
   tr_intree_add_int(out, "-DTR_RT=%lld", skinny_tiles(S));
-  tr_intree_add_int(out, "-DTR_U=%lld", S > 16 ? 2 : 4);
+  /* chunks a batch: measured on the H200 (bench_gemm.py, 2026-12-01), 8 for x of one row took the
+   * 4096x4096 and 14336x4096 rows from 64-80% of copy to 68-88%, but 16 rows from 58-66% to 51-62% */
+  tr_intree_add_int(out, "-DTR_U=%lld", S <= 8 ? 8 : S <= 16 ? 4 : 2);
   tr_intree_add_int(out, "-DTR_XK=%lld", v.xk == 1 ? 1 : 0);
   out->wide_block = SKINNY_BLOCK; /* the split build: k over a cluster's CTAs */
   out->wide_split = 1;

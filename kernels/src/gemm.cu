@@ -24,7 +24,8 @@ static_assert(S >= 1 && S <= 64, "x has 1 to 64 rows");
 static_assert(K % 8 == 0, "k spans whole 16-byte vectors");
 
 // Eight elements of T at p as four 32-bit words; zeros where !valid. STREAM: the weight, read
-// once (no L1 allocation); otherwise x, read by every CTA of the same k range (kept in L1).
+// once (no L1 allocation; the L2 fetches the whole 256-byte segment, which the CTA's other warps
+// read next); otherwise x, read by every CTA of the same k range (kept in L1).
 template <bool ALIGNED, bool STREAM>
 __device__ __forceinline__ void load8(const T *p, bool valid, unsigned (&u)[4]) {
   if (!valid) {
@@ -33,7 +34,7 @@ __device__ __forceinline__ void load8(const T *p, bool valid, unsigned (&u)[4]) 
   }
   if constexpr (ALIGNED) {
     if constexpr (STREAM) {
-      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
                    : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3])
                    : "l"(p));
     } else {
