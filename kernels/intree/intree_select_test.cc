@@ -279,27 +279,31 @@ TEST_CASE("the launch side refuses artifacts that are not the kernel's, before t
 
 namespace {
 
-// GemmFwdOp's key for a [m, k] ([k, m] with trans_a) times b [k, n] ([n, k] with trans_b).
+// A GemmFwdOp call's inputs and params: a [m, k] ([k, m] with trans_a), b [k, n] ([n, k] with trans_b).
+struct GemmIn {
+  tr_tensor_spec a, b;
+  const tr_tensor_spec *in[2];
+  tr_named_value p[2];
+  GemmIn(tr_dtype dt, int64_t m, int64_t n, int64_t k, bool ta, bool tb)
+      : a(ta ? spec(dt, {k, m}) : spec(dt, {m, k})), b(tb ? spec(dt, {n, k}) : spec(dt, {k, n})),
+        in{&a, &b}, p{{"trans_a", tr_value_bool(ta)}, {"trans_b", tr_value_bool(tb)}} {}
+};
+
+// GemmFwdOp's key for that call.
 std::string gemm_key(Selector &s, tr_dtype dt, int64_t m, int64_t n, int64_t k, bool ta, bool tb, int32_t arch = 90,
                      std::string *error = nullptr) {
-  tr_tensor_spec a = ta ? spec(dt, {k, m}) : spec(dt, {m, k});
-  tr_tensor_spec b = tb ? spec(dt, {n, k}) : spec(dt, {k, n});
-  const tr_tensor_spec *in[2] = {&a, &b};
-  tr_named_value p[2] = {{"trans_a", tr_value_bool(ta)}, {"trans_b", tr_value_bool(tb)}};
-  return key_for(s, in, 2, p, 2, arch, error);
+  GemmIn g(dt, m, n, k, ta, tb);
+  return key_for(s, g.in, 2, g.p, 2, arch, error);
 }
 
 // The reason `key` gives for refusing the call (empty: it serves it).
 std::string gemm_refusal(Selector &s, const char *key, tr_dtype dt, int64_t m, int64_t n, int64_t k, bool ta,
                          bool tb) {
-  tr_tensor_spec a = ta ? spec(dt, {k, m}) : spec(dt, {m, k});
-  tr_tensor_spec b = tb ? spec(dt, {n, k}) : spec(dt, {k, n});
-  const tr_tensor_spec *in[2] = {&a, &b};
-  tr_named_value p[2] = {{"trans_a", tr_value_bool(ta)}, {"trans_b", tr_value_bool(tb)}};
+  GemmIn g(dt, m, n, k, ta, tb);
   tr_device dev = cuda0();
   const char *iface = nullptr;
   tr_call_spec call;
-  REQUIRE(s.op->call_spec(in, 2, p, 2, &dev, &iface, &call) == nullptr);
+  REQUIRE(s.op->call_spec(g.in, 2, g.p, 2, &dev, &iface, &call) == nullptr);
   const tr_kernel_type *type = nullptr;
   for (size_t i = 0; i < s.op->n_types; i++) {
     if (std::string(s.op->types[i]->key) == key) type = s.op->types[i];
@@ -373,13 +377,11 @@ TEST_CASE("GEMM: cuBLASLt compiles nothing; the skinny kernel has a source; the 
   REQUIRE(std::string(skinny->key) == "gemm_skinny");
   CHECK(tr_intree_has_source(lt) == 0);
   CHECK(tr_intree_has_source(skinny) == 1);
-  tr_tensor_spec a = spec(TR_BFLOAT16, {4096, 3}), b = spec(TR_BFLOAT16, {5, 4096});
-  const tr_tensor_spec *in[2] = {&a, &b};
-  tr_named_value p[2] = {{"trans_a", tr_value_bool(true)}, {"trans_b", tr_value_bool(true)}};
+  GemmIn g(TR_BFLOAT16, 3, 5, 4096, true, true);  // a [4096, 3], b [5, 4096]
   tr_device dev = cuda0();
   const char *iface = nullptr;
   tr_call_spec call;
-  REQUIRE(s.op->call_spec(in, 2, p, 2, &dev, &iface, &call) == nullptr);
+  REQUIRE(s.op->call_spec(g.in, 2, g.p, 2, &dev, &iface, &call) == nullptr);
   CHECK(tr_call_spec_int(&call, "m") == 3);
   CHECK(tr_call_spec_int(&call, "n") == 5);
   CHECK(tr_call_spec_int(&call, "k") == 4096);

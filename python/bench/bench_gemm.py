@@ -25,7 +25,9 @@ except ImportError:
     torch = None
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tilerun  # noqa: E402
+from bench_gpu import copy_rate_gbps, graph_us  # noqa: E402  (timed as bench_gpu.py times)
 
 # (label, m, n, k, trans_b)
 ROWS = [
@@ -38,52 +40,6 @@ ROWS = [
 for _m in (1, 16, 64):
     for _lab, _n, _k in (("q/o proj", 4096, 4096), ("mlp up", 14336, 4096), ("mlp down", 4096, 14336)):
         ROWS.append(("llama3.1-8b %s decode m=%d" % (_lab, _m), _m, _n, _k, True))
-
-
-def graph_us(fn, calls, reps=15):
-    """Median device time of one call: a CUDA graph of `calls` calls, replayed `reps` times."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(reps):
-        st.record()
-        g.replay()
-        en.record()
-        torch.cuda.synchronize()
-        ts.append(st.elapsed_time(en) * 1e3 / calls)
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
-def copy_rate_gbps():
-    """The card's read+write ceiling: a 2 GiB copy timed eagerly (median of 10)."""
-    src = torch.randn(1 << 30, device="cuda", dtype=torch.float16)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(10):
-        st.record()
-        dst.copy_(src)
-        en.record()
-        torch.cuda.synchronize()
-        ts.append(st.elapsed_time(en) * 1e3)
-    ts.sort()
-    del src, dst
-    return 2 * (1 << 30) * 2 / ts[len(ts) // 2] / 1e3
 
 
 def main():
