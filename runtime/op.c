@@ -410,6 +410,49 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
   return status;
 }
 
+/* NULL when caller-given output `o` is what the call makes, else a SignatureError of the kind that
+ * is wrong (dtype, device, shape, layout or data), naming the output, what it got and what the
+ * call makes. */
+static tr_status *output_mismatch(const tr_op *op, const kernel_entry *e, size_t o, const DLTensor *t,
+                                  const tr_tensor_spec *want) {
+  const char *name = tr_op_def_name(op->def), *out = tr_op_def_output_name(op->def, o);
+  char expected[256];
+  tr_tensor_spec_format(want, expected, sizeof(expected));
+  if (t == NULL) return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' is NULL; the call makes %s", name, out, expected);
+  if (!tr_dtype_equal(t->dtype, want->dtype)) {
+    return TR_STATUS(TR_SIGNATURE_DTYPE, "%s: output '%s' given is %s; the call makes %s", name, out,
+                     tr_dtype_name(t->dtype), expected);
+  }
+  if (t->device.device_type != e->dl_device.device_type || t->device.device_id != e->dl_device.device_id) {
+    char got[TR_DEVICE_FORMAT_MAX];
+    tr_device given;
+    tr_status *unknown = tr_device_from_dl(t->device, &given);
+    if (unknown == NULL) tr_device_format(&given, got, sizeof(got));
+    else snprintf(got, sizeof(got), "DLPack device type %d:%d", (int)t->device.device_type, (int)t->device.device_id);
+    tr_status_destroy(&unknown);
+    return TR_STATUS(TR_SIGNATURE_DEVICE, "%s: output '%s' given is on %s; the call makes %s", name, out, got, expected);
+  }
+  if (t->ndim != want->rank || memcmp(t->shape, want->shape, (size_t)want->rank * sizeof(int64_t)) != 0) {
+    char got[256];
+    int n = snprintf(got, sizeof(got), "[");
+    for (int32_t d = 0; d < t->ndim && n < (int)sizeof(got); d++) {
+      n += snprintf(got + n, sizeof(got) - (size_t)n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    }
+    if (n < (int)sizeof(got)) snprintf(got + n, sizeof(got) - (size_t)n, "]");
+    return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' given has shape %s; the call makes %s", name, out, got,
+                     expected);
+  }
+  if (!tr_dl_tensor_is_contiguous(t)) {
+    return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' given is not contiguous; the call makes %s (contiguous)",
+                     name, out, expected);
+  }
+  /* an empty output may have no data (torch's empty tensors have none) */
+  if (t->data == NULL && tr_tensor_spec_numel(want) != 0) {
+    return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' given has no data; the call makes %s", name, out, expected);
+  }
+  return NULL;
+}
+
 /* ---- the call ---- */
 
 static tr_status *launch(tr_op *op, kernel_entry *e, const DLTensor *const *inputs, size_t n_inputs,
@@ -579,17 +622,7 @@ tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_in
     DLTensor *t = outputs[o];
     const tr_tensor_spec *want = &e->outputs[o];
     if (!e->output_present[o]) continue;
-    /* an empty output may have no data (torch's empty tensors have none) */
-    int ok = t != NULL && (t->data != NULL || tr_tensor_spec_numel(want) == 0) && t->ndim == want->rank && tr_dtype_equal(t->dtype, want->dtype) &&
-             memcmp(t->shape, want->shape, (size_t)want->rank * sizeof(int64_t)) == 0 &&
-             tr_dl_tensor_is_contiguous(t) && t->device.device_type == e->dl_device.device_type &&
-             t->device.device_id == e->dl_device.device_id;
-    if (!ok) {
-      char expected[256];
-      tr_tensor_spec_format(want, expected, sizeof(expected));
-      status = TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' given does not match %s (contiguous, with data)",
-                         tr_op_def_name(op->def), tr_op_def_output_name(op->def, o), expected);
-    }
+    status = output_mismatch(op, e, o, t, want);
     outs[o] = t;
   }
   if (status == NULL) status = launch(op, e, inputs, n_inputs, outs);

@@ -287,6 +287,43 @@ class BindingCpuTest(unittest.TestCase):
             op(self.randn(3, 3), self.randn(3, 3, dtype=np.float64))
         self.assertEqual(cm.exception.code, "SignatureError(dtype)")
 
+    def test_errors_derive_from_the_closest_builtin_and_name_the_kind_once(self):
+        op = tilerun.op("AddFwdOp")
+        cases = [  # (call, tilerun class, built-in class, code)
+            (lambda: op(self.randn(3, 3), self.randn(3, 4)), tilerun.SignatureShapeError, ValueError,
+             "SignatureError(shape)"),
+            (lambda: op(self.randn(3, 3), self.randn(3, 3, dtype=np.float64)), tilerun.SignatureDtypeError, TypeError,
+             "SignatureError(dtype)"),
+            (lambda: tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps="small"), tilerun.SignatureParamError,
+             TypeError, "SignatureError(param)"),
+            (lambda: tilerun.op("NoSuchFwdOp"), tilerun.OpNotAvailableError, LookupError, "OpNotAvailableError"),
+            (lambda: tilerun.Runtime(manifest_dir="/nonexistent/manifest"), tilerun.Error, Exception, None),
+        ]
+        for call, cls, builtin, code in cases:
+            with self.assertRaises(cls) as cm:
+                call()
+            e = cm.exception
+            self.assertIsInstance(e, builtin)
+            self.assertIsInstance(e, tilerun.Error)
+            if code is not None:
+                self.assertEqual(e.code, code)
+            self.assertEqual(str(e), e.message)  # the kind is the class's name, not repeated in the text
+            self.assertFalse(str(e).startswith(e.code), str(e))
+        self.assertTrue(issubclass(tilerun.IOError, OSError))
+        self.assertTrue(issubclass(tilerun.OutOfMemoryError, MemoryError))
+        self.assertTrue(issubclass(tilerun.InvalidValueError, ValueError))
+        self.assertTrue(issubclass(tilerun.TransportError, ConnectionError))
+
+    def test_call_into_output_of_the_wrong_dtype_says_so(self):
+        op = tilerun.op("AddFwdOp")
+        a, b = self.randn(3, 3), self.randn(3, 3)
+        with self.assertRaises(tilerun.SignatureDtypeError) as cm:
+            op.call_into([a, b], [np.zeros((3, 3), np.float64)])
+        self.assertIn("output 'c' given is float64; the call makes float32[3, 3]", str(cm.exception))
+        with self.assertRaises(tilerun.SignatureShapeError) as cm:
+            op.call_into([a, b], [np.zeros((3, 4), np.float32)])
+        self.assertIn("output 'c' given has shape [3, 4]", str(cm.exception))
+
     def test_unknown_op(self):
         with self.assertRaises(tilerun.Error) as cm:
             tilerun.op("NoSuchFwdOp")

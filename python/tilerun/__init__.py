@@ -27,7 +27,8 @@ import threading
 __all__ = [
     "Error", "SignatureError", "BackendError", "UnknownTargetError", "AmbiguousTargetError",
     "OpNotAvailableError", "SelectionError", "InvalidValueError", "ManifestError", "TransportError",
-    "CompileError", "InternalError",
+    "CompileError", "InternalError", "OutOfMemoryError", "IOError", "SignatureDtypeError",
+    "SignatureShapeError", "SignatureParamError", "SignatureDeviceError",
     "Runtime", "Op", "Tensor", "dtype", "op", "default_runtime", "set_stream", "stream",
     "library_path",
 ]
@@ -236,15 +237,23 @@ _DLTENSOR = b"dltensor"  # the capsule name (kept alive here: capsules point at 
 
 
 class Error(Exception):
-    """A failed tilerun call. ``code`` is the status code's printed name (status.h), e.g.
-    ``"SignatureError(shape)"``, ``"OpNotAvailableError"``; ``code_number`` its number;
-    ``message`` the text tilerun wrote. ``str(e)`` is ``"<code>: <message>"``."""
+    """A failed tilerun call. Each kind of failure is a subclass named as its status code
+    (status.h) that also derives from the closest Python built-in, so ``except ValueError`` or
+    ``except OSError`` catch what they would catch elsewhere. ``e.code`` is the code's printed
+    name (``"SignatureError(shape)"``, ``"OpNotAvailableError"``); ``code_number`` its number;
+    ``message`` the text tilerun wrote, which is also ``str(e)`` (the class names the kind once)."""
+
+    def __new__(cls, code, message, code_number=None):
+        return super().__new__(cls, message)
 
     def __init__(self, code, message, code_number=None):
-        super().__init__("%s: %s" % (code, message))
+        super().__init__(message)
         self.code = code
         self.message = message
         self.code_number = code_number
+
+    def __str__(self):
+        return self.message
 
     @property
     def is_signature_error(self):
@@ -254,26 +263,43 @@ class Error(Exception):
 
 class SignatureError(Error):
     """A call or a param breaks the op's signature: codes SignatureError(dtype), (shape),
-    (param) and (device)."""
+    (param) and (device), raised as the four subclasses below."""
 
 
-class BackendError(Error):
+class SignatureDtypeError(SignatureError, TypeError):
+    """A tensor's dtype is not what the signature allows (code SignatureError(dtype))."""
+
+
+class SignatureShapeError(SignatureError, ValueError):
+    """A tensor's shape or layout is not what the signature allows (code SignatureError(shape))."""
+
+
+class SignatureParamError(SignatureError, TypeError):
+    """A param is missing, unknown, of the wrong kind or breaks a constraint (code
+    SignatureError(param)), as a bad keyword argument is a TypeError."""
+
+
+class SignatureDeviceError(SignatureError, ValueError):
+    """The tensors of a call are not on one device the op allows (code SignatureError(device))."""
+
+
+class BackendError(Error, RuntimeError):
     """A backend misbehaved: a detector, builder or read failed."""
 
 
-class UnknownTargetError(Error):
+class UnknownTargetError(Error, LookupError):
     """No backend registered the target named."""
 
 
-class AmbiguousTargetError(Error):
+class AmbiguousTargetError(Error, LookupError):
     """Two or more targets claimed the device."""
 
 
-class OpNotAvailableError(Error):
+class OpNotAvailableError(Error, LookupError):
     """The op is not in the manifest, or the settled target does not serve it."""
 
 
-class SelectionError(Error):
+class SelectionError(Error, LookupError):
     """No in-tree implementation, or more than one, serves a call."""
 
 
@@ -283,28 +309,38 @@ class InvalidValueError(Error, ValueError):
     ValueError, as the spec's selection tests catch it."""
 
 
-class ManifestError(Error):
+class ManifestError(Error, ValueError):
     """A manifest or configuration file is malformed."""
 
 
-class TransportError(Error):
+class TransportError(Error, ConnectionError):
     """A component could not be reached or answered badly."""
 
 
-class CompileError(Error):
+class CompileError(Error, RuntimeError):
     """A kernel failed to compile."""
 
 
-class InternalError(Error):
+class InternalError(Error, RuntimeError):
     """A bug in tilerun."""
 
 
-# Codes OutOfMemoryError and IOError raise Error itself (their names are Python's); code
-# ValueError raises InvalidValueError, an Error that is a Python ValueError too.
+class OutOfMemoryError(Error, MemoryError):
+    """Memory ran out (host or device; code OutOfMemoryError)."""
+
+
+class IOError(Error, OSError):  # noqa: A001 (tilerun.IOError: the code's name; an OSError)
+    """A file or the operating system failed (code IOError)."""
+
+
 _ERROR_CLASSES = {c.__name__: c for c in (
-    SignatureError, BackendError, UnknownTargetError, AmbiguousTargetError, OpNotAvailableError,
-    SelectionError, ManifestError, TransportError, CompileError, InternalError)}
-_ERROR_CLASSES["ValueError"] = InvalidValueError
+    BackendError, UnknownTargetError, AmbiguousTargetError, OpNotAvailableError, SelectionError,
+    ManifestError, TransportError, CompileError, InternalError, OutOfMemoryError, IOError)}
+_ERROR_CLASSES.update({"ValueError": InvalidValueError, "SignatureError": SignatureError,
+                       "SignatureError(dtype)": SignatureDtypeError,
+                       "SignatureError(shape)": SignatureShapeError,
+                       "SignatureError(param)": SignatureParamError,
+                       "SignatureError(device)": SignatureDeviceError})
 
 
 def _error_from(status):
@@ -314,7 +350,7 @@ def _error_from(status):
     message = (_tr_status_message(status) or b"").decode("utf-8", "replace")
     p = ctypes.c_void_p(status)
     _tr_status_destroy(ctypes.byref(p))
-    cls = _ERROR_CLASSES.get(name.split("(")[0], Error)
+    cls = _ERROR_CLASSES.get(name) or _ERROR_CLASSES.get(name.split("(")[0], Error)
     return cls(name, message, code)
 
 
