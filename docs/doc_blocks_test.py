@@ -94,6 +94,7 @@ def layout(root, work):
         "python": os.path.join(root, "python"),
         "bazel-bin/tools/tilerun": os.path.join(bin_dir, "tools", "tilerun"),
         "bazel-bin/python/libtilerun.so": os.path.join(bin_dir, "python", "libtilerun.so"),
+        "bazel-bin/python/libtilerun.so.0": os.path.join(bin_dir, "python", "libtilerun.so.0"),
         "bazel-bin/backends/cpu": os.path.join(bin_dir, "backends", "cpu"),
     }
     for rel, target in links.items():

@@ -76,6 +76,14 @@ const char *tr_plat_lib_path(const tr_plat_lib *lib);
  * thread-safe on one library (no other thread may use it meanwhile). */
 void tr_plat_lib_close(tr_plat_lib **lib_p);
 
+/* The absolute path of the file holding tilerun's own code (libtilerun.so, or the program it is
+ * linked into), into buf. TR_IO where the loader cannot say; TR_VALUE where it does not fit. */
+tr_status *tr_plat_self_path(char *buf, size_t size) TR_MUST_USE;
+
+/* The install prefix that file stands in: two folders up (<prefix>/lib/libtilerun.so.0 gives
+ * <prefix>). Errors as tr_plat_self_path. */
+tr_status *tr_plat_self_prefix(char *buf, size_t size) TR_MUST_USE;
+
 /* ---- Threads and locks ------------------------------------------------------------------- */
 
 /* A mutual-exclusion lock, not recursive, that callers embed in their own structs. Its storage

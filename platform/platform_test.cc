@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -799,4 +800,21 @@ TEST_CASE("shared memory: a segment created here is mapped again by name, and na
   RequireError(tr_plat_shm_map("/", &again, &size), TR_VALUE, {"'/'"});
   RequireError(tr_plat_shm_create(name, 0, &again), TR_VALUE, {"0 bytes"});
   CHECK(tr_plat_process_id() > 0);
+}
+
+TEST_CASE("tilerun's own file and the prefix it stands in") {
+  char path[4096], prefix[4096];
+  REQUIRE(tr_plat_self_path(path, sizeof(path)) == nullptr);
+  CHECK(path[0] == '/');
+  CHECK(tr_plat_file_exists(path));
+  REQUIRE(tr_plat_self_prefix(prefix, sizeof(prefix)) == nullptr);
+  std::string p(path), pre(prefix);
+  REQUIRE(p.size() > pre.size());
+  CHECK(p.compare(0, pre.size(), pre) == 0);  // the file lies under its prefix, two folders down
+  CHECK(std::count(p.begin() + (long)pre.size(), p.end(), '/') == (pre == "/" ? 1 : 2));
+  char tiny[2];
+  tr_status *small = tr_plat_self_path(tiny, sizeof(tiny));
+  REQUIRE(small != nullptr);
+  CHECK(std::string(tr_status_message(small)).find("does not fit") != std::string::npos);
+  tr_status_destroy(&small);
 }

@@ -184,12 +184,25 @@ tr_status *tr_backend_discover(const char *const *dirs, size_t n_dirs, tr_discov
   return NULL;
 }
 
+int tr_discovery_installed_dir(const char *suffix, char *buf, size_t size) {
+  tr_status *status = tr_plat_self_prefix(buf, size);
+  size_t used = status == NULL ? strlen(buf) : 0;
+  int ok = status == NULL && used + strlen(suffix) < size;
+  if (ok) {
+    memcpy(buf + used, suffix, strlen(suffix) + 1);
+    ok = tr_plat_is_dir(buf);
+  }
+  tr_status_destroy(&status);
+  if (!ok && size > 0) buf[0] = '\0';
+  return ok;
+}
+
 tr_status *tr_backend_search_path(char ***out_dirs, size_t *out_count) {
   *out_dirs = NULL;
   *out_count = 0;
   const char *env = tr_plat_getenv(TR_BACKEND_PATH_ENV);
   const char *list_sep = tr_plat_path_separator_list();
-  size_t max = 2;
+  size_t max = 3;
   for (const char *c = env ? env : ""; *c; c++) max += (*c == list_sep[0]);
   char **dirs = calloc(max, sizeof(char *));
   if (dirs == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "backend search path");
@@ -211,6 +224,18 @@ tr_status *tr_backend_search_path(char ***out_dirs, size_t *out_count) {
     start = end + 1;
   }
   const char *suffix = "/lib/tilerun/backends";
+  /* an installed tilerun's own backends (its prefix's), where that is not the default prefix */
+  char installed[4096];
+  if (tr_discovery_installed_dir(suffix, installed, sizeof(installed)) &&
+      strcmp(installed, TR_INSTALL_PREFIX "/lib/tilerun/backends") != 0) {
+    size_t len = strlen(installed) + 1;
+    dirs[n] = malloc(len);
+    if (dirs[n] == NULL) {
+      tr_discovery_free_dirs(&dirs, n);
+      return TR_STATUS(TR_OUT_OF_MEMORY, "backend search path");
+    }
+    memcpy(dirs[n++], installed, len);
+  }
   dirs[n] = malloc(strlen(TR_INSTALL_PREFIX) + strlen(suffix) + 1);
   if (dirs[n] != NULL) {
     strcpy(dirs[n], TR_INSTALL_PREFIX);

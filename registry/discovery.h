@@ -42,8 +42,10 @@ typedef struct tr_discovery_failure {
  * Single owner; read-only use from several threads is safe. */
 typedef struct tr_discovery tr_discovery;
 
-/* The search path: TILERUN_BACKEND_PATH's entries (empty ones skipped), then
- * TR_INSTALL_PREFIX "/lib/tilerun/backends". Caller frees with tr_discovery_free_dirs. */
+/* The search path: TILERUN_BACKEND_PATH's entries (empty ones skipped), then the installed
+ * tilerun's own "<prefix>/lib/tilerun/backends" where it exists and is not the default (below,
+ * tr_discovery_installed_dir), then TR_INSTALL_PREFIX "/lib/tilerun/backends". Caller frees with
+ * tr_discovery_free_dirs. */
 tr_status *tr_backend_search_path(char ***out_dirs, size_t *out_count) TR_MUST_USE;
 void tr_discovery_free_dirs(char ***dirs_p, size_t count);
 
@@ -60,6 +62,12 @@ size_t tr_discovery_failure_count(const tr_discovery *found);
 const tr_discovery_failure *tr_discovery_failure_at(const tr_discovery *found, size_t i);
 
 void tr_discovery_destroy(tr_discovery **found_p);
+
+/* 1 with `<prefix><suffix>` in buf when that folder exists, where prefix is the install prefix of
+ * the file holding tilerun's code (tr_plat_self_prefix: an installed libtilerun.so.0 in
+ * <prefix>/lib): how an installed tilerun finds its manifest ("/share/tilerun/manifest") and
+ * backends ("/lib/tilerun/backends") with no environment variable. 0 otherwise (buf empty). */
+int tr_discovery_installed_dir(const char *suffix, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 #include "components/validate/validate.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/intree/intree.h"
+#include "registry/discovery.h"
 #include "runtime/internal.h"
 #include "sharing/sharing.h"
 
@@ -72,6 +73,8 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   }
   const char *dir = o->manifest_dir;
   if (dir == NULL) dir = tr_plat_getenv("TILERUN_MANIFEST_DIR");
+  char installed[4096];
+  if ((dir == NULL || dir[0] == '\0') && tr_discovery_installed_dir("/share/tilerun/manifest", installed, sizeof(installed))) dir = installed;
   if (dir == NULL || dir[0] == '\0') dir = "manifest/spec";
   status = tr_intree_builds_new(TR_INTREE_BUILDS_MAX_ENTRIES, TR_INTREE_BUILDS_MAX_BYTES, &rt->intree_builds);
   if (status == NULL) status = tr_cuda_pool_new(&rt->cuda_pool);

@@ -10,6 +10,7 @@
 #include "tilerun/status.h"
 #include "tilerun/tensor_spec.h"
 #include "tilerun/value.h"
+#include "tilerun/version.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -32,6 +33,11 @@ _Static_assert(offsetof(tr_backend_api, find_interface) > offsetof(tr_backend_ap
 
 int main(void) {
   int failures = 0;
+  /* the library is the headers' version, and the number matches the parts */
+  if (strcmp(tr_version(), TILERUN_VERSION) != 0 || TILERUN_VERSION_NUMBER != 400) {
+    fprintf(stderr, "version: library %s, headers %s (%d)\n", tr_version(), TILERUN_VERSION, TILERUN_VERSION_NUMBER);
+    failures++;
+  }
   /* The call-spec accessors are inline: a plugin reads fields with no tilerun library. */
   static const tr_call_field fields[] = {{"row", TR_VALUE_INT, 0, 0, {0}}, {"eps", TR_VALUE_FLOAT, 0, 0, {0}}};
   static const tr_call_spec_type type = {"TestCall", 2, fields};

@@ -22,6 +22,7 @@
 
 #include "tilerun/backend.h"
 #include "tilerun/core.h"
+#include "tilerun/version.h"
 
 #ifdef __cplusplus
 extern "C" {
