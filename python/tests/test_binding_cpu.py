@@ -9,6 +9,7 @@ TILERUN_MANIFEST_DIR say otherwise.
 
 import gc
 import os
+import re
 import sys
 import threading
 import unittest
@@ -101,6 +102,17 @@ class BindingCpuTest(unittest.TestCase):
                                    rtol=rtol or self.RTOL, atol=atol or self.ATOL)
 
     # ---- ops against float64 references ----
+
+    def test_version_is_the_headers(self):
+        here = os.path.dirname(os.path.abspath(__file__))
+        header = os.path.join(here, "..", "..", "include", "tilerun", "version.h")
+        if not os.path.exists(header):  # under Bazel: the runfiles' copy
+            header = os.path.join(os.environ.get("TEST_SRCDIR", ""), os.environ.get("TEST_WORKSPACE", ""),
+                                  "include", "tilerun", "version.h")
+        with open(header) as f:
+            want = re.search(r'#define TILERUN_VERSION "([^"]+)"', f.read()).group(1)
+        self.assertEqual(tilerun.__version__, want)
+        self.assertRegex(tilerun.__version__, r"^\d+\.\d+\.\d+$")
 
     def test_rms_norm(self):
         op = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)

@@ -30,7 +30,7 @@ __all__ = [
     "CompileError", "InternalError", "OutOfMemoryError", "IOError", "SignatureDtypeError",
     "SignatureShapeError", "SignatureParamError", "SignatureDeviceError",
     "Runtime", "Op", "Tensor", "dtype", "op", "default_runtime", "set_stream", "stream",
-    "library_path",
+    "library_path", "__version__",
 ]
 
 # ---- the shared object ----------------------------------------------------------------------
@@ -172,6 +172,9 @@ _tr_status_destroy = _bind("tr_status_destroy", None, [ctypes.POINTER(_vp)])
 # dtype.h
 _tr_dtype_name = _bind("tr_dtype_name", _cp, [DLDataType])
 # tilerun.h
+_tr_version = _bind("tr_version", _cp, [], required=False)
+# The loaded library's version (include/tilerun/version.h); "unknown" for a library before it.
+__version__ = _tr_version().decode() if _tr_version is not None else "unknown"
 _tr_runtime_new = _bind("tr_runtime_new", _c_status_p,
                         [ctypes.POINTER(_RuntimeOptions), ctypes.POINTER(_vp)])
 _tr_runtime_destroy = _bind("tr_runtime_destroy", None, [ctypes.POINTER(_vp)])
