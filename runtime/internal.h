@@ -23,6 +23,7 @@ struct tr_runtime {
   int discovered;               /* discovery ran (once per runtime, whatever it found) */
   tr_status *discovery_failure; /* what it failed with (out of memory), given to every caller */
   atomic_int hinted;            /* tr__runtime_hint warned (once per runtime) */
+  char searched[1024];          /* discovery found no backend: the folders it looked in ("" else) */
   char **backend_dirs; /* NULL: the search path */
   size_t n_backend_dirs;
   const char **builtin_names; /* copies of the options' arrays */

@@ -36,6 +36,13 @@ void tr__runtime_warn(tr_runtime *rt, const char *fmt, ...) {
 
 tr_status *tr__runtime_hint(tr_runtime *rt, tr_status *status) {
   size_t n = tr_registry_failure_count(rt->registry);
+  if (status != NULL && n == 0 && rt->searched[0] != '\0' && !atomic_exchange(&rt->hinted, 1)) {
+    tr__runtime_warn(rt, "no backend was found, which may be why: %s: %s (looked for backend descriptors, *.yaml, in "
+                     "%s: TILERUN_BACKEND_PATH's folders, then the install's lib/tilerun/backends; "
+                     "docs/writing-a-backend.md)", tr_code_name(tr_status_code(status)), tr_status_message(status),
+                     rt->searched);
+    return status;
+  }
   if (status == NULL || n == 0 || atomic_exchange(&rt->hinted, 1)) return status;
   tr__runtime_warn(rt, "%zu backend%s failed to load, which may be why: %s: %s (tr_load_failure_backend and "
                    "tr_load_failure_reason say which and why)", n, n == 1 ? "" : "s",
@@ -178,6 +185,15 @@ tr_status *tr__runtime_discover(tr_runtime *rt) {
     tr_discovery *found = NULL;
     if (status == NULL) status = tr_backend_discover((const char *const *)dirs, n_dirs, &found);
     if (status == NULL) status = tr_registry_load_all(rt->registry, found);
+    if (status == NULL && tr_registry_targets(rt->registry, NULL, NULL, 0) == 0) { /* for the hint */
+      size_t used = 0;
+      for (size_t i = 0; i < n_dirs && used + 1 < sizeof(rt->searched); i++) {
+        int w = snprintf(rt->searched + used, sizeof(rt->searched) - used, "%s%s", i ? ", " : "", dirs[i]);
+        if (w < 0) break;
+        used += (size_t)w;
+      }
+      if (n_dirs == 0) snprintf(rt->searched, sizeof(rt->searched), "no folder (an empty search path)");
+    }
     if (status == NULL && rt->select_table == NULL) status = make_selectors(rt);
     tr_discovery_destroy(&found);
     if (searched != NULL) tr_discovery_free_dirs(&searched, n_dirs);

@@ -142,3 +142,27 @@ TEST_CASE("tilerun's own messages count the backends that failed to load, naming
                     Catch::EndsWith(" ops; see 'tilerun ops'); 1 backend failed to load (see tr_load_failure_reason)"));
   CHECK(std::string(tr_load_failure_reason(spec.rt, 0)) == "its init failed: ValueError: no license");
 }
+
+TEST_CASE("with no backend found at all, the spec's message stands and a warning says where tilerun looked") {
+  tr_test::Warnings warnings;
+  const char *dirs[] = {"/nonexistent/backends-a", "/nonexistent/backends-b"};
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = dirs;
+  o.n_backend_dirs = 2;
+  o.warn = tr_test::Warnings::sink;
+  o.warn_ctx = &warnings;
+  tr_runtime *rt = nullptr;
+  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_op *op = nullptr;
+  std::string e = tr_test::error_of(tr_op_new(rt, "AddFwdOp", nullptr, 0, "nope", &op));
+  CHECK(e == "UnknownTargetError: no backend registered target 'nope'; known targets: []");  // the spec's, unchanged
+  REQUIRE(warnings.lines.size() == 1);
+  CHECK(warnings.lines[0] == "no backend was found, which may be why: " + e +
+                                 " (looked for backend descriptors, *.yaml, in /nonexistent/backends-a, "
+                                 "/nonexistent/backends-b: TILERUN_BACKEND_PATH's folders, then the install's "
+                                 "lib/tilerun/backends; docs/writing-a-backend.md)");
+  CHECK(tr_test::error_of(tr_op_new(rt, "AddFwdOp", nullptr, 0, "nope", &op)) == e);
+  CHECK(warnings.lines.size() == 1);  // once per runtime
+  tr_runtime_destroy(&rt);
+}
