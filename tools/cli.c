@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "manifest/lint.h"
+#include "registry/discovery.h"
 #include "manifest/manifest.h"
 #include "platform/platform.h"
 #include "registry/discovery.h"
@@ -57,7 +58,8 @@ static const char kUsage[] =
     "             command's usage and options\n"
     "\n"
     "options:\n"
-    "  --manifest DIR   the spec directory (default: $TILERUN_MANIFEST_DIR, else ./manifest/spec);\n"
+    "  --manifest DIR   the spec directory (default: $TILERUN_MANIFEST_DIR, else the install's\n"
+    "                   share/tilerun/manifest, else ./manifest/spec);\n"
     "                   also what serve validate and serve launch read, and what bench passes on\n"
     "  --smallest       run: each op's smallest workload row only (quick)\n"
     "  --device D       run: auto (the default: cuda when there is a GPU), cpu (every row on\n"
@@ -103,7 +105,8 @@ typedef struct option_doc {
 } option_doc;
 
 static const option_doc kOptions[] = {
-    {"--manifest DIR", "the spec directory (default: $TILERUN_MANIFEST_DIR, else ./manifest/spec)"},
+    {"--manifest DIR", "the spec directory (default: $TILERUN_MANIFEST_DIR, else the install's\n"
+                      "share/tilerun/manifest, else ./manifest/spec)"},
     {"--pipeline FILE", "the pipeline file placing the components (default: $TILERUN_PIPELINE, else\n"
                         "every component inline)"},
     {"--device D", "auto, cpu (every row on cpu) or cuda (a GPU required; ops without in-tree\n"
@@ -226,7 +229,10 @@ static int report(FILE *err, tr_status *status) {
 static const char *manifest_dir(const cli_options *opts) {
   if (opts->manifest_dir != NULL) return opts->manifest_dir;
   const char *env = tr_plat_getenv("TILERUN_MANIFEST_DIR");
-  return (env != NULL && env[0] != '\0') ? env : "manifest/spec";
+  if (env != NULL && env[0] != '\0') return env;
+  static char installed[4096]; /* an installed command's: <prefix>/share/tilerun/manifest */
+  return tr_discovery_installed_dir("/share/tilerun/manifest", installed, sizeof(installed)) ? installed
+                                                                                              : "manifest/spec";
 }
 
 static int load_manifest(const cli_options *opts, FILE *err, tr_manifest **out) {

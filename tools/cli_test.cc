@@ -316,7 +316,9 @@ TEST_CASE("every command has its own --help: usage, a one-line description, opti
     std::string usage;
     std::vector<std::string> lines;  // options, each with its default
   };
-  const std::string manifest = "  --manifest DIR     the spec directory (default: $TILERUN_MANIFEST_DIR, else ./manifest/spec)\n";
+  const std::string manifest =
+      "  --manifest DIR     the spec directory (default: $TILERUN_MANIFEST_DIR, else the install's\n"
+      "                     share/tilerun/manifest, else ./manifest/spec)\n";
   const std::vector<Want> wants = {
       {{"run", "--help"}, "usage: tilerun run [--manifest DIR] [--pipeline FILE] [--device D] [--smallest]",
        {manifest, "  --smallest         each op's smallest workload row only (default: every row)\n",

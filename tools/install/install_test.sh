@@ -41,6 +41,13 @@ out=$(env -u TILERUN_MANIFEST_DIR -u TILERUN_BACKEND_PATH -u LD_LIBRARY_PATH ${p
       ASAN_OPTIONS=detect_leaks=0 ./app) || fail "the program failed: $out"
 echo "$out"
 echo "$out" | grep -q "on cpu: 11 22 33 44" || fail "unexpected output: $out"
-# the installed command explains itself and finds the installed backend
+# the installed command explains itself, and finds the installed manifest and backend
+cd "$app"
 env -u TILERUN_MANIFEST_DIR -u TILERUN_BACKEND_PATH "$prefix/bin/tilerun" --help >/dev/null || fail "tilerun --help"
+ops=$(env -u TILERUN_MANIFEST_DIR -u TILERUN_BACKEND_PATH ASAN_OPTIONS=detect_leaks=0 "$prefix/bin/tilerun" ops) ||
+  fail "tilerun ops: $ops"
+echo "$ops" | head -1 | grep -q "manifest $prefix/share/tilerun/manifest" || fail "tilerun ops read another manifest: $(echo "$ops" | head -1)"
+backends=$(env -u TILERUN_MANIFEST_DIR -u TILERUN_BACKEND_PATH ASAN_OPTIONS=detect_leaks=0 "$prefix/bin/tilerun" backends) ||
+  fail "tilerun backends: $backends"
+echo "$backends" | grep -q "cpu" || fail "tilerun backends did not find the installed CPU backend: $backends"
 echo "install_test: passed ($(echo "$exported" | wc -l) exported functions)"
