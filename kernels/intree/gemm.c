@@ -148,9 +148,11 @@ static tr_status *gemm_spec(const tr_tensor_spec *const *in, size_t n_in, const 
 
 /* ---- the skinny kernel ---- */
 
-/* rows of w per CTA: 16 per warp tile, two tiles a warp where x has more than 16 rows (x's
- * fragments then serve twice the weight) */
-static int skinny_tiles(int64_t S) { return S > 16 ? 2 : 1; }
+/* rows of w per CTA: 16 per warp tile, two tiles a warp where x has more than 8 rows (x's
+ * fragments then serve twice the weight; measured on the H200, bench_gemm.py 2026-12-01: m = 16
+ * on the 14336x4096 and 4096x14336 rows went from 66-73% of copy to 75-77%; one tile for m = 64
+ * fell from 42-55% to 37-44%) */
+static int skinny_tiles(int64_t S) { return S > 8 ? 2 : 1; }
 
 static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
   const tr_intree_impl *impl = type->ctx;
@@ -170,8 +172,9 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   tr_intree_add_int(out, "-DTR_K=%lld", (long long)tr_call_spec_int(call, "k"));
   tr_intree_add_int(out, "-DTR_RT=%lld", skinny_tiles(S));
   /* chunks a batch: measured on the H200 (bench_gemm.py, 2026-12-01), 8 for x of one row took the
-   * 4096x4096 and 14336x4096 rows from 64-80% of copy to 68-88%, but 16 rows from 58-66% to 51-62% */
-  tr_intree_add_int(out, "-DTR_U=%lld", S <= 8 ? 8 : S <= 16 ? 4 : 2);
+   * 4096x4096 and 14336x4096 rows from 64-80% of copy to 68-88%, but 16 rows from 58-66% to 51-62%;
+   * two tiles a warp (above 8 rows) hold two chunks a batch in their registers */
+  tr_intree_add_int(out, "-DTR_U=%lld", S <= 8 ? 8 : 2);
   tr_intree_add_int(out, "-DTR_XK=%lld", v.xk == 1 ? 1 : 0);
   out->wide_block = SKINNY_BLOCK; /* the split build: k over a cluster's CTAs */
   out->wide_split = 1;
