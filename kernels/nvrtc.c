@@ -54,10 +54,7 @@ static void note_failure(const char *text) {
 /* Finds every entry point in `lib` into g_nvrtc. On failure notes which is missing and
  * returns 0 (g_nvrtc's pointers may then be partly set: the caller clears them). */
 static int find_symbols(tr_plat_lib *lib) {
-  static const struct {
-    const char *name;
-    size_t offset;
-  } kSymbols[] = {
+  static const tr_plat_lib_entry kSymbols[] = {
       {"nvrtcCreateProgram", offsetof(nvrtc_api, create_program)},
       {"nvrtcCompileProgram", offsetof(nvrtc_api, compile_program)},
       {"nvrtcGetProgramLogSize", offsetof(nvrtc_api, get_program_log_size)},
@@ -68,19 +65,11 @@ static int find_symbols(tr_plat_lib *lib) {
       {"nvrtcGetErrorString", offsetof(nvrtc_api, get_error_string)},
       {"nvrtcVersion", offsetof(nvrtc_api, version)},
   };
-  for (size_t i = 0; i < sizeof(kSymbols) / sizeof(kSymbols[0]); i++) {
-    void *address = NULL;
-    tr_status *missing = tr_plat_lib_find(lib, kSymbols[i].name, &address);
-    if (missing != NULL) {
-      note_failure(tr_status_message(missing));
-      tr_status_destroy(&missing);
-      return 0;
-    }
-    /* A data pointer to a function pointer: the loader's contract (POSIX dlsym). */
-    _Static_assert(sizeof(void *) == sizeof(nvrtc_create_fn), "function and data pointers differ");
-    memcpy((char *)&g_nvrtc + kSymbols[i].offset, &address, sizeof(address));
-  }
-  return 1;
+  tr_status *missing = tr_plat_lib_bind(lib, kSymbols, sizeof(kSymbols) / sizeof(kSymbols[0]), &g_nvrtc);
+  if (missing == NULL) return 1;
+  note_failure(tr_status_message(missing));
+  tr_status_destroy(&missing);
+  return 0;
 }
 
 /* Tries the library names in order; the first that loads and has every entry point wins. */

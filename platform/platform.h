@@ -68,6 +68,19 @@ void *tr_plat_lib_symbol(tr_plat_lib *lib, const char *name);
  * Thread-safe. */
 tr_status *tr_plat_lib_find(tr_plat_lib *lib, const char *name, void **out) TR_MUST_USE;
 
+/* One entry point to bind: its name, and where its address goes in the caller's table of
+ * function pointers (offsetof the member). */
+typedef struct tr_plat_lib_entry {
+  const char *name;
+  size_t offset;
+} tr_plat_lib_entry;
+
+/* Finds each of `symbols` in `lib` and writes its address into `table` at its offset (as a
+ * function pointer: the loader's contract, POSIX dlsym, gives function and data pointers one
+ * size). Stops at the first one missing, with tr_plat_lib_find's TR_IO naming it; the table is
+ * then partly written (the caller clears it). Thread-safe. */
+tr_status *tr_plat_lib_bind(tr_plat_lib *lib, const tr_plat_lib_entry *symbols, size_t n, void *table) TR_MUST_USE;
+
 /* The path the library was opened with. Owned by the library. Cannot fail. Thread-safe. */
 const char *tr_plat_lib_path(const tr_plat_lib *lib);
 

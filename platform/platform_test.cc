@@ -216,6 +216,21 @@ TEST_CASE("libm loads and its symbols are found; a missing one is named", "[lib]
                {"'tilerun_no_such_symbol'", "'libm.so.6'"});
   CHECK(found == nullptr);
 
+  // a table of entry points bound at once; the first missing one is named
+  struct {
+    double (*cos)(double);
+    double (*sin)(double);
+    double (*none)(double);
+  } table{};
+  const tr_plat_lib_entry both[] = {{"cos", offsetof(decltype(table), cos)}, {"sin", offsetof(decltype(table), sin)}};
+  REQUIRE_OK(tr_plat_lib_bind(lib, both, 2, &table));
+  CHECK(table.cos(0.0) == 1.0);
+  CHECK(table.sin(0.0) == 0.0);
+  const tr_plat_lib_entry with_missing[] = {{"cos", offsetof(decltype(table), cos)},
+                                             {"tilerun_no_such_symbol", offsetof(decltype(table), none)}};
+  RequireError(tr_plat_lib_bind(lib, with_missing, 2, &table), TR_IO, {"'tilerun_no_such_symbol'", "'libm.so.6'"});
+  CHECK(table.none == nullptr);
+
   tr_plat_lib_close(&lib);
   CHECK(lib == nullptr);
   tr_plat_lib_close(&lib);  // NULL is allowed

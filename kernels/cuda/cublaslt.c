@@ -77,10 +77,7 @@ static void note(const char *text) {
 }
 
 static int bind(tr_plat_lib *lib) {
-  static const struct {
-    const char *name;
-    size_t offset;
-  } kSymbols[] = {
+  static const tr_plat_lib_entry kSymbols[] = {
       {"cublasLtCreate", offsetof(struct lt_api, create)},
       {"cublasLtMatmulDescCreate", offsetof(struct lt_api, desc_create)},
       {"cublasLtMatmulDescDestroy", offsetof(struct lt_api, desc_destroy)},
@@ -95,17 +92,11 @@ static int bind(tr_plat_lib *lib) {
       {"cublasLtGetVersion", offsetof(struct lt_api, version)},
       {"cublasLtGetStatusName", offsetof(struct lt_api, status_name)},
   };
-  for (size_t i = 0; i < sizeof(kSymbols) / sizeof(kSymbols[0]); i++) {
-    void *address = NULL;
-    tr_status *missing = tr_plat_lib_find(lib, kSymbols[i].name, &address);
-    if (missing != NULL) {
-      note(tr_status_message(missing));
-      tr_status_destroy(&missing);
-      return 0;
-    }
-    memcpy((char *)&g + kSymbols[i].offset, &address, sizeof(address));
-  }
-  return 1;
+  tr_status *missing = tr_plat_lib_bind(lib, kSymbols, sizeof(kSymbols) / sizeof(kSymbols[0]), &g);
+  if (missing == NULL) return 1;
+  note(tr_status_message(missing));
+  tr_status_destroy(&missing);
+  return 0;
 }
 
 static void load_once(void) {

@@ -73,6 +73,16 @@ tr_status *tr_plat_lib_find(tr_plat_lib *lib, const char *name, void **out) {
   return NULL;
 }
 
+tr_status *tr_plat_lib_bind(tr_plat_lib *lib, const tr_plat_lib_entry *symbols, size_t n, void *table) {
+  _Static_assert(sizeof(void *) == sizeof(void (*)(void)), "function and data pointers differ");
+  for (size_t i = 0; i < n; i++) {
+    void *address = NULL;
+    TR_RETURN_IF_ERROR(tr_plat_lib_find(lib, symbols[i].name, &address));
+    memcpy((char *)table + symbols[i].offset, &address, sizeof(address));
+  }
+  return NULL;
+}
+
 const char *tr_plat_lib_path(const tr_plat_lib *lib) { return lib->path; }
 
 void tr_plat_lib_close(tr_plat_lib **lib_p) {
