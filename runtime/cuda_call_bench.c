@@ -1,5 +1,5 @@
 /* cuda_call_bench.c (needs a GPU): the hot path's host cost on CUDA, measured in one process:
- * a memo-hit tr_op_call_into and tr_op_call of RMSNorm (1 x 4096, float32) against a bare
+ * a memo-hit tr_op_call_into and tr_op_call of RMSNorm (1 x 4096, float32 or bfloat16) against a bare
  * cuLaunchKernel of the very artifact the op built (and a bare overlapped cuLaunchKernelEx, the
  * way the op launches on sm_90), on the same stream, interleaved in rounds so that drift hits
  * all alike. Each round launches a batch per path onto an idle stream, so the GPU's pace never
@@ -7,7 +7,7 @@
  * host time of a memo miss whose build identity the runtime kept (a new batch size) against the
  * same miss in a fresh runtime, which asks the build component.
  *
- *   bazel build -c opt //runtime:cuda_call_bench && bazel-bin/runtime/cuda_call_bench [ROUNDS]
+ *   bazel build -c opt //runtime:cuda_call_bench && bazel-bin/runtime/cuda_call_bench [--dtype D] [ROUNDS]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,10 +45,24 @@ static int overlapped(tr_op *op) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    printf("usage: cuda_call_bench [ROUNDS]\n  host time per memo-hit call vs a bare cuLaunchKernel "
-           "(RMSNorm 1x4096 float32 on cuda:0), ROUNDS rounds of %d calls per path onto an idle stream (default 60)\n", BATCH);
+    printf("usage: cuda_call_bench [--dtype float32|bfloat16] [ROUNDS]\n  host time per memo-hit call vs a bare "
+           "cuLaunchKernel (RMSNorm 1x4096 on cuda:0, float32 by default), ROUNDS rounds of %d calls per path onto an "
+           "idle stream (default 60)\n", BATCH);
     return 0;
   }
+  DLDataType dt = {kDLFloat, 32, 1};
+  const char *dt_name = "float32";
+  if (argc > 2 && strcmp(argv[1], "--dtype") == 0) {
+    if (strcmp(argv[2], "bfloat16") == 0) dt = (DLDataType){kDLBfloat, 16, 1};
+    else if (strcmp(argv[2], "float32") != 0) {
+      fprintf(stderr, "cuda_call_bench: --dtype is float32 or bfloat16, got '%s'\n", argv[2]);
+      return 2;
+    }
+    dt_name = argv[2];
+    argc -= 2;
+    argv += 2;
+  }
+  size_t row_bytes = 4096 * (size_t)(dt.bits / 8);
   int rounds = argc > 1 ? atoi(argv[1]) : 60;
   if (rounds < 1) rounds = 60;
   tr_runtime *rt = NULL;
@@ -71,14 +85,14 @@ int main(int argc, char **argv) {
   tr_cuda_pool *pool = NULL; /* the bench's own blocks; the ops' outputs come from the runtime's */
   if ((status = tr_cuda_pool_new(&pool)) != NULL) return fail(status);
   tr_cuda_origin reuse_x, reuse_w, reuse_y;
-  if ((status = tr_cuda_pool_alloc(pool, 0, 4096 * 4, &x, &reuse_x)) != NULL ||
-      (status = tr_cuda_pool_alloc(pool, 0, 4096 * 4, &w, &reuse_w)) != NULL ||
-      (status = tr_cuda_pool_alloc(pool, 0, 4096 * 4, &y, &reuse_y)) != NULL) {
+  if ((status = tr_cuda_pool_alloc(pool, 0, row_bytes, &x, &reuse_x)) != NULL ||
+      (status = tr_cuda_pool_alloc(pool, 0, row_bytes, &w, &reuse_w)) != NULL ||
+      (status = tr_cuda_pool_alloc(pool, 0, row_bytes, &y, &reuse_y)) != NULL) {
     return fail(status);
   }
   int64_t xs[2] = {1, 4096}, ws[1] = {4096};
-  DLTensor tx = {x, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
-  DLTensor tw = {w, {kDLCUDA, 0}, 1, {kDLFloat, 32, 1}, ws, NULL, 0};
+  DLTensor tx = {x, {kDLCUDA, 0}, 2, dt, xs, NULL, 0};
+  DLTensor tw = {w, {kDLCUDA, 0}, 1, dt, ws, NULL, 0};
   DLTensor ty = tx;
   ty.data = y;
   const DLTensor *in[2] = {&tx, &tw};
@@ -90,7 +104,7 @@ int main(int argc, char **argv) {
   tr_device dev = {"cuda", 0};
   tr_device_facts facts;
   if ((status = tr_device_facts_of(rt, &dev, &facts)) != NULL) return fail(status);
-  const tr_tensor_spec sx = {{"cuda", 0}, {kDLFloat, 32, 1}, 2, {1, 4096}}, sw = {{"cuda", 0}, {kDLFloat, 32, 1}, 1, {4096}};
+  const tr_tensor_spec sx = {{"cuda", 0}, dt, 2, {1, 4096}}, sw = {{"cuda", 0}, dt, 1, {4096}};
   const tr_tensor_spec *specs[2] = {&sx, &sw};
   const char *iface = NULL;
   tr_call_spec call;
@@ -138,8 +152,8 @@ int main(int argc, char **argv) {
         else if (p == P_POOL) { /* the output's block: from the pool and back */
           void *block = NULL;
           tr_cuda_origin reusable;
-          status = tr_cuda_pool_alloc(pool, 0, 4096 * 4, &block, &reusable);
-          tr_cuda_pool_free(0, block, 4096 * 4, &reusable);
+          status = tr_cuda_pool_alloc(pool, 0, row_bytes, &block, &reusable);
+          tr_cuda_pool_free(0, block, row_bytes, &reusable);
         }
         else {
           DLManagedTensor *o = NULL;
@@ -160,8 +174,8 @@ int main(int argc, char **argv) {
     med[p] = t[p][rounds / 2];
   }
   double bare = med[P_BARE];
-  printf("host time per call, RMSNorm 1x4096 float32 on cuda:0 (%s, kernel %s, overlap %s), median of %d rounds of "
-         "%d calls onto an idle stream\n", arch, src.name, overlapped(op) ? "on" : "off", rounds, BATCH);
+  printf("host time per call, RMSNorm 1x4096 %s on cuda:0 (%s, kernel %s, overlap %s), median of %d rounds of "
+         "%d calls onto an idle stream\n", dt_name, arch, src.name, overlapped(op) ? "on" : "off", rounds, BATCH);
   printf("| path | us/call | over bare cuLaunchKernel |\n| --- | --- | --- |\n");
   printf("| bare cuLaunchKernel (same artifact) | %.2f | - |\n", bare);
   printf("| bare cuLaunchKernelEx, overlapped (programmatic dependent launch, as the op launches on sm_90) | %.2f | %+.2f us |\n",
@@ -181,14 +195,14 @@ int main(int argc, char **argv) {
   enum { MISSES = 48, FRESH = 8 };
   void *xb = NULL, *yb = NULL;
   tr_cuda_origin reuse_xb, reuse_yb;
-  if ((status = tr_cuda_pool_alloc(pool, 0, (size_t)(MISSES + 1) * 4096 * 4, &xb, &reuse_xb)) != NULL ||
-      (status = tr_cuda_pool_alloc(pool, 0, (size_t)(MISSES + 1) * 4096 * 4, &yb, &reuse_yb)) != NULL) {
+  if ((status = tr_cuda_pool_alloc(pool, 0, (size_t)(MISSES + 1) * row_bytes, &xb, &reuse_xb)) != NULL ||
+      (status = tr_cuda_pool_alloc(pool, 0, (size_t)(MISSES + 1) * row_bytes, &yb, &reuse_yb)) != NULL) {
     return fail(status);
   }
   double kept[MISSES], fresh[FRESH];
   for (int i = 0; i < MISSES && status == NULL; i++) {
     int64_t bs[2] = {2 + i, 4096}; /* batch 1 is memoised already */
-    DLTensor bx = {xb, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, bs, NULL, 0}, by = bx;
+    DLTensor bx = {xb, {kDLCUDA, 0}, 2, dt, bs, NULL, 0}, by = bx;
     by.data = yb;
     const DLTensor *bin[2] = {&bx, &tw};
     DLTensor *bout[1] = {&by};
@@ -205,7 +219,7 @@ int main(int argc, char **argv) {
     if (status == NULL) status = tr_op_new(rt2, "RMSNormFwdOp", params2, 2, NULL, &op2);
     tr_value_clear(&shape);
     int64_t bs[2] = {2 + i, 4096};
-    DLTensor bx = {xb, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, bs, NULL, 0}, by = bx;
+    DLTensor bx = {xb, {kDLCUDA, 0}, 2, dt, bs, NULL, 0}, by = bx;
     by.data = yb;
     const DLTensor *bin[2] = {&bx, &tw};
     DLTensor *bout[1] = {&by};
@@ -220,20 +234,20 @@ int main(int argc, char **argv) {
   if (status != NULL) return fail(status);
   qsort(kept, MISSES, sizeof(double), compare);
   qsort(fresh, FRESH, sizeof(double), compare);
-  printf("\nmemo misses of RMSNorm 4096 float32 on cuda:0 (host time of one tr_op_call_into, median):\n");
+  printf("\nmemo misses of RMSNorm 4096 %s on cuda:0 (host time of one tr_op_call_into, median):\n", dt_name);
   printf("| miss | us | calls |\n| --- | --- | --- |\n");
   printf("| a new batch size, its build identity built by this runtime (artifacts kept) | %.1f | %d |\n",
          kept[MISSES / 2], MISSES);
   printf("| the same in a fresh runtime (the build component asked: disk cache %s) | %.1f | %d |\n",
          cache.enabled ? "on" : "off", fresh[FRESH / 2], FRESH);
-  tr_cuda_pool_free(0, xb, (size_t)(MISSES + 1) * 4096 * 4, &reuse_xb);
-  tr_cuda_pool_free(0, yb, (size_t)(MISSES + 1) * 4096 * 4, &reuse_yb);
+  tr_cuda_pool_free(0, xb, (size_t)(MISSES + 1) * row_bytes, &reuse_xb);
+  tr_cuda_pool_free(0, yb, (size_t)(MISSES + 1) * row_bytes, &reuse_yb);
 
   tr_artifact_clear(&art);
   tr_call_spec_clear(&call);
-  tr_cuda_pool_free(0, x, 4096 * 4, &reuse_x);
-  tr_cuda_pool_free(0, w, 4096 * 4, &reuse_w);
-  tr_cuda_pool_free(0, y, 4096 * 4, &reuse_y);
+  tr_cuda_pool_free(0, x, row_bytes, &reuse_x);
+  tr_cuda_pool_free(0, w, row_bytes, &reuse_w);
+  tr_cuda_pool_free(0, y, row_bytes, &reuse_y);
   tr_cuda_pool_destroy(&pool);
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);

@@ -416,12 +416,12 @@ static tr_status *miss(tr_op *op, const DLTensor *const *inputs, size_t n_inputs
 static tr_status *output_mismatch(const tr_op *op, const kernel_entry *e, size_t o, const DLTensor *t,
                                   const tr_tensor_spec *want) {
   const char *name = tr_op_def_name(op->def), *out = tr_op_def_output_name(op->def, o);
-  char expected[256];
-  tr_tensor_spec_format(want, expected, sizeof(expected));
-  if (t == NULL) return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' is NULL; the call makes %s", name, out, expected);
+  char expected[256]; /* formatted only once a mismatch is found: this runs on every call */
+#define TR__EXPECTED() (tr_tensor_spec_format(want, expected, sizeof(expected)), expected)
+  if (t == NULL) return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' is NULL; the call makes %s", name, out, TR__EXPECTED());
   if (!tr_dtype_equal(t->dtype, want->dtype)) {
     return TR_STATUS(TR_SIGNATURE_DTYPE, "%s: output '%s' given is %s; the call makes %s", name, out,
-                     tr_dtype_name(t->dtype), expected);
+                     tr_dtype_name(t->dtype), TR__EXPECTED());
   }
   if (t->device.device_type != e->dl_device.device_type || t->device.device_id != e->dl_device.device_id) {
     char got[TR_DEVICE_FORMAT_MAX];
@@ -430,7 +430,7 @@ static tr_status *output_mismatch(const tr_op *op, const kernel_entry *e, size_t
     if (unknown == NULL) tr_device_format(&given, got, sizeof(got));
     else snprintf(got, sizeof(got), "DLPack device type %d:%d", (int)t->device.device_type, (int)t->device.device_id);
     tr_status_destroy(&unknown);
-    return TR_STATUS(TR_SIGNATURE_DEVICE, "%s: output '%s' given is on %s; the call makes %s", name, out, got, expected);
+    return TR_STATUS(TR_SIGNATURE_DEVICE, "%s: output '%s' given is on %s; the call makes %s", name, out, got, TR__EXPECTED());
   }
   if (t->ndim != want->rank || memcmp(t->shape, want->shape, (size_t)want->rank * sizeof(int64_t)) != 0) {
     char got[256];
@@ -440,17 +440,18 @@ static tr_status *output_mismatch(const tr_op *op, const kernel_entry *e, size_t
     }
     if (n < (int)sizeof(got)) snprintf(got + n, sizeof(got) - (size_t)n, "]");
     return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' given has shape %s; the call makes %s", name, out, got,
-                     expected);
+                     TR__EXPECTED());
   }
   if (!tr_dl_tensor_is_contiguous(t)) {
     return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' given is not contiguous; the call makes %s (contiguous)",
-                     name, out, expected);
+                     name, out, TR__EXPECTED());
   }
   /* an empty output may have no data (torch's empty tensors have none) */
   if (t->data == NULL && tr_tensor_spec_numel(want) != 0) {
-    return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' given has no data; the call makes %s", name, out, expected);
+    return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' given has no data; the call makes %s", name, out, TR__EXPECTED());
   }
   return NULL;
+#undef TR__EXPECTED
 }
 
 /* ---- the call ---- */

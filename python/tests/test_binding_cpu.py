@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import threading
+import time
 import unittest
 
 import numpy as np
@@ -440,6 +441,145 @@ class BindingCpuTest(unittest.TestCase):
         call_into_out = np.empty((32, 64), np.float32)
         grown = self._growth(lambda: op.call_into([x], [call_into_out]))
         self.assertLess(grown, limit, "call_into: RSS grew by %d bytes" % grown)
+
+
+class ExtensionCpuTest(unittest.TestCase):
+    """The call path in C (tilerun._ext): how each kind of tensor is read, that the routes agree,
+    and that a call keeps no reference and frees what it borrowed."""
+
+    def setUp(self):
+        self.rng = np.random.default_rng(99)
+
+    def test_each_kind_of_tensor_takes_its_route(self):
+        from tilerun import _ext
+        x = np.ones((2, 3), np.float32)
+        self.assertEqual(_ext.route_of(x), "buffer")
+        self.assertEqual(_ext.route_of(None), "none")
+        self.assertEqual(_ext.route_of(Producer(x)), "dlpack")
+        t = tilerun.op("AddFwdOp")(Producer(x), Producer(x))
+        self.assertIsInstance(t, tilerun.Tensor)
+        self.assertEqual(_ext.route_of(t), "dlpack")
+        self.assertTrue(issubclass(tilerun.Op, _ext.OpBase))
+
+    def _both_routes(self, run):
+        from tilerun import _ext
+        fast = run()
+        was = _ext.set_python_route(True)
+        try:
+            slow = run()
+        finally:
+            _ext.set_python_route(was)
+        return fast, slow
+
+    def test_buffer_and_dlpack_routes_give_identical_results(self):
+        rms = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
+        add = tilerun.op("AddFwdOp")
+        x = self.rng.standard_normal((9, 128)).astype(np.float32)[:, ::2]  # strided
+        w = self.rng.standard_normal(64).astype(np.float32)
+        fast, slow = self._both_routes(lambda: rms(x, w))
+        np.testing.assert_array_equal(fast, slow)
+        self.assertClose(fast, rms_norm_ref(x, w, 1e-6))
+        for dt in (np.float16, np.float32, np.float64, np.int32, np.int64):  # AddFwdOp's dtypes
+            a = (self.rng.standard_normal((3, 5)) * 10).astype(dt)
+            b = (self.rng.standard_normal((3, 5)) * 10).astype(dt)
+            fast, slow = self._both_routes(lambda: add(a, b))
+            self.assertEqual(fast.dtype, dt)
+            np.testing.assert_array_equal(fast, slow)
+            np.testing.assert_array_equal(fast, a + b)
+            outs = iter([np.zeros_like(a), np.zeros_like(a)])
+            out_fast, out_slow = self._both_routes(lambda: add.call_into((a, b), next(outs)))
+            np.testing.assert_array_equal(out_fast, a + b)
+            np.testing.assert_array_equal(out_slow, a + b)
+
+    def assertClose(self, got, want):
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-5, atol=1e-6)
+
+    def test_readonly_and_wrong_outputs(self):
+        add = tilerun.op("AddFwdOp")
+        a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        a.setflags(write=False)
+        np.testing.assert_array_equal(add(a, a), 2 * a)  # a read-only input is fine
+        out = np.empty((2, 3), np.float32)
+        out.setflags(write=False)
+        with self.assertRaises(Exception) as caught:  # numpy itself refuses to export it writable
+            add.call_into((a, a), out)
+        self.assertIn("read", str(caught.exception).lower())
+        with self.assertRaises(tilerun.SignatureDtypeError) as caught:
+            add.call_into((a, a), np.empty((2, 3), np.float64))
+        self.assertIn("float64", str(caught.exception))
+        with self.assertRaises(tilerun.SignatureShapeError):
+            add.call_into((a, a), np.empty((3, 2), np.float32))
+        with self.assertRaises(TypeError):
+            add.call_into((a, [1, 2, 3]), np.empty((2, 3), np.float32))
+        with self.assertRaises(TypeError):
+            add(a, a, out=a)
+
+    def test_a_call_keeps_no_reference(self):
+        add = tilerun.op("AddFwdOp")
+        rms = tilerun.op("RMSNormFwdOp", normalized_shape=(4,), eps=1e-6)
+        a, b, c = (np.ones((2, 4), np.float32) for _ in range(3))
+        w = np.ones(4, np.float32)
+        px = Producer(a)
+        ins = (a, b)
+        before = [sys.getrefcount(o) for o in (a, b, c, w, px, ins, add, rms)]
+        for _ in range(1000):
+            add.call_into(ins, c)
+            add.call_into([a, b], [c])
+            add(a, b)
+            rms(a, w)
+            add(px, px)
+            try:
+                add.call_into(ins, np.empty((1,), np.float32))
+            except tilerun.SignatureShapeError:
+                pass
+        after = [sys.getrefcount(o) for o in (a, b, c, w, px, ins, add, rms)]
+        self.assertEqual(before, after)
+        y = add(a, b)
+        self.assertEqual(sys.getrefcount(y), 2)  # ours only: the call kept none
+
+    def test_a_closed_op_says_so(self):
+        add = tilerun.op("AddFwdOp")
+        a = np.ones(3, np.float32)
+        add.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            add(a, a)
+        with self.assertRaisesRegex(ValueError, "closed"):
+            add.call_into((a, a), a)
+        add.close()  # twice is fine
+
+    def test_the_gil_goes_during_a_cpu_call(self):
+        # A cpu GEMM of 512^3 takes milliseconds. With a switch interval of 10 s the interpreter
+        # never takes the GIL from a thread that holds it; a thread that ticks and sleeps can
+        # then tick during the GEMMs only if the call lets the GIL go.
+        gemm = tilerun.op("GemmFwdOp")
+        a = np.ones((512, 512), np.float32)
+        gemm(a, a)
+        stop = threading.Event()
+        ticks = [0]
+
+        def tick():
+            while not stop.is_set():
+                ticks[0] += 1
+                time.sleep(0.0002)
+
+        t = threading.Thread(target=tick)
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(10.0)
+        try:
+            t.start()
+            time.sleep(0.02)
+            start = ticks[0]
+            t0 = time.perf_counter()
+            for _ in range(20):
+                gemm(a, a)
+            took = time.perf_counter() - t0
+            during = ticks[0] - start
+        finally:
+            stop.set()
+            t.join()
+            sys.setswitchinterval(interval)
+        self.assertGreater(during, 5, "the sleeping thread ticked %d times during 20 GEMMs (%.0f ms)"
+                           % (during, took * 1e3))
 
 
 def _tilerun_binary():

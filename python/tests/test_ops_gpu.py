@@ -25,6 +25,8 @@ within tolerance; `into` pre-fills with 12345 (a NaN would hide an unwritten ele
 Inputs are fresh random cuda tensors (--device cpu: cpu tensors, on the cpu backend).
 
 Each case checks:
+  routes  the same calls with every tensor through __dlpack__ (tilerun._ext.set_python_route)
+          give bit for bit what the DLPack C exchange API's route gave;
   into    tr_op_call_into (Op.call_into) into outputs pre-filled with NaN (integers: -12345), so
           an element the kernel does not write fails;
   call    tr_op_call (plain Op(...)), outputs allocated by tilerun, returned as torch tensors;
@@ -436,8 +438,29 @@ class Runner:
                     problems.append(p)
             except Exception as e:
                 problems.append("call: %s: %s" % (type(e).__name__, e))
-        # strided: non-contiguous views give the contiguous result bit for bit
+        # routes: the DLPack C exchange API (torch's) and the __dlpack__ route give the same
+        # result bit for bit, through op() and call_into
         base = got_into if got_into is not None else got_call
+        if base is not None:
+            ext = sys.modules["tilerun._ext"]
+            if ext.route_of(inputs[0]) != "exchange":
+                problems.append("routes: a torch tensor is read through %r, not the C exchange "
+                                "API" % ext.route_of(inputs[0]))
+            was = ext.set_python_route(True)
+            try:
+                via = torch.empty_like(out)
+                via.fill_(self.poison(case, ref))
+                op.call_into(inputs, [via])
+                got_via = [via] if self.args.into_only else [via, op(*inputs)]
+                self.sync()
+                for g in got_via:
+                    if not self.same(g, base):
+                        problems.append("routes: the __dlpack__ route differs from the exchange API's")
+            except Exception as e:
+                problems.append("routes: %s: %s" % (type(e).__name__, e))
+            finally:
+                ext.set_python_route(was)
+        # strided: non-contiguous views give the contiguous result bit for bit
         if base is not None:
             for how in ("slice", "transpose"):
                 views = [self.strided(t, how if t is not None and t.dim() == 2 else "slice")

@@ -1,6 +1,9 @@
 """tilerun: call tilerun ops from Python with DLPack tensors (PyTorch, JAX, CuPy, NumPy).
 
-A ctypes binding of the caller's API (include/tilerun/tilerun.h); standard library only::
+The caller's API (include/tilerun/tilerun.h) from Python; standard library only. An op's call
+runs in C (the extension tilerun._ext): torch tensors are read through the DLPack C exchange
+API, NumPy arrays through their buffer, other producers through ``__dlpack__``; the rest of
+the API goes through ctypes::
 
     import numpy as np, tilerun
     op = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
@@ -9,7 +12,9 @@ A ctypes binding of the caller's API (include/tilerun/tilerun.h); standard libra
 
 The shared object is found at $TILERUN_LIBRARY, else libtilerun.so beside the package (in the
 package folder or its parent), else <repository>/bazel-bin/python/libtilerun.so (built by
-``bazel build //python:libtilerun.so``). A runtime reads the manifest from its ``manifest_dir``
+``bazel build //python:libtilerun.so``); the extension in the package, else at
+$TILERUN_EXTENSION, else <repository>/bazel-bin/python/tilerun/_ext.so (``bazel build
+//python:tilerun``). A runtime reads the manifest from its ``manifest_dir``
 (default: $TILERUN_MANIFEST_DIR, else ``manifest/spec`` under the working directory) and looks
 for backends in ``backend_dirs`` (default: $TILERUN_BACKEND_PATH, then the install prefix's).
 
@@ -68,6 +73,41 @@ def _load_library():
 
 
 library_path, _lib = _load_library()
+
+
+def _load_extension():
+    tried = []
+    try:
+        from . import _ext
+        return _ext
+    except ImportError as e:
+        tried.append("tilerun._ext in %s: %s" % (_PACKAGE_DIR, e))
+    import importlib.machinery
+    import importlib.util
+    env = os.environ.get("TILERUN_EXTENSION")
+    paths = [("$TILERUN_EXTENSION", env)] if env else []
+    paths.append(("the repository's bazel-bin", os.path.join(
+        os.path.dirname(_PACKAGE_DIR), os.pardir, "bazel-bin", "python", "tilerun", "_ext.so")))
+    for how, path in paths:
+        path = os.path.normpath(path)
+        if not os.path.isfile(path):
+            tried.append("%s (%s): not found" % (path, how))
+            continue
+        try:
+            loader = importlib.machinery.ExtensionFileLoader("tilerun._ext", path)
+            spec = importlib.util.spec_from_file_location("tilerun._ext", path, loader=loader)
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+            sys.modules["tilerun._ext"] = module
+            return module
+        except ImportError as e:
+            tried.append("%s (%s): %s" % (path, how, e))
+    raise ImportError(
+        "tilerun: cannot load the extension tilerun._ext; looked at:\n  " + "\n  ".join(tried) +
+        "\nBuild it with `bazel build //python:tilerun` or set TILERUN_EXTENSION to its path.")
+
+
+_ext = _load_extension()
 
 # ---- C types (dlpack/dlpack.h, tilerun/value.h, tilerun/tilerun.h) --------------------------
 
@@ -180,11 +220,6 @@ _tr_runtime_new = _bind("tr_runtime_new", _c_status_p,
 _tr_runtime_destroy = _bind("tr_runtime_destroy", None, [ctypes.POINTER(_vp)])
 _tr_op_new = _bind("tr_op_new", _c_status_p,
                    [_vp, _cp, ctypes.POINTER(_NamedValue), _sz, _cp, ctypes.POINTER(_vp)])
-_tr_op_destroy = _bind("tr_op_destroy", None, [ctypes.POINTER(_vp)])
-_tr_op_call = _bind("tr_op_call", _c_status_p,
-                    [_vp, ctypes.POINTER(_vp), _sz, ctypes.POINTER(_vp), _sz])
-_tr_op_call_into = _bind("tr_op_call_into", _c_status_p,
-                         [_vp, ctypes.POINTER(_vp), _sz, ctypes.POINTER(_vp), _sz])
 _tr_op_target = _bind("tr_op_target", _cp, [_vp])
 _tr_op_memo_count = _bind("tr_op_memo_count", _sz, [_vp])
 _tr_op_request_tune = _bind("tr_op_request_tune", _c_status_p, [_vp], required=False)
@@ -1009,11 +1044,22 @@ def _sync_torch_streams(tensors):
         set_stream(index, torch.cuda.current_stream(index).cuda_stream)
 
 
-class Op:
+class Op(_ext.OpBase):
     """An op instance (tr_op_new): the op `name` from the manifest with its params checked and
     defaults applied. ``target``: None decides by the first call's device; a backend target's
-    name; or ``"<builtin>"`` for the in-tree kernels. Call it with tensors in the manifest's
-    input order (None for an absent optional input)."""
+    name; or ``"<builtin>"`` for the in-tree kernels.
+
+    ``op(*tensors)`` runs it on tensors in the manifest's input order (None for an absent
+    optional input) and returns its output (several: a tuple, with None for an output that does
+    not exist for this call). Outputs are the first given input's kind: a torch tensor, a numpy
+    array, else a :class:`Tensor`. With torch cuda inputs, tilerun's current stream for their
+    device is first set to torch's current stream (and stays so), so that the call is ordered
+    with torch's work, also under CUDA graph capture. ``op.call_into(inputs, outputs)`` writes
+    into caller-given outputs (a tensor or a sequence, in the manifest's output order, None for
+    an output that does not exist for the call), each of the shape and dtype the manifest
+    infers, contiguous, on the call's device, and returns `outputs`. Both raise Error on a
+    rejected or failed call; both run in C (tilerun._ext), and release the GIL while a kernel
+    may block (a cpu kernel, a launch in another process)."""
 
     def __init__(self, name, target=None, runtime=None, **params):
         self._op = None
@@ -1038,6 +1084,10 @@ class Op:
         _check(_tr_op_new(self.runtime._handle(), name.encode(), values, n,
                           None if target is None else target.encode(), ctypes.byref(op)))
         self._op = op  # tr_op_new copied the values: `keep` may go
+        # The C side owns the tr_op * from here (it destroys it, after any call still running).
+        self._bind(op.value, len(self.output_names), self.runtime,
+                   bool(_tr_runtime_launch_remote(self.runtime._handle()))
+                   if _tr_runtime_launch_remote is not None else False)
 
     def _handle(self):
         if self._op is None:
@@ -1081,64 +1131,12 @@ class Op:
             out[arr[i].name.decode()] = val
         return out
 
-    def _inputs(self, tensors, keep):
-        _sync_torch_streams(tensors)
-        arr = (ctypes.c_void_p * max(len(tensors), 1))()
-        for i, t in enumerate(tensors):
-            arr[i] = None if t is None else _borrow(t, keep)
-        return arr
-
-    def __call__(self, *tensors):
-        """Runs the op on `tensors` and returns its output (several: a tuple, with None for an
-        output that does not exist for this call). Outputs are the first given input's kind: a
-        torch tensor, a numpy array, else a :class:`Tensor`. With torch cuda inputs, tilerun's
-        current stream for their device is first set to torch's current stream (and stays so),
-        so that the call is ordered with torch's work, also under CUDA graph capture. Raises
-        Error on a rejected or failed call."""
-        keep = []
-        ins = self._inputs(tensors, keep)
-        n_out = len(self.output_names)
-        outs = (ctypes.c_void_p * max(n_out, 1))()
-        op = self._handle()
-        _check(_tr_op_call(op, ins, len(tensors), outs, n_out))
-        del keep  # the capsules (the producers' DLManagedTensors) go after the call
-        first = next((t for t in tensors if t is not None), None)
-        producer = None
-        results = []
-        for i in range(n_out):
-            if not outs[i]:
-                results.append(None)
-                continue
-            m = ctypes.cast(outs[i], ctypes.POINTER(DLManagedTensor))
-            dev = m.contents.dl_tensor.device
-            if producer is None and dev.device_type in (kDLCUDA, kDLCUDAManaged):
-                producer = _dlpack_stream(int(dev.device_id))
-            results.append(Tensor(m, self.runtime, producer))
-        results = [_convert(r, first) for r in results]
-        return results[0] if n_out == 1 else tuple(results)
-
-    def call_into(self, inputs, outputs):
-        """Runs the op writing into caller-given `outputs` (a tensor or a sequence, in the
-        manifest's output order, None for an output that does not exist for the call): each of
-        the shape and dtype the manifest infers, contiguous, on the call's device. Returns
-        `outputs`."""
-        single = not isinstance(outputs, (list, tuple))
-        outs_list = [outputs] if single else list(outputs)
-        keep = []
-        ins = self._inputs(tuple(inputs), keep)
-        n_out = max(len(outs_list), len(self.output_names))
-        outs = (ctypes.c_void_p * max(n_out, 1))()
-        for i, t in enumerate(outs_list):
-            outs[i] = None if t is None else _borrow(t, keep)
-        _check(_tr_op_call_into(self._handle(), ins, len(inputs), outs, n_out))
-        del keep
-        return outputs
-
     def close(self):
-        """Destroys the op now (else when it is collected)."""
+        """Destroys the op now (else when it is collected); a call still running in another
+        thread finishes first."""
         if self._op is not None:
-            _tr_op_destroy(ctypes.byref(self._op))
             self._op = None
+            self._close()
 
     def __del__(self):
         if not sys.is_finalizing() and getattr(self, "_op", None) is not None:
@@ -1147,6 +1145,18 @@ class Op:
     def __repr__(self):
         params = ", ".join("%s=%r" % kv for kv in self.params.items())
         return "tilerun.op(%r%s)" % (self.name, ", " + params if params else "")
+
+
+def _wrap_output(address, first, runtime):
+    """An output of tr_op_call (a DLManagedTensor * the caller now owns) as the first given
+    input's kind: a numpy array for numpy, else a tilerun.Tensor (torch's go through the C
+    exchange API in tilerun._ext)."""
+    m = ctypes.cast(address, ctypes.POINTER(DLManagedTensor))
+    dev = m.contents.dl_tensor.device
+    producer = None
+    if dev.device_type in (kDLCUDA, kDLCUDAManaged):
+        producer = _dlpack_stream(int(dev.device_id))
+    return _convert(Tensor(m, runtime, producer), first)
 
 
 def _convert(out, first):
@@ -1181,3 +1191,20 @@ def empty(shape, dtype="float32", device="cpu"):
 
 
 BUILTIN = "<builtin>"
+
+
+def _address(fn):
+    return ctypes.cast(fn, ctypes.c_void_p).value
+
+
+_ext.setup({
+    "tr_op_call": _address(_lib.tr_op_call),
+    "tr_op_call_into": _address(_lib.tr_op_call_into),
+    "tr_cuda_set_stream": _address(_lib.tr_cuda_set_stream),
+    "tr_op_destroy": _address(_lib.tr_op_destroy),
+    "error_from": _error_from,
+    "borrow": _borrow,
+    "sync_streams": _sync_torch_streams,
+    "wrap_output": _wrap_output,
+    "immortal": _immortal_runtimes,
+})

@@ -1,0 +1,753 @@
+/* _ext.c: the binding's call path in C (tilerun._ext): an op's call and call_into read their
+ * tensors through the DLPack C exchange API (torch), the buffer protocol (NumPy on cpu) or, for
+ * any other producer, the package's own __dlpack__ route, and run tr_op_call / tr_op_call_into.
+ *
+ * Built against CPython's limited API (3.11), so one build loads in every later CPython. It
+ * links nothing: the package hands it the addresses of the libtilerun functions it calls (from
+ * the library ctypes loaded, so both sides use one library) and its Python helpers (errors,
+ * outputs for non-torch callers, the __dlpack__ route) through setup(). The exchange API's
+ * structs are declared here from DLPack's published ABI (1.x; Debian's dlpack.h is 0.6). */
+#define Py_LIMITED_API 0x030B0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dlpack/dlpack.h>
+
+/* ---- DLPack 1.x: the versioned managed tensor and the exchange API table --------------------- */
+
+typedef struct {
+  uint32_t major;
+  uint32_t minor;
+} ext_dl_version;
+
+typedef struct ext_managed_versioned {
+  ext_dl_version version;
+  void *manager_ctx;
+  void (*deleter)(struct ext_managed_versioned *self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+} ext_managed_versioned;
+
+typedef struct ext_api_header {
+  ext_dl_version version;
+  struct ext_api_header *prev_api;
+} ext_api_header;
+
+typedef struct {
+  ext_api_header header;
+  int (*managed_tensor_allocator)(DLTensor *prototype, ext_managed_versioned **out,
+                                  void *error_ctx,
+                                  void (*set_error)(void *, const char *, const char *));
+  int (*managed_tensor_from_py_object_no_sync)(void *py_object, ext_managed_versioned **out);
+  int (*managed_tensor_to_py_object_no_sync)(ext_managed_versioned *tensor, void **out);
+  int (*dltensor_from_py_object_no_sync)(void *py_object, DLTensor *out);
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void **out_stream);
+} ext_exchange_api;
+
+/* ---- what setup() hands over ----------------------------------------------------------------- */
+
+typedef void *(*call_fn)(void *op, const DLTensor *const *inputs, size_t n_inputs,
+                         DLManagedTensor **outputs, size_t n_outputs);
+typedef void *(*call_into_fn)(void *op, const DLTensor *const *inputs, size_t n_inputs,
+                              DLTensor *const *outputs, size_t n_outputs);
+typedef void *(*set_stream_fn)(int32_t device_index, void *stream);
+typedef void (*op_destroy_fn)(void **op);
+
+static call_fn g_call;
+static call_into_fn g_call_into;
+static set_stream_fn g_set_stream;
+static op_destroy_fn g_op_destroy;
+static PyObject *g_error_from;   /* (status address) -> the exception, freeing the status */
+static PyObject *g_borrow;       /* (tensor, keep list) -> DLTensor address (__dlpack__ route) */
+static PyObject *g_sync_streams; /* (tuple of inputs) -> None: torch's stream for that route */
+static PyObject *g_wrap_output;  /* (managed address, first input, runtime) -> output */
+static PyObject *g_immortal;     /* set: runtimes whose cuda outputs went to another owner */
+static int g_force_python_route; /* tests: every tensor through the __dlpack__ route */
+
+#define EXT_MAX_TENSORS 16
+
+/* Py_XSETREF is not in the limited API: replace a strong reference, dropping the old one. */
+#define EXT_SETREF(dst, src)  \
+  do {                        \
+    PyObject *old_ = (dst);   \
+    (dst) = (src);            \
+    Py_XDECREF(old_);         \
+  } while (0)
+#define EXT_MAX_DIMS 8
+
+/* ---- how a tensor's type is read: a small cache per type -------------------------------------- */
+
+enum { ROUTE_PYTHON = 0, ROUTE_EXCHANGE = 1, ROUTE_BUFFER = 2 };
+
+typedef struct {
+  PyTypeObject *type; /* a strong reference */
+  int route;
+  const ext_exchange_api *api;
+} route_entry;
+
+#define EXT_ROUTE_CACHE 16
+static route_entry g_routes[EXT_ROUTE_CACHE];
+static int g_n_routes;
+
+/* The exchange table of `type`, or NULL (no error set) when it has none this binding can use. */
+static const ext_exchange_api *exchange_api_of(PyTypeObject *type) {
+  PyObject *attr = PyObject_GetAttrString((PyObject *)type, "__dlpack_c_exchange_api__");
+  if (attr == NULL) {
+    PyErr_Clear();
+    return NULL;
+  }
+  const ext_api_header *h = NULL;
+  if (PyCapsule_CheckExact(attr)) {
+    h = PyCapsule_GetPointer(attr, "dlpack_exchange_api");
+  } else if (PyLong_Check(attr)) {
+    h = PyLong_AsVoidPtr(attr);
+  }
+  Py_DECREF(attr);
+  if (h == NULL) {
+    PyErr_Clear();
+    return NULL;
+  }
+  while (h != NULL && h->version.major != 1) h = h->prev_api;
+  const ext_exchange_api *api = (const ext_exchange_api *)h;
+  if (api == NULL || api->current_work_stream == NULL ||
+      api->managed_tensor_to_py_object_no_sync == NULL ||
+      (api->dltensor_from_py_object_no_sync == NULL &&
+       api->managed_tensor_from_py_object_no_sync == NULL)) {
+    return NULL;
+  }
+  return api;
+}
+
+/* 1 when `type` is numpy.ndarray (numpy imported by the caller; never imported here). */
+static int is_ndarray_type(PyTypeObject *type) {
+  PyObject *modules = PyImport_GetModuleDict(); /* borrowed */
+  PyObject *np = modules ? PyDict_GetItemString(modules, "numpy") : NULL;
+  if (np == NULL) return 0;
+  PyObject *nd = PyObject_GetAttrString(np, "ndarray");
+  if (nd == NULL) {
+    PyErr_Clear();
+    return 0;
+  }
+  int same = nd == (PyObject *)type;
+  Py_DECREF(nd);
+  return same;
+}
+
+static const route_entry *route_of(PyObject *obj) {
+  PyTypeObject *type = Py_TYPE(obj);
+  for (int i = 0; i < g_n_routes; i++) {
+    if (g_routes[i].type == type) return &g_routes[i];
+  }
+  static route_entry uncached;
+  route_entry e = {type, ROUTE_PYTHON, NULL};
+  e.api = exchange_api_of(type);
+  if (e.api != NULL) {
+    e.route = ROUTE_EXCHANGE;
+  } else if (is_ndarray_type(type)) {
+    e.route = ROUTE_BUFFER;
+  }
+  if (g_n_routes == EXT_ROUTE_CACHE) {
+    uncached = e;
+    return &uncached;
+  }
+  Py_INCREF((PyObject *)type);
+  g_routes[g_n_routes] = e;
+  return &g_routes[g_n_routes++];
+}
+
+/* ---- one call's borrowed tensors -------------------------------------------------------------- */
+
+typedef struct {
+  PyObject *inputs;                  /* the call's inputs (a tuple), for the torch stream sync */
+  DLTensor dl[EXT_MAX_TENSORS];      /* filled by the exchange API or from a buffer */
+  int n_dl;
+  int64_t dims[EXT_MAX_TENSORS][2 * EXT_MAX_DIMS];
+  Py_buffer bufs[EXT_MAX_TENSORS];
+  int n_bufs;
+  ext_managed_versioned *owned[EXT_MAX_TENSORS];
+  int n_owned;
+  PyObject *keep;                    /* a list, for the __dlpack__ route */
+  int synced;                        /* the __dlpack__ route's stream sync ran */
+  uint64_t streams_set;              /* cuda devices whose stream was set this call */
+  int any_cuda;
+} borrowed;
+
+static void borrowed_release(borrowed *b) {
+  for (int i = 0; i < b->n_bufs; i++) PyBuffer_Release(&b->bufs[i]);
+  b->n_bufs = 0;
+  for (int i = 0; i < b->n_owned; i++) {
+    if (b->owned[i]->deleter) b->owned[i]->deleter(b->owned[i]);
+  }
+  b->n_owned = 0;
+  Py_CLEAR(b->keep);
+}
+
+static int raise_status(void *status) {
+  PyObject *addr = PyLong_FromVoidPtr(status);
+  if (addr == NULL) return -1;
+  PyObject *exc = PyObject_CallFunctionObjArgs(g_error_from, addr, NULL);
+  Py_DECREF(addr);
+  if (exc == NULL) return -1;
+  PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+  Py_DECREF(exc);
+  return -1;
+}
+
+/* NumPy's buffer format as a DLPack dtype; 0 when it has none here. */
+static int dtype_of_format(const char *f, Py_ssize_t itemsize, DLDataType *out) {
+  if (f == NULL) f = "B";
+  if (*f == '@' || *f == '=' || *f == '<') f++;
+  if (f[0] == '\0' || f[1] != '\0') return 0;
+  uint8_t bits = (uint8_t)(itemsize * 8);
+  switch (f[0]) {
+    case '?': *out = (DLDataType){6 /* kDLBool */, 8, 1}; return itemsize == 1;
+    case 'b': case 'h': case 'i': case 'l': case 'q':
+      *out = (DLDataType){kDLInt, bits, 1}; return 1;
+    case 'B': case 'H': case 'I': case 'L': case 'Q':
+      *out = (DLDataType){kDLUInt, bits, 1}; return 1;
+    case 'e': case 'f': case 'd':
+      *out = (DLDataType){kDLFloat, bits, 1}; return 1;
+    default: return 0;
+  }
+}
+
+/* A NumPy array as a DLTensor from its buffer; 0 when this route cannot (then nothing is held
+ * and no error is set: the __dlpack__ route decides). */
+static int borrow_buffer(borrowed *b, PyObject *obj, int writable, const DLTensor **out) {
+  Py_buffer *view = &b->bufs[b->n_bufs];
+  if (PyObject_GetBuffer(obj, view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) != 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  DLTensor *t = &b->dl[b->n_dl];
+  int64_t *dims = b->dims[b->n_dl];
+  int ok = view->ndim <= EXT_MAX_DIMS && view->itemsize > 0 &&
+           dtype_of_format(view->format, view->itemsize, &t->dtype);
+  for (int d = 0; ok && d < view->ndim; d++) {
+    dims[d] = view->shape[d];
+    Py_ssize_t s = view->strides ? view->strides[d] : 0;
+    ok = s % view->itemsize == 0;
+    dims[EXT_MAX_DIMS + d] = s / view->itemsize;
+  }
+  if (!ok) {
+    PyBuffer_Release(view);
+    return 0;
+  }
+  if (view->strides == NULL) { /* C-contiguous */
+    int64_t step = 1;
+    for (int d = view->ndim - 1; d >= 0; d--) {
+      dims[EXT_MAX_DIMS + d] = step;
+      step *= dims[d];
+    }
+  }
+  t->data = view->buf;
+  t->device = (DLDevice){kDLCPU, 0};
+  t->ndim = view->ndim;
+  t->shape = dims;
+  t->strides = dims + EXT_MAX_DIMS;
+  t->byte_offset = 0;
+  b->n_bufs++;
+  b->n_dl++;
+  *out = t;
+  return 1;
+}
+
+/* A tensor through the exchange API; the producer's current stream on its cuda device becomes
+ * tilerun's (torch.cuda.current_stream: ordered with torch's work, and inside its captures). */
+static int borrow_exchange(borrowed *b, PyObject *obj, const ext_exchange_api *api,
+                           const DLTensor **out) {
+  const DLTensor *t;
+  if (api->dltensor_from_py_object_no_sync != NULL) {
+    DLTensor *slot = &b->dl[b->n_dl];
+    if (api->dltensor_from_py_object_no_sync(obj, slot) != 0) return -1;
+    b->n_dl++;
+    t = slot;
+  } else {
+    ext_managed_versioned *m = NULL;
+    if (api->managed_tensor_from_py_object_no_sync(obj, &m) != 0) return -1;
+    b->owned[b->n_owned++] = m;
+    t = &m->dl_tensor;
+  }
+  int dev_type = t->device.device_type;
+  if (dev_type == kDLCUDA || dev_type == kDLCUDAManaged) {
+    b->any_cuda = 1;
+    int32_t dev = t->device.device_id;
+    uint64_t bit = (dev >= 0 && dev < 64) ? (uint64_t)1 << dev : 0;
+    if (bit == 0 || (b->streams_set & bit) == 0) {
+      void *stream = NULL;
+      if (api->current_work_stream(kDLCUDA, dev, &stream) != 0) return -1;
+      if (stream == NULL) stream = (void *)1; /* the legacy default stream (CU_STREAM_LEGACY) */
+      void *status = g_set_stream(dev, stream);
+      if (status != NULL) return raise_status(status);
+      b->streams_set |= bit;
+    }
+  }
+  *out = t;
+  return 0;
+}
+
+/* The package's route (tilerun.Tensor, any __dlpack__ producer, NumPy dtypes without a buffer
+ * format); it raises the binding's errors for what is not a tensor. */
+static int borrow_python(borrowed *b, PyObject *obj, const DLTensor **out) {
+  if (!b->synced) {
+    PyObject *r = PyObject_CallFunctionObjArgs(g_sync_streams, b->inputs, NULL);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    b->synced = 1;
+  }
+  if (b->keep == NULL && (b->keep = PyList_New(0)) == NULL) return -1;
+  PyObject *addr = PyObject_CallFunctionObjArgs(g_borrow, obj, b->keep, NULL);
+  if (addr == NULL) return -1;
+  *out = PyLong_AsVoidPtr(addr);
+  Py_DECREF(addr);
+  if (*out == NULL && PyErr_Occurred()) return -1;
+  return 0;
+}
+
+/* Borrows `obj` (None: NULL) for the call; -1 with a Python error set on failure. */
+static int borrow(borrowed *b, PyObject *obj, int writable, const DLTensor **out,
+                  const route_entry **route_out) {
+  *out = NULL;
+  if (route_out) *route_out = NULL;
+  if (obj == Py_None) return 0;
+  if (g_force_python_route) return borrow_python(b, obj, out);
+  const route_entry *r = route_of(obj);
+  if (route_out) *route_out = r;
+  if (r->route == ROUTE_EXCHANGE) return borrow_exchange(b, obj, r->api, out);
+  if (r->route == ROUTE_BUFFER && borrow_buffer(b, obj, writable, out)) return 0;
+  return borrow_python(b, obj, out);
+}
+
+/* ---- outputs handed to torch: DLPack's versioned form around tilerun's tensor ------------------ */
+
+typedef struct {
+  ext_managed_versioned v;
+  DLManagedTensor *inner;
+} versioned_output;
+
+static void versioned_output_deleter(ext_managed_versioned *self) {
+  versioned_output *w = (versioned_output *)self;
+  if (w->inner != NULL && w->inner->deleter != NULL) w->inner->deleter(w->inner);
+  free(w);
+}
+
+/* ---- the op ------------------------------------------------------------------------------------ */
+
+typedef struct {
+  PyObject_HEAD
+  void *op;           /* tr_op *; NULL until _bind and after _close */
+  Py_ssize_t n_outputs;
+  PyObject *runtime;  /* the Runtime it was made in: kept alive while the op is */
+  int remote;         /* the runtime launches in another process: the GIL goes during a call */
+  int in_flight;      /* calls running with the GIL released (changed only under the GIL) */
+  int closing;        /* _close came while calls ran: the last one destroys the op */
+  int immortalized;   /* the runtime went into the immortal set */
+} ext_op;
+
+static void op_destroy_now(ext_op *self) {
+  if (self->op != NULL) {
+    void *op = self->op;
+    self->op = NULL;
+    g_op_destroy(&op);
+  }
+}
+
+static int op_enter(ext_op *self) {
+  if (self->op == NULL || self->closing) {
+    PyErr_SetString(PyExc_ValueError, "tilerun: the op is closed");
+    return -1;
+  }
+  if (g_call == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "tilerun._ext: setup() was not called");
+    return -1;
+  }
+  return 0;
+}
+
+static void op_leave(ext_op *self) {
+  if (self->in_flight == 0 && self->closing) op_destroy_now(self);
+}
+
+/* The sequence `seq` as a new tuple (a tuple: a new reference to it). */
+static PyObject *as_tuple(PyObject *seq) {
+  if (PyTuple_Check(seq)) {
+    Py_INCREF(seq);
+    return seq;
+  }
+  return PySequence_Tuple(seq);
+}
+
+static PyObject *op_call(PyObject *pyself, PyObject *args, PyObject *kwargs) {
+  ext_op *self = (ext_op *)pyself;
+  if (kwargs != NULL && PyDict_Size(kwargs) > 0) {
+    PyErr_SetString(PyExc_TypeError, "tilerun: an op takes its tensors by position only");
+    return NULL;
+  }
+  if (op_enter(self) != 0) return NULL;
+  Py_ssize_t n_in = PyTuple_Size(args);
+  if (n_in > EXT_MAX_TENSORS || self->n_outputs > EXT_MAX_TENSORS) {
+    PyErr_Format(PyExc_ValueError, "tilerun: at most %d tensors a call, got %zd inputs",
+                 EXT_MAX_TENSORS, n_in);
+    return NULL;
+  }
+  borrowed b;
+  b.inputs = args;
+  b.n_dl = b.n_bufs = b.n_owned = b.synced = b.any_cuda = 0;
+  b.keep = NULL;
+  b.streams_set = 0;
+  const DLTensor *ins[EXT_MAX_TENSORS];
+  PyObject *first = NULL;
+  const route_entry *first_route = NULL;
+  for (Py_ssize_t i = 0; i < n_in; i++) {
+    PyObject *t = PyTuple_GetItem(args, i); /* borrowed */
+    const route_entry *r;
+    if (borrow(&b, t, 0, &ins[i], &r) != 0) {
+      borrowed_release(&b);
+      return NULL;
+    }
+    if (first == NULL && t != Py_None) {
+      first = t;
+      first_route = r;
+    }
+  }
+  DLManagedTensor *outs[EXT_MAX_TENSORS] = {0};
+  size_t n_out = (size_t)self->n_outputs;
+  void *status;
+  if (!b.any_cuda || self->remote) {
+    self->in_flight++;
+    Py_BEGIN_ALLOW_THREADS
+    status = g_call(self->op, ins, (size_t)n_in, outs, n_out);
+    Py_END_ALLOW_THREADS
+    self->in_flight--;
+  } else {
+    status = g_call(self->op, ins, (size_t)n_in, outs, n_out);
+  }
+  borrowed_release(&b);
+  op_leave(self);
+  if (status != NULL) {
+    for (size_t i = 0; i < n_out; i++) {
+      if (outs[i] && outs[i]->deleter) outs[i]->deleter(outs[i]);
+    }
+    raise_status(status);
+    return NULL;
+  }
+  const ext_exchange_api *api =
+      (first_route && first_route->route == ROUTE_EXCHANGE) ? first_route->api : NULL;
+  PyObject *results[EXT_MAX_TENSORS] = {0};
+  size_t i = 0;
+  for (; i < n_out; i++) {
+    if (outs[i] == NULL) {
+      Py_INCREF(Py_None);
+      results[i] = Py_None;
+      continue;
+    }
+    DLManagedTensor *m = outs[i];
+    outs[i] = NULL;
+    if (api != NULL) {
+      versioned_output *w = malloc(sizeof *w);
+      if (w == NULL) {
+        if (m->deleter) m->deleter(m);
+        PyErr_NoMemory();
+        break;
+      }
+      w->v.version = (ext_dl_version){1, 0};
+      w->v.manager_ctx = NULL;
+      w->v.deleter = versioned_output_deleter;
+      w->v.flags = 0;
+      w->v.dl_tensor = m->dl_tensor;
+      w->inner = m;
+      if (m->dl_tensor.device.device_type != kDLCPU && !self->immortalized) {
+        /* the deleter may need the runtime's allocator: the runtime is never destroyed */
+        if (PySet_Add(g_immortal, self->runtime) != 0) {
+          versioned_output_deleter(&w->v);
+          break;
+        }
+        self->immortalized = 1;
+      }
+      void *obj = NULL;
+      if (api->managed_tensor_to_py_object_no_sync(&w->v, &obj) != 0) break;
+      results[i] = obj;
+    } else {
+      PyObject *addr = PyLong_FromVoidPtr(m);
+      if (addr == NULL) {
+        if (m->deleter) m->deleter(m);
+        break;
+      }
+      results[i] = PyObject_CallFunctionObjArgs(g_wrap_output, addr, first ? first : Py_None,
+                                                self->runtime, NULL);
+      Py_DECREF(addr); /* the wrapper owns m once made; on failure it freed it */
+      if (results[i] == NULL) break;
+    }
+  }
+  if (i < n_out) { /* failed at output i: free what is left, drop what was made */
+    for (size_t j = i + 1; j < n_out; j++) {
+      if (outs[j] && outs[j]->deleter) outs[j]->deleter(outs[j]);
+    }
+    for (size_t j = 0; j < i; j++) Py_XDECREF(results[j]);
+    return NULL;
+  }
+  if (n_out == 1) return results[0];
+  PyObject *tuple = PyTuple_New((Py_ssize_t)n_out);
+  if (tuple == NULL) {
+    for (size_t j = 0; j < n_out; j++) Py_XDECREF(results[j]);
+    return NULL;
+  }
+  for (size_t j = 0; j < n_out; j++) PyTuple_SetItem(tuple, (Py_ssize_t)j, results[j]);
+  return tuple;
+}
+
+static PyObject *op_call_into(PyObject *pyself, PyObject *const *args, Py_ssize_t nargs) {
+  ext_op *self = (ext_op *)pyself;
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError, "call_into(inputs, outputs): 2 arguments, got %zd", nargs);
+    return NULL;
+  }
+  if (op_enter(self) != 0) return NULL;
+  PyObject *outputs = args[1];
+  int single = !PyList_Check(outputs) && !PyTuple_Check(outputs);
+  PyObject *ins_t = as_tuple(args[0]);
+  if (ins_t == NULL) return NULL;
+  PyObject *outs_t = single ? PyTuple_Pack(1, outputs) : as_tuple(outputs);
+  if (outs_t == NULL) {
+    Py_DECREF(ins_t);
+    return NULL;
+  }
+  Py_ssize_t n_in = PyTuple_Size(ins_t), n_given = PyTuple_Size(outs_t);
+  Py_ssize_t n_out = n_given > self->n_outputs ? n_given : self->n_outputs;
+  PyObject *result = NULL;
+  borrowed b;
+  b.inputs = ins_t;
+  b.n_dl = b.n_bufs = b.n_owned = b.synced = b.any_cuda = 0;
+  b.keep = NULL;
+  b.streams_set = 0;
+  if (n_in + n_out > EXT_MAX_TENSORS) { /* the borrowed slots hold inputs and outputs */
+    PyErr_Format(PyExc_ValueError, "tilerun: at most %d tensors a call, got %zd inputs and %zd "
+                 "outputs", EXT_MAX_TENSORS, n_in, n_out);
+    goto done;
+  }
+  const DLTensor *ins[EXT_MAX_TENSORS];
+  DLTensor *outs[EXT_MAX_TENSORS] = {0};
+  for (Py_ssize_t i = 0; i < n_in; i++) {
+    if (borrow(&b, PyTuple_GetItem(ins_t, i), 0, &ins[i], NULL) != 0) goto done;
+  }
+  for (Py_ssize_t i = 0; i < n_given; i++) {
+    const DLTensor *t;
+    if (borrow(&b, PyTuple_GetItem(outs_t, i), 1, &t, NULL) != 0) goto done;
+    outs[i] = (DLTensor *)t;
+  }
+  void *status;
+  if (!b.any_cuda || self->remote) {
+    self->in_flight++;
+    Py_BEGIN_ALLOW_THREADS
+    status = g_call_into(self->op, ins, (size_t)n_in, outs, (size_t)n_out);
+    Py_END_ALLOW_THREADS
+    self->in_flight--;
+  } else {
+    status = g_call_into(self->op, ins, (size_t)n_in, outs, (size_t)n_out);
+  }
+  if (status != NULL) {
+    raise_status(status);
+    goto done;
+  }
+  Py_INCREF(outputs);
+  result = outputs;
+done:
+  borrowed_release(&b);
+  op_leave(self);
+  Py_DECREF(ins_t);
+  Py_DECREF(outs_t);
+  return result;
+}
+
+static PyObject *op_bind(PyObject *pyself, PyObject *args) {
+  ext_op *self = (ext_op *)pyself;
+  PyObject *addr, *runtime;
+  Py_ssize_t n_outputs;
+  int remote;
+  if (!PyArg_ParseTuple(args, "OnOp", &addr, &n_outputs, &runtime, &remote)) return NULL;
+  if (self->op != NULL) {
+    PyErr_SetString(PyExc_ValueError, "tilerun._ext: the op is bound already");
+    return NULL;
+  }
+  void *op = PyLong_AsVoidPtr(addr);
+  if (op == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "tilerun._ext: a NULL op");
+    return NULL;
+  }
+  if (n_outputs < 0 || n_outputs > EXT_MAX_TENSORS) {
+    PyErr_Format(PyExc_ValueError, "tilerun: an op with %zd outputs (at most %d)", n_outputs,
+                 EXT_MAX_TENSORS);
+    return NULL;
+  }
+  self->op = op;
+  self->n_outputs = n_outputs;
+  Py_INCREF(runtime);
+  EXT_SETREF(self->runtime, runtime);
+  self->remote = remote;
+  Py_RETURN_NONE;
+}
+
+static PyObject *op_close(PyObject *pyself, PyObject *unused) {
+  (void)unused;
+  ext_op *self = (ext_op *)pyself;
+  if (self->in_flight > 0) {
+    self->closing = 1; /* the last call running destroys it */
+  } else {
+    op_destroy_now(self);
+  }
+  Py_RETURN_NONE;
+}
+
+static void op_dealloc(PyObject *pyself) {
+  ext_op *self = (ext_op *)pyself;
+  PyTypeObject *type = Py_TYPE(pyself);
+  op_destroy_now(self);
+  Py_CLEAR(self->runtime);
+  freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+  tp_free(pyself);
+  Py_DECREF(type);
+}
+
+static PyMethodDef op_methods[] = {
+    {"call_into", (PyCFunction)(void (*)(void))op_call_into, METH_FASTCALL,
+     "call_into(inputs, outputs): runs the op writing into the given outputs; returns them."},
+    {"_bind", op_bind, METH_VARARGS,
+     "_bind(op address, n outputs, runtime, launches remotely): binds a tr_op *."},
+    {"_close", op_close, METH_NOARGS, "_close(): destroys the tr_op * (after calls running)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot op_slots[] = {
+    {Py_tp_call, (void *)op_call},
+    {Py_tp_dealloc, (void *)op_dealloc},
+    {Py_tp_methods, op_methods},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {Py_tp_doc, "The call path of tilerun.Op (a tr_op * and its call, in C)."},
+    {0, NULL},
+};
+
+static PyType_Spec op_spec = {
+    .name = "tilerun._ext.OpBase",
+    .basicsize = sizeof(ext_op),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .slots = op_slots,
+};
+
+/* ---- module ------------------------------------------------------------------------------------ */
+
+static void *address_of(PyObject *dict, const char *key) {
+  PyObject *v = PyDict_GetItemString(dict, key); /* borrowed */
+  if (v == NULL) {
+    PyErr_Format(PyExc_KeyError, "tilerun._ext.setup: no '%s'", key);
+    return NULL;
+  }
+  return PyLong_AsVoidPtr(v);
+}
+
+static PyObject *callable_of(PyObject *dict, const char *key) {
+  PyObject *v = PyDict_GetItemString(dict, key);
+  if (v == NULL || !PyCallable_Check(v)) {
+    PyErr_Format(PyExc_TypeError, "tilerun._ext.setup: '%s' must be callable", key);
+    return NULL;
+  }
+  Py_INCREF(v);
+  return v;
+}
+
+static PyObject *ext_setup(PyObject *module, PyObject *dict) {
+  (void)module;
+  if (!PyDict_Check(dict)) {
+    PyErr_SetString(PyExc_TypeError, "tilerun._ext.setup: a dict");
+    return NULL;
+  }
+  void *call = address_of(dict, "tr_op_call");
+  void *call_into = address_of(dict, "tr_op_call_into");
+  void *set_stream = address_of(dict, "tr_cuda_set_stream");
+  void *destroy = address_of(dict, "tr_op_destroy");
+  if (!call || !call_into || !set_stream || !destroy) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "tilerun._ext.setup: a NULL entry");
+    return NULL;
+  }
+  PyObject *immortal = PyDict_GetItemString(dict, "immortal");
+  if (immortal == NULL || !PySet_Check(immortal)) {
+    PyErr_SetString(PyExc_TypeError, "tilerun._ext.setup: 'immortal' must be a set");
+    return NULL;
+  }
+  PyObject *error_from = callable_of(dict, "error_from");
+  PyObject *borrow_fn = error_from ? callable_of(dict, "borrow") : NULL;
+  PyObject *sync = borrow_fn ? callable_of(dict, "sync_streams") : NULL;
+  PyObject *wrap = sync ? callable_of(dict, "wrap_output") : NULL;
+  if (wrap == NULL) {
+    Py_XDECREF(error_from);
+    Py_XDECREF(borrow_fn);
+    Py_XDECREF(sync);
+    return NULL;
+  }
+  g_call = (call_fn)call;
+  g_call_into = (call_into_fn)call_into;
+  g_set_stream = (set_stream_fn)set_stream;
+  g_op_destroy = (op_destroy_fn)destroy;
+  EXT_SETREF(g_error_from, error_from);
+  EXT_SETREF(g_borrow, borrow_fn);
+  EXT_SETREF(g_sync_streams, sync);
+  EXT_SETREF(g_wrap_output, wrap);
+  Py_INCREF(immortal);
+  EXT_SETREF(g_immortal, immortal);
+  Py_RETURN_NONE;
+}
+
+static PyObject *ext_set_python_route(PyObject *module, PyObject *flag) {
+  (void)module;
+  int on = PyObject_IsTrue(flag);
+  if (on < 0) return NULL;
+  PyObject *was = PyBool_FromLong(g_force_python_route);
+  g_force_python_route = on;
+  return was;
+}
+
+static PyObject *ext_route_of(PyObject *module, PyObject *obj) {
+  (void)module;
+  if (obj == Py_None) return PyUnicode_FromString("none");
+  if (g_force_python_route) return PyUnicode_FromString("dlpack");
+  static const char *names[] = {"dlpack", "exchange", "buffer"};
+  return PyUnicode_FromString(names[route_of(obj)->route]);
+}
+
+static PyMethodDef ext_methods[] = {
+    {"setup", ext_setup, METH_O, "setup(dict): the libtilerun entry points and Python helpers."},
+    {"set_python_route", ext_set_python_route, METH_O,
+     "set_python_route(flag): every tensor through __dlpack__ (tests); returns the old flag."},
+    {"route_of", ext_route_of, METH_O,
+     "route_of(tensor): 'exchange' (DLPack C exchange API), 'buffer' (NumPy's buffer), "
+     "'dlpack' (__dlpack__) or 'none'."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int ext_exec(PyObject *module) {
+  PyObject *type = PyType_FromSpec(&op_spec);
+  if (type == NULL) return -1;
+  int rc = PyModule_AddObjectRef(module, "OpBase", type);
+  Py_DECREF(type);
+  if (rc != 0) return -1;
+  return PyModule_AddIntConstant(module, "MAX_TENSORS", EXT_MAX_TENSORS);
+}
+
+static PyModuleDef_Slot ext_slots[] = {
+    {Py_mod_exec, (void *)ext_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef ext_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "tilerun._ext",
+    .m_doc = "tilerun's call path in C (the DLPack C exchange API, NumPy's buffer, __dlpack__).",
+    .m_size = 0,
+    .m_methods = ext_methods,
+    .m_slots = ext_slots,
+};
+
+PyMODINIT_FUNC PyInit__ext(void) { return PyModuleDef_Init(&ext_module); }
