@@ -537,6 +537,27 @@ class ExtensionCpuTest(unittest.TestCase):
         y = add(a, b)
         self.assertEqual(sys.getrefcount(y), 2)  # ours only: the call kept none
 
+    def test_the_type_stubs_cover_the_public_api(self):
+        import ast
+        stub = os.path.join(os.path.dirname(os.path.abspath(tilerun.__file__)), "__init__.pyi")
+        with open(stub) as f:
+            tree = ast.parse(f.read())
+        names, members = set(), {}
+        for node in tree.body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                names.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                members[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+                members[node.name] |= {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)}
+            elif isinstance(node, ast.AnnAssign):
+                names.add(node.target.id)
+        self.assertEqual(sorted(set(tilerun.__all__) - names), [])
+        for cls in ("Op", "Runtime", "Tensor"):
+            public = {m for m in vars(getattr(tilerun, cls)) if not m.startswith("_")}
+            self.assertEqual(sorted(public - members[cls]), [], cls)
+        self.assertIn("call_into", members["Op"])
+        self.assertIn("__call__", members["Op"])
+
     def test_a_closed_op_says_so(self):
         add = tilerun.op("AddFwdOp")
         a = np.ones(3, np.float32)

@@ -10,12 +10,14 @@ the API goes through ctypes::
     y = op(np.ones((8, 64), np.float32), None)     # a numpy array, as the input was
     op.target                                      # 'cpu': settled by the first call's device
 
-The shared object is found at $TILERUN_LIBRARY, else libtilerun.so beside the package (in the
-package folder or its parent), else <repository>/bazel-bin/python/libtilerun.so (built by
+The shared object is found at $TILERUN_LIBRARY, else in the package (``pip install ./python``
+puts it in tilerun/lib/), else an installed tilerun the package was built for, else
+libtilerun.so beside the package (in the package folder or its parent), else <repository>/bazel-bin/python/libtilerun.so (built by
 ``bazel build //python:libtilerun.so``); the extension in the package, else at
 $TILERUN_EXTENSION, else <repository>/bazel-bin/python/tilerun/_ext.so (``bazel build
 //python:tilerun``). A runtime reads the manifest from its ``manifest_dir``
-(default: $TILERUN_MANIFEST_DIR, else ``manifest/spec`` under the working directory) and looks
+(default: $TILERUN_MANIFEST_DIR, else the installed one, else ``manifest/spec`` under the working
+directory) and looks
 for backends in ``backend_dirs`` (default: $TILERUN_BACKEND_PATH, then the install prefix's).
 
 Tensors are borrowed for the length of a call (tilerun never keeps them); outputs are allocated
@@ -48,7 +50,14 @@ def _candidates():
     if env:
         return [("$TILERUN_LIBRARY", env)]
     parent = os.path.dirname(_PACKAGE_DIR)
-    return [
+    try:  # written by setup.py: an installed tilerun the pip package uses
+        from ._install import PREFIX as installed
+    except ImportError:
+        installed = None
+    found = [("in the package", os.path.join(_PACKAGE_DIR, "lib", "libtilerun.so"))]
+    if installed:
+        found.append(("the installed tilerun", os.path.join(installed, "lib", "libtilerun.so")))
+    return found + [
         ("beside the package", os.path.join(_PACKAGE_DIR, "libtilerun.so")),
         ("beside the package", os.path.join(parent, "libtilerun.so")),
         ("the repository's bazel-bin",
@@ -801,19 +810,29 @@ class Tensor:
 # ---- runtimes --------------------------------------------------------------------------------
 
 
+def _installed_manifest():
+    """The manifest the library's own prefix holds (<prefix>/share/tilerun/manifest, where
+    <prefix>/lib holds the library: an install, or the pip package), else manifest/spec under
+    the working directory: the runtime's own default order."""
+    prefix = os.path.dirname(os.path.dirname(os.path.abspath(library_path)))
+    installed = os.path.join(prefix, "share", "tilerun", "manifest")
+    return installed if os.path.isdir(installed) else "manifest/spec"
+
+
 class Runtime:
     """A tilerun runtime (tr_runtime_new): the manifest, loaded now, and the backends,
     discovered when the first op is made.
 
-    manifest_dir: the folder of the manifest's *.yaml; None: $TILERUN_MANIFEST_DIR, else
-    ``manifest/spec`` (relative to the working directory). backend_dirs: folders to search for
+    manifest_dir: the folder of the manifest's *.yaml; None: $TILERUN_MANIFEST_DIR, else the
+    installed one (``share/tilerun/manifest`` under the library's prefix: an install, or the pip
+    package), else ``manifest/spec`` (relative to the working directory). backend_dirs: folders to search for
     backends (a list, or one string); None: $TILERUN_BACKEND_PATH, then the install prefix's.
     pipeline_file: the pipeline placing the components; None: $TILERUN_PIPELINE, else inline.
     Raises Error (ManifestError, IOError...) when the manifest cannot be loaded."""
 
     def __init__(self, manifest_dir=None, backend_dirs=None, pipeline_file=None):
         if manifest_dir is None:
-            manifest_dir = os.environ.get("TILERUN_MANIFEST_DIR") or "manifest/spec"
+            manifest_dir = os.environ.get("TILERUN_MANIFEST_DIR") or _installed_manifest()
         self.manifest_dir = os.fspath(manifest_dir)
         if isinstance(backend_dirs, (str, bytes, os.PathLike)):
             backend_dirs = [backend_dirs]
