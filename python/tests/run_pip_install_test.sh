@@ -9,7 +9,7 @@ root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
 work="${TEST_TMPDIR}/pip"
 rm -rf "$work" && mkdir -p "$work/src/python/tilerun" "$work/elsewhere"
 cp "$root/python/setup.py" "$root/python/pyproject.toml" "$work/src/python/"
-cp "$root"/python/tilerun/{__init__.py,__init__.pyi,_ext.pyi,py.typed,_ext.c} "$work/src/python/tilerun/"
+cp "$root"/python/tilerun/{__init__.py,__init__.pyi,_ext.pyi,py.typed,_ext.c,torch.py} "$work/src/python/tilerun/"
 /usr/bin/python3 -m venv --system-site-packages "$work/venv"
 TILERUN_TREE="$root" "$work/venv/bin/pip" install --no-build-isolation --no-index --no-cache-dir \
   --disable-pip-version-check -q "$work/src/python" >&2

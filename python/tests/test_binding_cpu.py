@@ -558,6 +558,46 @@ class ExtensionCpuTest(unittest.TestCase):
         self.assertIn("call_into", members["Op"])
         self.assertIn("__call__", members["Op"])
 
+    def test_output_specs_without_running(self):
+        rms = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
+        x = np.ones((3, 64), np.float32)
+        self.assertEqual(rms.output_specs(x, None), [((3, 64), "float32", "cpu")])
+        self.assertEqual(rms.output_specs(((2, 5, 64), "bfloat16", "cuda:1"), None),
+                         [((2, 5, 64), "bfloat16", "cuda:1")])
+        self.assertIsNone(rms.target)  # nothing settled, nothing built
+        self.assertEqual(rms.memo_count, 0)
+        with self.assertRaises(tilerun.SignatureShapeError) as caught:
+            rms.output_specs(np.ones((3, 63), np.float32), None)
+        with self.assertRaises(tilerun.SignatureShapeError) as called:
+            rms(np.ones((3, 63), np.float32))
+        self.assertEqual(str(caught.exception), str(called.exception))
+        bn = tilerun.op("BatchNormFwdOp")  # inference: mean and rstd do not exist
+        specs = bn.output_specs(((8, 4, 2), "float32", "cpu"), ((4,), "float32", "cpu"),
+                                ((4,), "float32", "cpu"), None, None)
+        self.assertEqual(specs, [((8, 4, 2), "float32", "cpu"), None, None])
+
+    def test_op_names_info_and_workloads(self):
+        rt = tilerun.default_runtime()
+        names = rt.op_names()
+        self.assertEqual(names, sorted(names))
+        self.assertIn("RMSNormFwdOp", names)
+        inputs, optional, outputs, composite, mutated = rt.op_info("BatchNormFwdOp")
+        self.assertEqual(inputs[:3], ("x", "running_mean", "running_var"))
+        self.assertEqual(mutated[:3], (False, True, True))
+        self.assertTrue(rt.op_info("LinearFwdOp")[3])
+        with self.assertRaises(LookupError):
+            rt.op_info("NoSuchOp")
+        rows = rt.workloads("RMSNormFwdOp", "cuda:0")
+        self.assertGreater(len(rows), 2)
+        label, specs, params = rows[0]
+        self.assertIsInstance(label, str)
+        self.assertEqual(specs[0][2], "cuda:0")
+        self.assertEqual(params["normalized_shape"], (specs[0][0][-1],))
+        bn_rows = rt.workloads("BatchNormFwdOp")
+        self.assertTrue(any(p.get("training") is True for _, _, p in bn_rows))
+        for _, specs, params in bn_rows:  # each row's specs are a call the manifest accepts
+            tilerun.op("BatchNormFwdOp", **params).output_specs(*specs)
+
     def test_a_closed_op_says_so(self):
         add = tilerun.op("AddFwdOp")
         a = np.ones(3, np.float32)

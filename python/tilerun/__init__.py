@@ -184,6 +184,14 @@ class _NamedValue(ctypes.Structure):  # tr_named_value
     _fields_ = [("name", ctypes.c_char_p), ("value", _Value)]
 
 
+class _TensorSpec(ctypes.Structure):  # tr_tensor_spec: tr_device (type, index), dtype, rank, shape
+    _fields_ = [("device_type", ctypes.c_char * 32), ("device_index", ctypes.c_int32),
+                ("dtype", DLDataType), ("rank", ctypes.c_int32), ("shape", ctypes.c_int64 * 8)]
+
+
+_MAX_RANK = 8
+
+
 class _RuntimeOptions(ctypes.Structure):  # tr_runtime_options; NULL fields mean defaults
     _fields_ = [
         ("manifest_dir", ctypes.c_char_p),
@@ -260,7 +268,24 @@ _tr_op_def_input_count = _bind("tr_op_def_input_count", _sz, [_vp])
 _tr_op_def_input_name = _bind("tr_op_def_input_name", _cp, [_vp, _sz])
 _tr_op_def_input_optional = _bind("tr_op_def_input_optional", ctypes.c_int, [_vp, _sz])
 _tr_op_def_output_count = _bind("tr_op_def_output_count", _sz, [_vp])
+_tr_op_def_input_mutated = _bind("tr_op_def_input_mutated", ctypes.c_int, [_vp, _sz],
+                                 required=False)
 _tr_op_def_output_name = _bind("tr_op_def_output_name", _cp, [_vp, _sz])
+_tr_manifest_op_count = _bind("tr_manifest_op_count", _sz, [_vp], required=False)
+_tr_manifest_op_at = _bind("tr_manifest_op_at", _vp, [_vp, _sz], required=False)
+_tr_op_def_name = _bind("tr_op_def_name", _cp, [_vp], required=False)
+_tr_op_def_workload_count = _bind("tr_op_def_workload_count", _sz, [_vp], required=False)
+_tr_op_def_workload_label = _bind("tr_op_def_workload_label", _cp, [_vp, _sz], required=False)
+_tr_op_def_workload = _bind("tr_op_def_workload", _c_status_p,
+                            [_vp, _sz, ctypes.c_void_p, ctypes.POINTER(_TensorSpec),
+                             ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(_NamedValue),
+                             ctypes.POINTER(_sz)], required=False)
+# inspect.h
+_tr_op_output_specs = _bind("tr_op_output_specs", _c_status_p,
+                            [_vp, ctypes.POINTER(ctypes.POINTER(_TensorSpec)), _sz,
+                             ctypes.POINTER(_TensorSpec), ctypes.POINTER(ctypes.c_uint8), _sz],
+                            required=False)
+_tr_device_parse = _bind("tr_device_parse", _c_status_p, [_cp, ctypes.c_void_p])
 
 _pythonapi = ctypes.pythonapi
 _PyCapsule_GetPointer = _pythonapi.PyCapsule_GetPointer
@@ -481,6 +506,55 @@ def _dl_dtype_name(dt):
     if name:
         return name.decode()
     return "dtype(code=%d, bits=%d, lanes=%d)" % (dt.code, dt.bits, dt.lanes)
+
+
+def _value_to_py(v):
+    """A tr_value as Python: None, int, float, bool, str, a tilerun.dtype or a tuple of ints."""
+    if v.kind == TR_VALUE_INT:
+        return int(v.as_.i)
+    if v.kind == TR_VALUE_FLOAT:
+        return float(v.as_.f)
+    if v.kind == TR_VALUE_BOOL:
+        return bool(v.as_.b)
+    if v.kind == TR_VALUE_STR:
+        return ctypes.string_at(v.as_.str.data, v.as_.str.len).decode()
+    if v.kind == TR_VALUE_DTYPE:
+        return dtype(_dl_dtype_name(v.as_.dtype))
+    if v.kind == TR_VALUE_INT_LIST:
+        return tuple(v.as_.list.items[i] for i in range(v.as_.list.len))
+    return None
+
+
+def _spec_of(t):
+    """A _TensorSpec of `t`: a tensor (its .shape, .dtype and .device; NumPy's are on the cpu) or
+    a (shape, dtype, device) tuple."""
+    if isinstance(t, tuple) and len(t) == 3:
+        shape, dt, device = t
+    else:
+        shape, dt = t.shape, t.dtype
+        device = getattr(t, "device", "cpu")
+    name = _as_dtype_name(dt) or (dt if isinstance(dt, str) else None)
+    if name is None:
+        raise TypeError("tilerun: %r is not a dtype" % (dt,))
+    shape = tuple(int(n) for n in shape)
+    if len(shape) > _MAX_RANK:
+        raise ValueError("tilerun: rank %d is above the most a tensor may have (%d)"
+                         % (len(shape), _MAX_RANK))
+    spec = _TensorSpec()
+    _check(_tr_device_parse(str(device).encode(), ctypes.addressof(spec)))
+    spec.dtype = DLDataType(*_dtype_class(name).dl)
+    spec.rank = len(shape)
+    for i, n in enumerate(shape):
+        spec.shape[i] = n
+    return spec
+
+
+def _spec_tuple(spec):
+    """(shape, dtype name, device) of a _TensorSpec."""
+    device = spec.device_type.decode()
+    if spec.device_index >= 0:
+        device = "%s:%d" % (device, spec.device_index)
+    return (tuple(spec.shape[i] for i in range(spec.rank)), _dl_dtype_name(spec.dtype), device)
 
 
 # ---- params ----------------------------------------------------------------------------------
@@ -887,6 +961,45 @@ class Runtime:
                     (_tr_op_def_doc(d) or b"").decode())
             return self._defs[name]
 
+    def op_names(self):
+        """The names of the manifest's ops, sorted."""
+        n = _tr_manifest_op_count(self._manifest)
+        return [_tr_op_def_name(_tr_manifest_op_at(self._manifest, i)).decode() for i in range(n)]
+
+    def op_info(self, name):
+        """(input names, which are optional, output names, composite, which inputs the op
+        writes in place) of op `name`; a LookupError names an op the manifest lacks."""
+        info = self._op_def(name)
+        if info is None:
+            raise LookupError("tilerun: the manifest (%s) has no op %r" % (self.manifest_dir, name))
+        d = _tr_manifest_find(self._manifest, name.encode())
+        mutated = tuple(bool(_tr_op_def_input_mutated(d, i)) for i in range(len(info[0])))
+        return info[:4] + (mutated,)
+
+    def workloads(self, name, device="cpu"):
+        """The manifest's workload rows of op `name` on `device`: a list of (label, inputs,
+        params), inputs as ``(shape, dtype name, device)`` or None (an absent optional input),
+        params a dict as :func:`op` takes them."""
+        d = _tr_manifest_find(self._manifest, name.encode())
+        if not d:
+            raise LookupError("tilerun: the manifest (%s) has no op %r" % (self.manifest_dir, name))
+        dev = _TensorSpec()  # its leading tr_device
+        _check(_tr_device_parse(str(device).encode(), ctypes.addressof(dev)))
+        n_in = _tr_op_def_input_count(d)
+        rows = []
+        for i in range(_tr_op_def_workload_count(d)):
+            specs = (_TensorSpec * max(n_in, 1))()
+            has = (ctypes.c_uint8 * max(n_in, 1))()
+            params = (_NamedValue * 32)()
+            n_params = _sz(32)
+            _check(_tr_op_def_workload(d, i, ctypes.addressof(dev), specs, has, params,
+                                       ctypes.byref(n_params)))
+            rows.append((_tr_op_def_workload_label(d, i).decode(),
+                         [_spec_tuple(specs[k]) if has[k] else None for k in range(n_in)],
+                         {params[k].name.decode(): _value_to_py(params[k].value)
+                          for k in range(n_params.value)}))
+        return rows
+
     @property
     def launches_remotely(self):
         """True when this runtime's pipeline places launch in another process: its calls then
@@ -1149,6 +1262,25 @@ class Op(_ext.OpBase):
                 val = None
             out[arr[i].name.decode()] = val
         return out
+
+    def output_specs(self, *inputs):
+        """What a call with these inputs would make, without running anything (no target, no
+        kernel: the manifest's own inference, tr_op_output_specs): per output, None when it does
+        not exist for the call, else ``(shape, dtype name, device)``. Inputs in the manifest's
+        order: tensors (read for their .shape, .dtype and .device only: torch fake tensors do),
+        ``(shape, dtype, device)`` tuples, or None. A call the manifest refuses raises the
+        SignatureError tr_op_call would."""
+        if _tr_op_output_specs is None:
+            raise ImportError("tilerun: %s has no tr_op_output_specs" % library_path)
+        specs = [None if t is None else _spec_of(t) for t in inputs]
+        ptrs = (ctypes.POINTER(_TensorSpec) * max(len(specs), 1))(
+            *[None if sp is None else ctypes.pointer(sp) for sp in specs])
+        n_out = max(len(self.output_names), 1)
+        outs = (_TensorSpec * n_out)()
+        present = (ctypes.c_uint8 * n_out)()
+        _check(_tr_op_output_specs(self._handle(), ptrs, len(specs), outs, present,
+                                   len(self.output_names)))
+        return [_spec_tuple(outs[i]) if present[i] else None for i in range(len(self.output_names))]
 
     def close(self):
         """Destroys the op now (else when it is collected); a call still running in another
