@@ -93,6 +93,10 @@ void tr_plat_lib_close(tr_plat_lib **lib_p);
  * linked into), into buf. TR_IO where the loader cannot say; TR_VALUE where it does not fit. */
 tr_status *tr_plat_self_path(char *buf, size_t size) TR_MUST_USE;
 
+/* The same for the loaded file holding `code` (a function or symbol address from a library
+ * tr_plat_lib_open loaded, say). Errors as tr_plat_self_path. Thread-safe. */
+tr_status *tr_plat_code_path(const void *code, char *buf, size_t size) TR_MUST_USE;
+
 /* The install prefix that file stands in: two folders up (<prefix>/lib/libtilerun.so.0 gives
  * <prefix>). Errors as tr_plat_self_path. */
 tr_status *tr_plat_self_prefix(char *buf, size_t size) TR_MUST_USE;

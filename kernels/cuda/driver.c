@@ -69,6 +69,7 @@ static struct {
   tr_plat_lib *lib;
   char error[512];
   int init_rc;
+  void *init_addr; /* cuInit in the loaded driver: which file it is, for messages */
   init_fn init;
   device_get_fn device_get;
   ctx_retain_fn ctx_retain;
@@ -137,6 +138,7 @@ static void load_once(void) {
   g.error[0] = '\0';
   int missing = 0;
   BIND(init, "cuInit");
+  g.init_addr = tr_plat_lib_symbol(g.lib, "cuInit");
   BIND(device_get, "cuDeviceGet");
   BIND(ctx_retain, "cuDevicePrimaryCtxRetain");
   BIND(ctx_get, "cuCtxGetCurrent");
@@ -203,13 +205,48 @@ static tr_status *cu_error(int rc, const char *fmt_what, const char *what) {
   return TR_STATUS(TR_BACKEND, "%s: %s", doing, tr_cu_error_text(rc, text, sizeof(text)));
 }
 
+/* What a cuInit failure means on this machine, for the message: the driver file it came from,
+ * and what to do. */
+static tr_status *init_error(int rc) {
+  char text[256], path[1024];
+  tr_status *where = tr_plat_code_path(g.init_addr, path, sizeof(path));
+  if (where != NULL) snprintf(path, sizeof(path), "libcuda.so.1 (its file unknown)");
+  tr_status_destroy(&where);
+  const char *hint;
+  switch (rc) {
+    case 34: /* CUDA_ERROR_STUB_LIBRARY */
+      hint = "it is the CUDA Toolkit's stub, which only links programs: the real libcuda.so.1 comes "
+             "with the NVIDIA driver; take the stubs folder off LD_LIBRARY_PATH";
+      break;
+    case 35:  /* CUDA_ERROR_INSUFFICIENT_DRIVER */
+    case 803: /* CUDA_ERROR_SYSTEM_DRIVER_MISMATCH */
+    case 804: /* CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE */
+      hint = "no NVIDIA kernel driver matching it is running here (a machine without a GPU, or a "
+             "driver older than this libcuda)";
+      break;
+    case 100: /* CUDA_ERROR_NO_DEVICE */
+      hint = tr_plat_getenv("CUDA_VISIBLE_DEVICES") != NULL ? "no CUDA device is visible (CUDA_VISIBLE_DEVICES is set)"
+                                                            : "no CUDA device is visible";
+      break;
+    default:
+      hint = "the driver did not start";
+  }
+  return TR_STATUS(TR_BACKEND,
+                   "initialising the CUDA driver (cuInit) failed: %s; the driver loaded is %s: %s. Without a GPU, "
+                   "pass cpu tensors: the cpu backend serves every op",
+                   tr_cu_error_text(rc, text, sizeof(text)), path, hint);
+}
+
 tr_status *tr_cu_load(void) {
   tr_plat_once_run(&g_once, load_once);
   if (g.lib == NULL || g.init == NULL) {
-    return TR_STATUS(TR_BACKEND, "the CUDA driver (libcuda.so.1) could not be loaded: %s",
+    return TR_STATUS(TR_BACKEND,
+                     "the CUDA driver (libcuda.so.1) could not be loaded: %s. It comes with the NVIDIA driver; the "
+                     "loader looked on LD_LIBRARY_PATH and in its cache (ldconfig). Without a GPU, pass cpu tensors: "
+                     "the cpu backend serves every op",
                      g.error[0] ? g.error : "unknown reason");
   }
-  if (g.init_rc != 0) return cu_error(g.init_rc, "initialising the CUDA driver (cuInit)%s", "");
+  if (g.init_rc != 0) return init_error(g.init_rc);
   return NULL;
 }
 
