@@ -346,7 +346,14 @@ TEST_CASE("a call without an answer fails at its deadline; the late reply goes n
   opts.component = "sleepy";
   opts.deadline_ms = 150;
   Client client(endpoint, &opts);
-  CHECK(CallOk(client.c, "warm") == "echo:warm");
+  // Warm up until the server answers: on a loaded machine its first answer can take longer than
+  // the 150 ms deadline under test (a CI run once missed it so); the deadline is checked on "slow".
+  std::string warm;
+  for (int i = 0; i < 40 && warm != "echo:warm"; i++) {
+    tr_status *missed = Call(client.c, "warm", &warm);
+    tr_status_destroy(&missed);
+  }
+  CHECK(warm == "echo:warm");
 
   std::string reply;
   const uint64_t start = tr_plat_now_ns();

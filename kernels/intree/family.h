@@ -122,10 +122,10 @@ int64_t tr_intree_compiled_row(int64_t row);
 
 /* The families (one line each in intree.c's table). */
 extern const tr_intree_family tr_intree_norm_family, tr_intree_softmax_family, tr_intree_elementwise_family,
-    tr_intree_gemm_family;
+    tr_intree_gemm_family, tr_intree_rope_family;
 
 /* The sources, with the common header in front (kernels/tools/embed.py). */
-extern const char tr_src_norm[], tr_src_softmax[], tr_src_add[], tr_src_copy[], tr_src_gemm[];
+extern const char tr_src_norm[], tr_src_softmax[], tr_src_add[], tr_src_copy[], tr_src_gemm[], tr_src_rope[];
 
 /* Counts launches split over clusters (softmax). */
 void tr__intree_count_split(void);

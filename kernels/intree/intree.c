@@ -22,6 +22,7 @@ static const tr_intree_family *const kFamilies[] = {
     &tr_intree_softmax_family,
     &tr_intree_elementwise_family,
     &tr_intree_gemm_family,
+    &tr_intree_rope_family,
 };
 #define N_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 

@@ -93,6 +93,20 @@ std::vector<Case> all_cases() {
            {"m", tr_value_int(g.m)}, {"n", tr_value_int(g.n)}, {"k", tr_value_int(g.k)}});
     }
   }
+  // RoPE: both rotations, every float dtype and position dtype, head dims with 16-byte chunks
+  // (64, 128), a half of one element (2) and a half no 16-byte chunk divides (6)
+  const tr_intree_op *rope = tr_intree_find("RoPEFwdOp");
+  for (tr_dtype dt : floats) {
+    for (tr_dtype pos : {TR_INT32, TR_INT64}) {
+      for (int64_t dim : {2, 6, 64, 128}) {
+        for (bool neox : {true, false}) {
+          add(cases, rope, neox ? "rope_neox" : "rope_interleaved", nullptr,
+              {{"dtype", tr_value_dtype(dt)}, {"pos_dtype", tr_value_dtype(pos)}, {"head_dim", tr_value_int(dim)},
+               {"is_neox", tr_value_bool(neox)}});
+        }
+      }
+    }
+  }
   return cases;
 }
 

@@ -78,7 +78,7 @@ std::string norm_key(Selector &s, tr_dtype dt, int64_t rows, int64_t row) {
 }  // namespace
 
 TEST_CASE("every in-tree op's selector passes the checks made when it is built") {
-  REQUIRE(tr_intree_op_count() == 5);
+  REQUIRE(tr_intree_op_count() == 6);
   for (size_t i = 0; i < tr_intree_op_count(); i++) {
     const tr_intree_op *op = tr_intree_op_at(i);
     tr_selector *sel = nullptr;
@@ -389,5 +389,54 @@ TEST_CASE("GEMM: cuBLASLt compiles nothing; the skinny kernel has a source; the 
   size_t n = 9;
   REQUIRE(tr_intree_build(lt, &call, "sm_90a", arts, &n) == nullptr);
   CHECK(n == 0);
+  tr_call_spec_clear(&call);
+}
+
+namespace {
+
+std::string rope_key(Selector &s, tr_dtype dt, tr_dtype pos, int64_t dim, bool neox, int32_t arch = 90,
+                     std::string *error = nullptr) {
+  tr_tensor_spec p = spec(pos, {7}), x = spec(dt, {7, 4, dim}), cache = spec(dt, {100, dim});
+  const tr_tensor_spec *in[3] = {&p, &x, &cache};
+  tr_named_value params[1] = {{"is_neox", tr_value_bool(neox)}};
+  return key_for(s, in, 3, params, 1, arch, error);
+}
+
+}  // namespace
+
+TEST_CASE("RoPE: the rotation picks the implementation; dtypes, odd head dims and old archs are refused") {
+  Selector s("RoPEFwdOp");
+  for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16, TR_FLOAT32}) {
+    for (tr_dtype pos : {TR_INT32, TR_INT64}) {
+      CHECK(rope_key(s, dt, pos, 128, true) == "rope_neox");
+      CHECK(rope_key(s, dt, pos, 128, false) == "rope_interleaved");
+      CHECK(rope_key(s, dt, pos, 2, false, 80) == "rope_interleaved");
+    }
+  }
+  std::string error;
+  CHECK(rope_key(s, TR_FLOAT64, TR_INT64, 128, true, 90, &error).empty());
+  CHECK(error.find("rope_neox: rotates float16, bfloat16 and float32; got float64") != std::string::npos);
+  CHECK(error.find("rope_interleaved: rotates float16, bfloat16 and float32; got float64") != std::string::npos);
+  CHECK(rope_key(s, TR_BFLOAT16, TR_INT16, 128, true, 90, &error).empty());
+  CHECK(error.find("positions must be int32 or int64; got int16") != std::string::npos);
+  CHECK(rope_key(s, TR_BFLOAT16, TR_INT64, 2048, true, 90, &error).empty());
+  CHECK(error.find("the head dim must be even, in 2..1024; got 2048") != std::string::npos);
+  CHECK(rope_key(s, TR_BFLOAT16, TR_INT64, 128, true, 75, &error).empty());
+  CHECK(error.find("75") != std::string::npos);
+  // each implementation says why it does not serve the other rotation
+  CHECK(rope_key(s, TR_FLOAT32, TR_INT64, 64, true) == "rope_neox");
+  tr_tensor_spec p = spec(TR_INT64, {7}), x = spec(TR_FLOAT32, {7, 4, 64}), cache = spec(TR_FLOAT32, {100, 64});
+  const tr_tensor_spec *in[3] = {&p, &x, &cache};
+  tr_device dev = cuda0();
+  const char *iface = nullptr;
+  tr_call_spec call;
+  tr_named_value params[1] = {{"is_neox", tr_value_bool(false)}};
+  REQUIRE(s.op->call_spec(in, 3, params, 1, &dev, &iface, &call) == nullptr);
+  char buf[256];
+  const tr_kernel_type *neox = s.op->types[0];
+  REQUIRE(std::string(neox->key) == "rope_neox");
+  const char *why = neox->refusal(neox, &call, buf, sizeof(buf));
+  REQUIRE(why != nullptr);
+  CHECK(std::string(why) == "rotates halves (NeoX); the call asks is_neox=false");
   tr_call_spec_clear(&call);
 }
