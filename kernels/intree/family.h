@@ -135,6 +135,10 @@ void tr__intree_count_copy(void);
 /* A specialisation's artifact for `arch`: compiled, or taken from the disk cache. */
 tr_status *tr__intree_artifact(const char *arch, const tr_intree_source *src, tr_artifact *out) TR_MUST_USE;
 
+/* Runs `fn(k)` with k's context current, for a family's release of the device memory it kept;
+ * where the context cannot be entered, `fn` does not run (the memory stays with the process). */
+void tr__intree_with_context(tr_intree_built *k, void (*fn)(tr_intree_built *k));
+
 /* Loads device `index`'s copy kernels (copy.c) unless loaded; its context is current. */
 tr_status *tr__intree_load_copies(int32_t index, const char *arch) TR_MUST_USE;
 

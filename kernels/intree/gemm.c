@@ -358,15 +358,11 @@ static tr_status *tune(tr_intree_built *k) {
   return tr_lt_gemm_tune(k->state, 8, 20, stream);
 }
 
+static void destroy_lt(tr_intree_built *k) { tr_lt_gemm_destroy(k->state); }
+
 static void release(tr_intree_built *k) {
   if (k->impl->kind == CUBLASLT && k->state != NULL) {
-    tr_cu_ctx previous = NULL;
-    tr_status *entered = tr_cu_enter_context(k->ctx, &previous);
-    if (entered == NULL) {
-      tr_lt_gemm_destroy(k->state);
-      tr_cu_restore_context(k->ctx, previous);
-    }
-    tr_status_destroy(&entered); /* no context to free it in: the workspace stays with the process */
+    tr__intree_with_context(k, destroy_lt); /* no context to free it in: the workspace stays */
     k->state = NULL;
   }
 }

@@ -294,6 +294,16 @@ static tr_status *kernel_tune(void *self, const tr_device *device) {
   return status;
 }
 
+void tr__intree_with_context(tr_intree_built *k, void (*fn)(tr_intree_built *k)) {
+  tr_cu_ctx previous = NULL;
+  tr_status *entered = tr_cu_enter_context(k->ctx, &previous);
+  if (entered == NULL) {
+    fn(k);
+    tr_cu_restore_context(k->ctx, previous);
+  }
+  tr_status_destroy(&entered);
+}
+
 static void kernel_release(void *self) {
   tr_intree_built *k = self;
   if (k->impl->family->release != NULL) k->impl->family->release(k);

@@ -123,16 +123,12 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   return NULL;
 }
 
+static void free_bad(tr_intree_built *k) { tr_cu_free(((rope_state *)k->state)->bad); }
+
 static void release(tr_intree_built *k) {
   rope_state *s = k->state;
   if (s == NULL) return;
-  tr_cu_ctx previous = NULL;
-  tr_status *entered = tr_cu_enter_context(k->ctx, &previous);
-  if (entered == NULL) {
-    tr_cu_free(s->bad);
-    tr_cu_restore_context(k->ctx, previous);
-  }
-  tr_status_destroy(&entered); /* no context to free it in: the word stays with the process */
+  tr__intree_with_context(k, free_bad); /* no context to free it in: the word stays */
   tr_plat_mutex_destroy(&s->lock);
   free(s);
   k->state = NULL;
