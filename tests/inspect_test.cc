@@ -249,7 +249,7 @@ TEST_CASE("kernel_for derives the device facts: a stated one is the spec's row 1
 
 TEST_CASE("the inventory: each in-tree op's interfaces and implementation keys") {
   Runtime r;
-  REQUIRE(tr_runtime_inventory_count(r.rt) == 6);
+  REQUIRE(tr_runtime_inventory_count(r.rt) == 7);
   std::vector<std::string> ops;
   for (size_t i = 0; i < tr_runtime_inventory_count(r.rt); i++) {
     tr_op_inventory inv;
@@ -257,7 +257,7 @@ TEST_CASE("the inventory: each in-tree op's interfaces and implementation keys")
     ops.push_back(inv.op);
   }
   CHECK(ops == std::vector<std::string>{"RMSNormFwdOp", "LayerNormFwdOp", "SoftmaxFwdOp", "AddFwdOp", "GemmFwdOp",
-                                        "RoPEFwdOp"});
+                                        "RoPEFwdOp", "GQADecodeFwdOp"});
   tr_op_inventory inv;
   ok(tr_runtime_inventory_of(r.rt, "SoftmaxFwdOp", &inv));
   REQUIRE(inv.n_interfaces == 1);
@@ -280,7 +280,7 @@ TEST_CASE("the inventory: each in-tree op's interfaces and implementation keys")
   CHECK(std::string(inv.types[0]->key) == "rope_neox");
   CHECK(std::string(inv.types[1]->key) == "rope_interleaved");
   CHECK((!inv.types[0]->general && !inv.types[1]->general));
-  Err past(tr_runtime_inventory_at(r.rt, 6, &inv));
+  Err past(tr_runtime_inventory_at(r.rt, 7, &inv));
   CHECK(past.code == TR_VALUE);
 }
 

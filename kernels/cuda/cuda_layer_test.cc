@@ -77,7 +77,7 @@ TEST_CASE("where no CUDA driver is, an allocation and a module load fail naming 
   art.cubin = cubin;
   art.size = sizeof(cubin);
   tr_cuda_loaded out;
-  e = tr_test::error_of(tr_cuda_module_load(0, &art, 1, &out));
+  e = tr_test::error_of(tr_cuda_module_load(0, &art, 1, nullptr, &out));
   CHECK(e.find("CUDA driver") != std::string::npos);
   CHECK(out.function == nullptr);
   CHECK(tr_cuda_modules_loaded() == loaded);

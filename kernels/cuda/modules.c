@@ -27,8 +27,9 @@ static void init_once(void) {
   tr_status_destroy(&failed);
 }
 
-tr_status *tr_cuda_module_load(int32_t index, const tr_artifact *art, int want_any, tr_cuda_loaded *out) {
-  *out = (tr_cuda_loaded){NULL, NULL, 0};
+tr_status *tr_cuda_module_load(int32_t index, const tr_artifact *art, int want_any, const char *companion,
+                               tr_cuda_loaded *out) {
+  *out = (tr_cuda_loaded){NULL, NULL, 0, NULL};
   TR_RETURN_IF_ERROR(tr_cu_load()); /* once loaded, a cheap check */
   tr_plat_once_run(&g_once, init_once);
   if (!g_lock_ok) return TR_STATUS(TR_OUT_OF_MEMORY, "the cuda module list's lock could not be made");
@@ -46,6 +47,15 @@ tr_status *tr_cuda_module_load(int32_t index, const tr_artifact *art, int want_a
         snprintf(entry, sizeof(entry), "%s_any", art->entry);
         tr_cu_module_entry(m->module, entry, &m->loaded.any);
       }
+      if (companion != NULL) {
+        char entry[80];
+        snprintf(entry, sizeof(entry), "%s%s", art->entry, companion);
+        if (!tr_cu_module_entry(m->module, entry, &m->loaded.companion)) {
+          status = TR_STATUS(TR_BACKEND, "kernel '%s' has no entry %s", art->name, entry);
+        }
+      }
+    }
+    if (status == NULL) {
       tr_cu_function marker;
       m->loaded.awaits = tr_cu_module_entry(m->module, "tr_awaits_previous_kernel", &marker);
       m->index = index;

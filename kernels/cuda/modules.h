@@ -21,14 +21,18 @@ typedef struct tr_cuda_loaded {
   tr_cu_function function;
   tr_cu_function any;
   int awaits;
+  tr_cu_function companion; /* a second kernel of the module ("<entry><suffix>"), or NULL */
 } tr_cuda_loaded;
 
 /* Loads `art` on device `index` (whose context the caller made current) the first time this
  * device sees its key, and returns its entries; `want_any`: look for the "<entry>_any" entry too
- * (else out->any is NULL, and the driver is not asked for a name the source does not define). The
- * driver's error (a BackendError naming the kernel) or OutOfMemoryError; nothing is kept then.
- * Modules stay loaded for the process's life. */
-tr_status *tr_cuda_module_load(int32_t index, const tr_artifact *art, int want_any, tr_cuda_loaded *out) TR_MUST_USE;
+ * (else out->any is NULL, and the driver is not asked for a name the source does not define);
+ * `companion`: a suffix naming a second kernel of the module ("<entry><companion>", in
+ * out->companion; a BackendError where the module lacks it), or NULL. The driver's error (a
+ * BackendError naming the kernel) or OutOfMemoryError; nothing is kept then. Modules stay loaded
+ * for the process's life. */
+tr_status *tr_cuda_module_load(int32_t index, const tr_artifact *art, int want_any, const char *companion,
+                               tr_cuda_loaded *out) TR_MUST_USE;
 
 /* Modules loaded so far in this process (once per device and artifact). */
 uint64_t tr_cuda_modules_loaded(void);

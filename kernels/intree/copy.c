@@ -28,7 +28,7 @@ tr_status *tr__intree_load_copies(int32_t index, const char *arch) {
     tr_artifact art;
     TR_RETURN_IF_ERROR(tr__intree_artifact(arch, &s, &art));
     tr_cuda_loaded loaded;
-    tr_status *status = tr_cuda_module_load(index, &art, 0, &loaded);
+    tr_status *status = tr_cuda_module_load(index, &art, 0, NULL, &loaded);
     tr_artifact_clear(&art);
     TR_RETURN_IF_ERROR(status);
     atomic_store(&g_copies[index][i], loaded.function);

@@ -81,4 +81,4 @@ static const tr_kernel_interface *const kIfaces[] = {&kAddIface};
 static const tr_kernel_type *const kTypes[] = {&kAdd};
 static const tr_intree_op kOps[] = {{"AddFwdOp", 1, kIfaces, 1, kTypes, add_spec, 1u << 1}};
 
-const tr_intree_family tr_intree_elementwise_family = {"elementwise", 1, kOps, 0, source_for, prepare, launch, NULL, NULL, NULL};
+const tr_intree_family tr_intree_elementwise_family = {"elementwise", 1, kOps, 0, source_for, prepare, launch, NULL, NULL, NULL, NULL};

@@ -372,4 +372,4 @@ static const tr_kernel_type *const kTypes[] = {&kCublasLt, &kSkinny};
 static const tr_intree_op kOps[] = {{"GemmFwdOp", 1, kIfaces, 2, kTypes, gemm_spec, 0}};
 
 const tr_intree_family tr_intree_gemm_family = {"gemm", 1, kOps, 1, source_for, prepare, launch,
-                                                tune, describe, release};
+                                                tune, describe, release, NULL};

@@ -23,6 +23,7 @@ static const tr_intree_family *const kFamilies[] = {
     &tr_intree_elementwise_family,
     &tr_intree_gemm_family,
     &tr_intree_rope_family,
+    &tr_intree_attention_family,
 };
 #define N_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 
@@ -370,8 +371,9 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   tr_cu_ctx previous = NULL;
   tr_status *status = tr_cu_enter_device(index, &k->ctx, &previous);
   if (status == NULL) {
-    if (n > 0) status = tr_cuda_module_load(index, &arts[0], k->impl->family->any_entry, &k->narrow);
-    if (status == NULL && n > 1) status = tr_cuda_module_load(index, &arts[1], k->impl->family->any_entry, &k->wide);
+    const tr_intree_family *fam = k->impl->family;
+    if (n > 0) status = tr_cuda_module_load(index, &arts[0], fam->any_entry, fam->companion, &k->narrow);
+    if (status == NULL && n > 1) status = tr_cuda_module_load(index, &arts[1], fam->any_entry, fam->companion, &k->wide);
     if (status == NULL) status = k->impl->family->prepare(call, k);
     if (status == NULL) status = tr__intree_load_copies(index, arch);
     tr_cu_restore_context(k->ctx, previous);

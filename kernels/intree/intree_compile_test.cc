@@ -107,6 +107,19 @@ std::vector<Case> all_cases() {
       }
     }
   }
+  // GQA decode: both dtypes and head dims, query heads a KV head 1, 4, 6, 8 (one tile) and 32
+  // (four tiles of 8)
+  const tr_intree_op *gqa = tr_intree_find("GQADecodeFwdOp");
+  for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16}) {
+    for (int64_t dim : {64, 128}) {
+      for (int64_t gq : {1, 4, 6, 8, 32}) {
+        add(cases, gqa, "gqa_dense_decode", nullptr,
+            {{"dtype", tr_value_dtype(dt)}, {"batch", tr_value_int(1)}, {"seqlen_kv", tr_value_int(4096)},
+             {"heads", tr_value_int(8 * gq)}, {"heads_kv", tr_value_int(8)}, {"dim", tr_value_int(dim)},
+             {"softcap", tr_value_float(0.0)}, {"scale", tr_value_float(0.125)}});
+      }
+    }
+  }
   return cases;
 }
 

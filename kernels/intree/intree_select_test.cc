@@ -5,6 +5,8 @@
 // implementation's reason.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include <string>
 
 #include "core/test_support.h"
@@ -78,7 +80,7 @@ std::string norm_key(Selector &s, tr_dtype dt, int64_t rows, int64_t row) {
 }  // namespace
 
 TEST_CASE("every in-tree op's selector passes the checks made when it is built") {
-  REQUIRE(tr_intree_op_count() == 6);
+  REQUIRE(tr_intree_op_count() == 7);
   for (size_t i = 0; i < tr_intree_op_count(); i++) {
     const tr_intree_op *op = tr_intree_op_at(i);
     tr_selector *sel = nullptr;
@@ -91,7 +93,8 @@ TEST_CASE("every in-tree op's selector passes the checks made when it is built")
     for (size_t k = 0; k < op->n_interfaces; k++) CHECK(tr_interface_name_ok(op->interfaces[k]->name));
   }
   CHECK(tr_intree_find("GemmFwdOp") != nullptr);
-  CHECK(tr_intree_find("GQADecodeFwdOp") == nullptr);
+  CHECK(tr_intree_find("GQADecodeFwdOp") != nullptr);
+  CHECK(tr_intree_find("GroupNormFwdOp") == nullptr);
 }
 
 TEST_CASE("RMSNorm and LayerNorm rows go to a warp up to 1024 elements, else to the looped kernel") {
@@ -438,5 +441,51 @@ TEST_CASE("RoPE: the rotation picks the implementation; dtypes, odd head dims an
   const char *why = neox->refusal(neox, &call, buf, sizeof(buf));
   REQUIRE(why != nullptr);
   CHECK(std::string(why) == "rotates halves (NeoX); the call asks is_neox=false");
+  tr_call_spec_clear(&call);
+}
+
+namespace {
+
+std::string gqa_key(Selector &s, tr_dtype dt, int64_t B, int64_t S, int64_t heads, int64_t kv, int64_t dim,
+                    int32_t arch = 90, std::string *error = nullptr) {
+  tr_tensor_spec q = spec(dt, {B, heads, dim}), k = spec(dt, {B, S, kv, dim}), len = spec(TR_INT32, {B});
+  const tr_tensor_spec *in[4] = {&q, &k, &k, &len};
+  tr_named_value p[4] = {{"heads", tr_value_int(heads)}, {"heads_kv", tr_value_int(kv)}, {"dim", tr_value_int(dim)},
+                         {"softcap", tr_value_float(0.0)}};
+  return key_for(s, in, 4, p, 4, arch, error);
+}
+
+}  // namespace
+
+TEST_CASE("GQA decode: the general implementation serves both dtypes and head dims, any batch and length") {
+  Selector s("GQADecodeFwdOp");
+  for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16}) {
+    for (int64_t dim : {64, 128}) {
+      CHECK(gqa_key(s, dt, 1, 4096, 32, 8, dim) == "gqa_dense_decode");
+      CHECK(gqa_key(s, dt, 64, 131072, 64, 8, dim, 80) == "gqa_dense_decode");
+      CHECK(gqa_key(s, dt, 3, 1, 8, 8, dim, 89) == "gqa_dense_decode");
+    }
+  }
+  std::string error;
+  CHECK(gqa_key(s, TR_FLOAT32, 1, 4096, 32, 8, 128, 90, &error).empty());
+  CHECK(error.find("gqa_dense_decode: attends in float16 and bfloat16; got float32") != std::string::npos);
+  CHECK(gqa_key(s, TR_BFLOAT16, 1, 4096, 32, 8, 96, 90, &error).empty());
+  CHECK(error.find("serves head dims 64 and 128; got dim=96") != std::string::npos);
+  CHECK(gqa_key(s, TR_BFLOAT16, 1, 4096, 32, 8, 128, 75, &error).empty());
+  CHECK(error.find("75") != std::string::npos);
+  // the call spec carries the spec's AttentionCall fields
+  tr_tensor_spec q = spec(TR_BFLOAT16, {2, 32, 128}), k = spec(TR_BFLOAT16, {2, 777, 8, 128}),
+                 len = spec(TR_INT32, {2});
+  const tr_tensor_spec *in[4] = {&q, &k, &k, &len};
+  tr_named_value p[3] = {{"heads", tr_value_int(32)}, {"heads_kv", tr_value_int(8)}, {"dim", tr_value_int(128)}};
+  tr_device dev = cuda0();
+  const char *iface = nullptr;
+  tr_call_spec call;
+  REQUIRE(s.op->call_spec(in, 4, p, 3, &dev, &iface, &call) == nullptr);
+  CHECK(std::string(iface) == "GQADecodeDenseFwdInterface");
+  CHECK(std::string(call.type->name) == "AttentionCall");
+  CHECK(tr_call_spec_int(&call, "batch") == 2);
+  CHECK(tr_call_spec_int(&call, "seqlen_kv") == 777);
+  CHECK(tr_call_spec_float(&call, "scale") == Approx(1.0 / std::sqrt(128.0)));
   tr_call_spec_clear(&call);
 }

@@ -187,4 +187,4 @@ static const tr_intree_op kOps[] = {
     {"LayerNormFwdOp", 1, kLayerIfaces, 2, kLayerTypes, layer_spec, 0},
 };
 
-const tr_intree_family tr_intree_norm_family = {"norm", 2, kOps, 1, source_for, prepare, launch, NULL, NULL, NULL};
+const tr_intree_family tr_intree_norm_family = {"norm", 2, kOps, 1, source_for, prepare, launch, NULL, NULL, NULL, NULL};

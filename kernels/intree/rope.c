@@ -180,4 +180,4 @@ static const tr_kernel_interface *const kIfaces[] = {&kRopeIface};
 static const tr_kernel_type *const kTypes[] = {&kNeox, &kInterleaved};
 static const tr_intree_op kOps[] = {{"RoPEFwdOp", 1, kIfaces, 2, kTypes, rope_spec, 0}};
 
-const tr_intree_family tr_intree_rope_family = {"rope", 1, kOps, 0, source_for, prepare, launch, NULL, NULL, release};
+const tr_intree_family tr_intree_rope_family = {"rope", 1, kOps, 0, source_for, prepare, launch, NULL, NULL, release, NULL};

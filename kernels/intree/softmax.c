@@ -185,4 +185,4 @@ static const tr_kernel_interface *const kIfaces[] = {&kSoftmaxIface};
 static const tr_kernel_type *const kTypes[] = {&kWarp, &kBlock, &kLooped, &kStrided};
 static const tr_intree_op kOps[] = {{"SoftmaxFwdOp", 1, kIfaces, 4, kTypes, softmax_spec, 0}};
 
-const tr_intree_family tr_intree_softmax_family = {"softmax", 1, kOps, 0, source_for, prepare, launch, NULL, NULL, NULL};
+const tr_intree_family tr_intree_softmax_family = {"softmax", 1, kOps, 0, source_for, prepare, launch, NULL, NULL, NULL, NULL};
