@@ -558,6 +558,32 @@ class ExtensionCpuTest(unittest.TestCase):
         self.assertIn("call_into", members["Op"])
         self.assertIn("__call__", members["Op"])
 
+    def test_numpy_outputs_view_tilerun_memory_through_its_buffer(self):
+        add = tilerun.op("AddFwdOp")
+        for dt in (np.float16, np.float32, np.float64, np.int32, np.int64):
+            a = (self.rng.standard_normal((4, 5)) * 10).astype(dt)
+            y = add(a, a)
+            self.assertIsInstance(y, np.ndarray)
+            self.assertEqual(y.dtype, dt)
+            np.testing.assert_array_equal(y, a + a)
+            self.assertIsInstance(y.base, memoryview)  # over the extension's owner of the output
+            self.assertEqual(type(y.base.obj).__name__, "Output")
+            self.assertTrue(y.flags.writeable and y.flags.c_contiguous)
+            y[0, 0] = 7
+            self.assertEqual(y[0, 0], 7)
+            self.assertFalse(np.shares_memory(y, a))
+        # the __dlpack__ route's outputs are numpy arrays too (numpy.from_dlpack), equal
+        from tilerun import _ext
+        a = self.rng.standard_normal((3, 8)).astype(np.float32)
+        fast = add(a, a)
+        was = _ext.set_python_route(True)
+        try:
+            slow = add(a, a)
+        finally:
+            _ext.set_python_route(was)
+        np.testing.assert_array_equal(fast, slow)
+        self.assertNotEqual(type(slow.base).__name__, "memoryview")
+
     def test_output_specs_without_running(self):
         rms = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
         x = np.ones((3, 64), np.float32)

@@ -12,6 +12,7 @@
 #include <Python.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -335,6 +336,120 @@ static void versioned_output_deleter(ext_managed_versioned *self) {
   free(w);
 }
 
+/* ---- cpu outputs handed to NumPy: an owner exporting the tensor's buffer ----------------------- */
+
+/* Holds a cpu DLManagedTensor tilerun made and exports its memory through the buffer protocol;
+ * numpy.asarray(owner) views it (the view keeps the owner, the owner frees the tensor). */
+typedef struct {
+  PyObject_HEAD
+  DLManagedTensor *m;
+  int ndim;
+  Py_ssize_t itemsize;
+  Py_ssize_t shape[EXT_MAX_DIMS], strides[EXT_MAX_DIMS];
+  char format[4];
+} ext_owner;
+
+static PyTypeObject *g_owner_type;
+static PyObject *g_np_asarray; /* numpy.asarray, looked up when first needed */
+
+/* The buffer format of a DLPack dtype NumPy reads; NULL where there is none (bfloat16, fp8). */
+static const char *format_of(DLDataType t) {
+  if (t.lanes != 1) return NULL;
+  switch (t.code) {
+    case kDLFloat: return t.bits == 16 ? "e" : t.bits == 32 ? "f" : t.bits == 64 ? "d" : NULL;
+    case kDLInt: return t.bits == 8 ? "b" : t.bits == 16 ? "h" : t.bits == 32 ? "i" : t.bits == 64 ? "q" : NULL;
+    case kDLUInt: return t.bits == 8 ? "B" : t.bits == 16 ? "H" : t.bits == 32 ? "I" : t.bits == 64 ? "Q" : NULL;
+    case 6: return t.bits == 8 ? "?" : NULL; /* kDLBool */
+    default: return NULL;
+  }
+}
+
+static int owner_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+  ext_owner *o = (ext_owner *)self;
+  const DLTensor *t = &o->m->dl_tensor;
+  Py_ssize_t n = 1;
+  for (int d = 0; d < o->ndim; d++) n *= o->shape[d];
+  view->buf = (char *)t->data + t->byte_offset;
+  view->obj = self;
+  Py_INCREF(self);
+  view->len = n * o->itemsize;
+  view->itemsize = o->itemsize;
+  view->readonly = 0;
+  view->ndim = o->ndim;
+  view->format = (flags & PyBUF_FORMAT) ? o->format : NULL;
+  view->shape = o->shape;
+  view->strides = o->strides;
+  view->suboffsets = NULL;
+  view->internal = NULL;
+  return 0;
+}
+
+static void owner_dealloc(PyObject *self) {
+  ext_owner *o = (ext_owner *)self;
+  PyTypeObject *type = Py_TYPE(self);
+  if (o->m != NULL && o->m->deleter != NULL) o->m->deleter(o->m);
+  o->m = NULL;
+  freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+  tp_free(self);
+  Py_DECREF(type);
+}
+
+static PyType_Slot owner_slots[] = {
+    {Py_bf_getbuffer, (void *)owner_getbuffer},
+    {Py_tp_dealloc, (void *)owner_dealloc},
+    {Py_tp_doc, "A cpu output of tilerun, viewed by NumPy through its buffer (frees it when the last view goes)."},
+    {0, NULL},
+};
+
+static PyType_Spec owner_spec = {
+    .name = "tilerun._ext.Output",
+    .basicsize = sizeof(ext_owner),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = owner_slots,
+};
+
+/* A NumPy array over cpu output `m` (which it then owns), or NULL with no error set where this
+ * route cannot take it (no buffer format, no data, too many dims): then `m` is untouched. */
+static PyObject *numpy_output(DLManagedTensor *m) {
+  const DLTensor *t = &m->dl_tensor;
+  const char *format = format_of(t->dtype);
+  if (t->device.device_type != kDLCPU || format == NULL || t->data == NULL || t->ndim > EXT_MAX_DIMS ||
+      g_owner_type == NULL) {
+    return NULL;
+  }
+  if (g_np_asarray == NULL) {
+    PyObject *modules = PyImport_GetModuleDict();
+    PyObject *np = modules ? PyDict_GetItemString(modules, "numpy") : NULL;
+    if (np == NULL || (g_np_asarray = PyObject_GetAttrString(np, "asarray")) == NULL) {
+      PyErr_Clear();
+      return NULL;
+    }
+  }
+  ext_owner *o = PyObject_New(ext_owner, g_owner_type);
+  if (o == NULL) {
+    PyErr_Clear();
+    return NULL;
+  }
+  o->m = NULL;
+  o->ndim = t->ndim;
+  o->itemsize = t->dtype.bits / 8;
+  snprintf(o->format, sizeof(o->format), "%s", format);
+  Py_ssize_t step = o->itemsize;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    o->shape[d] = (Py_ssize_t)t->shape[d];
+    o->strides[d] = t->strides ? (Py_ssize_t)t->strides[d] * o->itemsize : step;
+    step *= o->shape[d];
+  }
+  o->m = m; /* the array's view keeps the owner, which frees m */
+  PyObject *array = PyObject_CallFunctionObjArgs(g_np_asarray, (PyObject *)o, NULL);
+  if (array == NULL) { /* m given back untouched: the caller's route decides */
+    PyErr_Clear();
+    o->m = NULL;
+  }
+  Py_DECREF(o);
+  return array;
+}
+
 /* ---- the op ------------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -471,6 +586,9 @@ static PyObject *op_call(PyObject *pyself, PyObject *args, PyObject *kwargs) {
       void *obj = NULL;
       if (api->managed_tensor_to_py_object_no_sync(&w->v, &obj) != 0) break;
       results[i] = obj;
+    } else if (first_route != NULL && first_route->route == ROUTE_BUFFER &&
+               (results[i] = numpy_output(m)) != NULL) {
+      /* a NumPy array over tilerun's cpu output, no Python on the way */
     } else {
       PyObject *addr = PyLong_FromVoidPtr(m);
       if (addr == NULL) {
@@ -728,6 +846,7 @@ static PyMethodDef ext_methods[] = {
 };
 
 static int ext_exec(PyObject *module) {
+  if (g_owner_type == NULL && (g_owner_type = (PyTypeObject *)PyType_FromSpec(&owner_spec)) == NULL) return -1;
   PyObject *type = PyType_FromSpec(&op_spec);
   if (type == NULL) return -1;
   int rc = PyModule_AddObjectRef(module, "OpBase", type);
