@@ -139,10 +139,16 @@ def gpu_rows(args, tilerun, ext):
         "add op": loop(add, a, b),
         "add into": loop(add.call_into, (a, b), c),
     }
+    # The C figures are taken before and after the Python ones and averaged (a subprocess cannot be
+    # interleaved with them; the machine's pace drifts between phases).
+    before = c_bench(args.c_bench, args.rounds) if args.c_bench else None
     m = measure(paths, args.rounds, args.calls, sync=torch.cuda.synchronize)
     c_call = c_into = None
     if args.c_bench:
-        c_call, c_into = c_bench(args.c_bench, args.rounds)
+        after = c_bench(args.c_bench, args.rounds)
+        c_call, c_into = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
+        print("C before / after the Python rows: tr_op_call %.2f / %.2f us, tr_op_call_into %.2f / %.2f us"
+              % (before[0], after[0], before[1], after[1]))
     print("\nhost time per memo-hit call on %s, PyTorch %s (median of %d rounds of %d calls, us)\n"
           % (torch.cuda.get_device_name(dev), torch.__version__, args.rounds, args.calls))
     print("| call | tilerun us | peer | peer us | ratio | over C | goal |")
@@ -159,7 +165,7 @@ def gpu_rows(args, tilerun, ext):
     row("Add 1x4096 bf16, call_into", m["add into"], "torch eager torch.add(out=)",
         m["torch add out"], 0.5)
     if c_call is not None:
-        print("\nC, same process kind and machine (runtime/cuda_call_bench --dtype bfloat16): "
+        print("\nC, same machine (runtime/cuda_call_bench --dtype bfloat16, the mean of before and after): "
               "tr_op_call %.2f us, tr_op_call_into %.2f us" % (c_call, c_into))
 
 
