@@ -5,25 +5,13 @@ import sys
 import numpy as np
 
 import tilerun
+from producer import Producer  # beside this file: the __dlpack__ route
 
 n = int(sys.argv[1])
 add = tilerun.op("AddFwdOp")
 rms = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
 a, b, c = (np.ones((4, 64), np.float32) for _ in range(3))
 w = np.ones(64, np.float32)
-
-
-class Producer:  # neither numpy nor torch: the __dlpack__ route, outputs as tilerun.Tensor
-    def __init__(self, array):
-        self.array = array
-
-    def __dlpack__(self, stream=None):
-        return self.array.__dlpack__()
-
-    def __dlpack_device__(self):
-        return self.array.__dlpack_device__()
-
-
 pa = Producer(a)
 refs = [sys.getrefcount(o) for o in (a, b, c, w, pa)]
 for i in range(n):
