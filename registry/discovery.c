@@ -197,6 +197,12 @@ int tr_discovery_installed_dir(const char *suffix, char *buf, size_t size) {
   return ok;
 }
 
+const char *tr_discovery_manifest_dir(char *buf, size_t size) {
+  const char *env = tr_plat_getenv("TILERUN_MANIFEST_DIR");
+  if (env != NULL && env[0] != '\0') return env;
+  return tr_discovery_installed_dir("/share/tilerun/manifest", buf, size) ? buf : "manifest/spec";
+}
+
 tr_status *tr_backend_search_path(char ***out_dirs, size_t *out_count) {
   *out_dirs = NULL;
   *out_count = 0;

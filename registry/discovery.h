@@ -69,6 +69,11 @@ void tr_discovery_destroy(tr_discovery **found_p);
  * backends ("/lib/tilerun/backends") with no environment variable. 0 otherwise (buf empty). */
 int tr_discovery_installed_dir(const char *suffix, char *buf, size_t size);
 
+/* The manifest folder a runtime or the command reads when none is given: $TILERUN_MANIFEST_DIR
+ * when set and not empty, else the installed tilerun's "<prefix>/share/tilerun/manifest" (written
+ * into buf), else "manifest/spec" (under the working directory). Cannot fail. */
+const char *tr_discovery_manifest_dir(char *buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -79,10 +79,8 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
     return status;
   }
   const char *dir = o->manifest_dir;
-  if (dir == NULL) dir = tr_plat_getenv("TILERUN_MANIFEST_DIR");
   char installed[4096];
-  if ((dir == NULL || dir[0] == '\0') && tr_discovery_installed_dir("/share/tilerun/manifest", installed, sizeof(installed))) dir = installed;
-  if (dir == NULL || dir[0] == '\0') dir = "manifest/spec";
+  if (dir == NULL || dir[0] == '\0') dir = tr_discovery_manifest_dir(installed, sizeof(installed));
   status = tr_intree_builds_new(TR_INTREE_BUILDS_MAX_ENTRIES, TR_INTREE_BUILDS_MAX_BYTES, &rt->intree_builds);
   if (status == NULL) status = tr_cuda_pool_new(&rt->cuda_pool);
   if (status == NULL) status = tr_manifest_load_dir(dir, &rt->manifest);

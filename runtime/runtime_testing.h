@@ -96,6 +96,20 @@ inline tr_runtime *runtime_without_backends(const char *pipeline_file = nullptr)
   return rt;
 }
 
+// A runtime over the shipped manifest that looks for backends in `dirs` only, its warnings
+// captured in `warnings`.
+inline tr_runtime *runtime_with_dirs(std::vector<const char *> dirs, Warnings *warnings) {
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = dirs.data();
+  o.n_backend_dirs = dirs.size();
+  o.warn = Warnings::sink;
+  o.warn_ctx = warnings;
+  tr_runtime *rt = nullptr;
+  ok(tr_runtime_new(&o, &rt));
+  return rt;
+}
+
 // n values uniform in [-2, 2), the same for the same seed.
 inline std::vector<float> random_values(size_t n, unsigned seed) {
   std::vector<float> v(n);

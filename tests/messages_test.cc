@@ -145,15 +145,7 @@ TEST_CASE("tilerun's own messages count the backends that failed to load, naming
 
 TEST_CASE("with no backend found at all, the spec's message stands and a warning says where tilerun looked") {
   tr_test::Warnings warnings;
-  const char *dirs[] = {"/nonexistent/backends-a", "/nonexistent/backends-b"};
-  tr_runtime_options o{};
-  o.manifest_dir = "manifest/spec";
-  o.backend_dirs = dirs;
-  o.n_backend_dirs = 2;
-  o.warn = tr_test::Warnings::sink;
-  o.warn_ctx = &warnings;
-  tr_runtime *rt = nullptr;
-  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_runtime *rt = tr_test::runtime_with_dirs({"/nonexistent/backends-a", "/nonexistent/backends-b"}, &warnings);
   tr_op *op = nullptr;
   std::string e = tr_test::error_of(tr_op_new(rt, "AddFwdOp", nullptr, 0, "nope", &op));
   CHECK(e == "UnknownTargetError: no backend registered target 'nope'; known targets: []");  // the spec's, unchanged

@@ -228,11 +228,8 @@ static int report(FILE *err, tr_status *status) {
 
 static const char *manifest_dir(const cli_options *opts) {
   if (opts->manifest_dir != NULL) return opts->manifest_dir;
-  const char *env = tr_plat_getenv("TILERUN_MANIFEST_DIR");
-  if (env != NULL && env[0] != '\0') return env;
   static char installed[4096]; /* an installed command's: <prefix>/share/tilerun/manifest */
-  return tr_discovery_installed_dir("/share/tilerun/manifest", installed, sizeof(installed)) ? installed
-                                                                                              : "manifest/spec";
+  return tr_discovery_manifest_dir(installed, sizeof(installed));
 }
 
 static int load_manifest(const cli_options *opts, FILE *err, tr_manifest **out) {

@@ -24,14 +24,7 @@ struct Installed {
       std::string lib = std::filesystem::absolute("backends/example/libexample_backend.so").string();
       dir.write("example.yaml", "name: example\nlibrary: " + lib + "\n");
     }
-    const char *dirs[] = {dir.path};
-    tr_runtime_options o{};
-    o.manifest_dir = "manifest/spec";
-    o.backend_dirs = dirs;
-    o.n_backend_dirs = 1;
-    o.warn = tr_test::Warnings::sink;
-    o.warn_ctx = &warnings;
-    tr_test::ok(tr_runtime_new(&o, &rt));
+    rt = tr_test::runtime_with_dirs({dir.path}, &warnings);
   }
   ~Installed() { tr_runtime_destroy(&rt); }
   tr_op *op(const char *name, std::vector<tr_named_value> params = {}, const char *target = nullptr) {

@@ -35,7 +35,8 @@ typedef struct tr_runtime tr_runtime;
 typedef struct tr_op tr_op;
 
 typedef struct tr_runtime_options {
-  const char *manifest_dir; /* NULL: $TILERUN_MANIFEST_DIR, else "manifest/spec" */
+  const char *manifest_dir; /* NULL or "": $TILERUN_MANIFEST_DIR, else an installed tilerun's
+                             * <prefix>/share/tilerun/manifest, else "manifest/spec" */
   /* The backend directories to search; NULL: $TILERUN_BACKEND_PATH then the install prefix's. */
   const char *const *backend_dirs;
   size_t n_backend_dirs;

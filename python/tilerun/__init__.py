@@ -253,15 +253,15 @@ _tr_load_failure_reason = _bind("tr_load_failure_reason", _cp, [_vp, _sz], requi
 _tr_runtime_empty = _bind("tr_runtime_empty", _c_status_p,
                           [_vp, ctypes.POINTER(DLTensor), ctypes.POINTER(_vp)], required=False)
 _tr_runtime_launch_remote = _bind("tr_runtime_launch_remote", ctypes.c_int, [_vp], required=False)
-# Streams: bound lazily (see _stream_fns), so that a library without them still loads.
-_stream_lock = threading.Lock()
-_stream_fns_cache = []
+_tr_cuda_set_stream = _bind("tr_cuda_set_stream", _c_status_p, [ctypes.c_int32, _vp])
+_tr_cuda_stream = _bind("tr_cuda_stream", _vp, [ctypes.c_int32])
 # manifest/manifest.h: not the public API, but exported by libtilerun.so (python/BUILD lists
 # them); the binding reads each op's input and output names from the manifest the runtime uses,
 # since tilerun.h has no accessor for them (tr_op_call needs room for every output).
 _tr_manifest_load_dir = _bind("tr_manifest_load_dir", _c_status_p, [_cp, ctypes.POINTER(_vp)])
 _tr_manifest_destroy = _bind("tr_manifest_destroy", None, [ctypes.POINTER(_vp)])
 _tr_manifest_find = _bind("tr_manifest_find", _vp, [_vp, _cp])
+_tr_discovery_manifest_dir = _bind("tr_discovery_manifest_dir", _cp, [ctypes.c_char_p, _sz])
 _tr_op_def_doc = _bind("tr_op_def_doc", _cp, [_vp])
 _tr_op_def_is_composite = _bind("tr_op_def_is_composite", ctypes.c_int, [_vp])
 _tr_op_def_input_count = _bind("tr_op_def_input_count", _sz, [_vp])
@@ -618,29 +618,6 @@ def _fill_value(name, v, slot, keep):
 # ---- streams ---------------------------------------------------------------------------------
 
 
-def _stream_fns():
-    """(tr_cuda_set_stream, tr_cuda_stream), or raises when the library lacks them."""
-    with _stream_lock:
-        if not _stream_fns_cache:
-            s = _bind("tr_cuda_set_stream", _c_status_p, [ctypes.c_int32, _vp], required=False)
-            g = _bind("tr_cuda_stream", _vp, [ctypes.c_int32], required=False)
-            _stream_fns_cache.append((s, g))
-    s, g = _stream_fns_cache[0]
-    if s is None or g is None:
-        raise NotImplementedError(
-            "tilerun: %s has no tr_cuda_set_stream / tr_cuda_stream (a build before CUDA "
-            "streams); rebuild //python:libtilerun.so" % library_path)
-    return s, g
-
-
-def _have_streams():
-    try:
-        _stream_fns()
-        return True
-    except NotImplementedError:
-        return False
-
-
 def set_stream(device_index, handle):
     """Sets the calling thread's current stream for cuda device `device_index`: where tilerun
     launches and allocates outputs. An output goes back, when freed, on the stream it was made
@@ -649,26 +626,22 @@ def set_stream(device_index, handle):
     `handle` is a CUstream / cudaStream_t as an int (torch:
     ``torch.cuda.current_stream().cuda_stream``; 0 means the legacy default stream and is passed
     to tilerun as its handle 0x1), or None for the per-thread default stream."""
-    setter, _ = _stream_fns()
     if handle is not None:
         handle = int(handle)
         if handle == 0:
             handle = 1  # CU_STREAM_LEGACY: tilerun reads NULL as the per-thread default stream
-    _check(setter(int(device_index), handle))
+    _check(_tr_cuda_set_stream(int(device_index), handle))
 
 
 def stream(device_index):
     """The calling thread's current stream for cuda device `device_index`, as an int handle;
     None for the per-thread default stream (tilerun's default)."""
-    _, getter = _stream_fns()
-    return getter(int(device_index))
+    return _tr_cuda_stream(int(device_index))
 
 
 def _dlpack_stream(device_index):
     """The stream argument a consumer on tilerun's current stream passes to __dlpack__ (DLPack's
     Python spec: 1 legacy default, 2 per-thread default, else the handle)."""
-    if not _have_streams():
-        return 2  # tilerun's documented default: the per-thread default stream
     h = stream(device_index)
     return 2 if not h else h
 
@@ -884,13 +857,12 @@ class Tensor:
 # ---- runtimes --------------------------------------------------------------------------------
 
 
-def _installed_manifest():
-    """The manifest the library's own prefix holds (<prefix>/share/tilerun/manifest, where
-    <prefix>/lib holds the library: an install, or the pip package), else manifest/spec under
-    the working directory: the runtime's own default order."""
-    prefix = os.path.dirname(os.path.dirname(os.path.abspath(library_path)))
-    installed = os.path.join(prefix, "share", "tilerun", "manifest")
-    return installed if os.path.isdir(installed) else "manifest/spec"
+def _default_manifest():
+    """The manifest folder the runtime reads when none is given (tr_discovery_manifest_dir):
+    $TILERUN_MANIFEST_DIR, else <prefix>/share/tilerun/manifest where <prefix>/lib holds the
+    library (an install, or the pip package), else manifest/spec under the working directory."""
+    buf = ctypes.create_string_buffer(4096)
+    return os.fsdecode(_tr_discovery_manifest_dir(buf, len(buf)))
 
 
 class Runtime:
@@ -906,7 +878,7 @@ class Runtime:
 
     def __init__(self, manifest_dir=None, backend_dirs=None, pipeline_file=None):
         if manifest_dir is None:
-            manifest_dir = os.environ.get("TILERUN_MANIFEST_DIR") or _installed_manifest()
+            manifest_dir = _default_manifest()
         self.manifest_dir = os.fspath(manifest_dir)
         if isinstance(backend_dirs, (str, bytes, os.PathLike)):
             backend_dirs = [backend_dirs]
@@ -1170,8 +1142,6 @@ def _sync_torch_streams(tensors):
         if index in done:
             continue
         done.add(index)
-        if not _have_streams():
-            return  # a library without streams: tilerun uses its default
         import torch
         set_stream(index, torch.cuda.current_stream(index).cuda_stream)
 
@@ -1247,21 +1217,7 @@ class Op(_ext.OpBase):
         what tuning settled."""
         arr = ctypes.POINTER(_NamedValue)()
         n = _tr_op_kernel_config(self._handle(), ctypes.byref(arr))
-        out = {}
-        for i in range(n):
-            v = arr[i].value
-            if v.kind == TR_VALUE_INT:
-                val = int(v.as_.i)
-            elif v.kind == TR_VALUE_FLOAT:
-                val = float(v.as_.f)
-            elif v.kind == TR_VALUE_BOOL:
-                val = bool(v.as_.b)
-            elif v.kind == TR_VALUE_STR:
-                val = v.as_.str.data.decode()
-            else:
-                val = None
-            out[arr[i].name.decode()] = val
-        return out
+        return {arr[i].name.decode(): _value_to_py(arr[i].value) for i in range(n)}
 
     def output_specs(self, *inputs):
         """What a call with these inputs would make, without running anything (no target, no
@@ -1351,7 +1307,7 @@ def _address(fn):
 _ext.setup({
     "tr_op_call": _address(_lib.tr_op_call),
     "tr_op_call_into": _address(_lib.tr_op_call_into),
-    "tr_cuda_set_stream": _address(_lib.tr_cuda_set_stream),
+    "tr_cuda_set_stream": _address(_tr_cuda_set_stream),
     "tr_op_destroy": _address(_lib.tr_op_destroy),
     "error_from": _error_from,
     "borrow": _borrow,

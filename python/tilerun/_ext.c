@@ -187,6 +187,13 @@ static void borrowed_release(borrowed *b) {
   Py_CLEAR(b->keep);
 }
 
+static void borrowed_init(borrowed *b, PyObject *inputs) {
+  b->inputs = inputs;
+  b->n_dl = b->n_bufs = b->n_owned = b->synced = b->any_cuda = 0;
+  b->keep = NULL;
+  b->streams_set = 0;
+}
+
 static int raise_status(void *status) {
   PyObject *addr = PyLong_FromVoidPtr(status);
   if (addr == NULL) return -1;
@@ -487,6 +494,26 @@ static void op_leave(ext_op *self) {
   if (self->in_flight == 0 && self->closing) op_destroy_now(self);
 }
 
+/* Runs tr_op_call (`outs`: DLManagedTensor *[]) or, with `into`, tr_op_call_into (`outs`:
+ * DLTensor *[]); the GIL goes while a kernel may block (a cpu kernel, a launch in another process),
+ * not around a cuda launch in this process. */
+static void *run_call(ext_op *self, const borrowed *b, const DLTensor *const *ins, size_t n_in, void *outs,
+                      size_t n_out, int into) {
+  const int release = !b->any_cuda || self->remote;
+  PyThreadState *saved = NULL;
+  if (release) {
+    self->in_flight++;
+    saved = PyEval_SaveThread();
+  }
+  void *status = into ? g_call_into(self->op, ins, n_in, (DLTensor *const *)outs, n_out)
+                      : g_call(self->op, ins, n_in, (DLManagedTensor **)outs, n_out);
+  if (release) {
+    PyEval_RestoreThread(saved);
+    self->in_flight--;
+  }
+  return status;
+}
+
 /* The sequence `seq` as a new tuple (a tuple: a new reference to it). */
 static PyObject *as_tuple(PyObject *seq) {
   if (PyTuple_Check(seq)) {
@@ -510,10 +537,7 @@ static PyObject *op_call(PyObject *pyself, PyObject *args, PyObject *kwargs) {
     return NULL;
   }
   borrowed b;
-  b.inputs = args;
-  b.n_dl = b.n_bufs = b.n_owned = b.synced = b.any_cuda = 0;
-  b.keep = NULL;
-  b.streams_set = 0;
+  borrowed_init(&b, args);
   const DLTensor *ins[EXT_MAX_TENSORS];
   PyObject *first = NULL;
   const route_entry *first_route = NULL;
@@ -531,16 +555,7 @@ static PyObject *op_call(PyObject *pyself, PyObject *args, PyObject *kwargs) {
   }
   DLManagedTensor *outs[EXT_MAX_TENSORS] = {0};
   size_t n_out = (size_t)self->n_outputs;
-  void *status;
-  if (!b.any_cuda || self->remote) {
-    self->in_flight++;
-    Py_BEGIN_ALLOW_THREADS
-    status = g_call(self->op, ins, (size_t)n_in, outs, n_out);
-    Py_END_ALLOW_THREADS
-    self->in_flight--;
-  } else {
-    status = g_call(self->op, ins, (size_t)n_in, outs, n_out);
-  }
+  void *status = run_call(self, &b, ins, (size_t)n_in, outs, n_out, 0);
   borrowed_release(&b);
   op_leave(self);
   if (status != NULL) {
@@ -638,10 +653,7 @@ static PyObject *op_call_into(PyObject *pyself, PyObject *const *args, Py_ssize_
   Py_ssize_t n_out = n_given > self->n_outputs ? n_given : self->n_outputs;
   PyObject *result = NULL;
   borrowed b;
-  b.inputs = ins_t;
-  b.n_dl = b.n_bufs = b.n_owned = b.synced = b.any_cuda = 0;
-  b.keep = NULL;
-  b.streams_set = 0;
+  borrowed_init(&b, ins_t);
   if (n_in + n_out > EXT_MAX_TENSORS) { /* the borrowed slots hold inputs and outputs */
     PyErr_Format(PyExc_ValueError, "tilerun: at most %d tensors a call, got %zd inputs and %zd "
                  "outputs", EXT_MAX_TENSORS, n_in, n_out);
@@ -657,16 +669,7 @@ static PyObject *op_call_into(PyObject *pyself, PyObject *const *args, Py_ssize_
     if (borrow(&b, PyTuple_GetItem(outs_t, i), 1, &t, NULL) != 0) goto done;
     outs[i] = (DLTensor *)t;
   }
-  void *status;
-  if (!b.any_cuda || self->remote) {
-    self->in_flight++;
-    Py_BEGIN_ALLOW_THREADS
-    status = g_call_into(self->op, ins, (size_t)n_in, outs, (size_t)n_out);
-    Py_END_ALLOW_THREADS
-    self->in_flight--;
-  } else {
-    status = g_call_into(self->op, ins, (size_t)n_in, outs, (size_t)n_out);
-  }
+  void *status = run_call(self, &b, ins, (size_t)n_in, outs, (size_t)n_out, 1);
   if (status != NULL) {
     raise_status(status);
     goto done;

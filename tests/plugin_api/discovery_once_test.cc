@@ -41,15 +41,7 @@ static void check_discovered_once(const char *mode, const char *fragment) {
   tr_test::ok(tr_plat_setenv("TR_POISON_LOG", log.c_str()));
   tr_test::ok(tr_plat_setenv("TR_POISON_MODE", mode));
   tr_test::Warnings warnings;
-  const char *dirs[] = {dir.path};
-  tr_runtime_options o{};
-  o.manifest_dir = "manifest/spec";
-  o.backend_dirs = dirs;
-  o.n_backend_dirs = 1;
-  o.warn = tr_test::Warnings::sink;
-  o.warn_ctx = &warnings;
-  tr_runtime *rt = nullptr;
-  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_runtime *rt = tr_test::runtime_with_dirs({dir.path}, &warnings);
   INFO("mode " << mode);
   for (int round = 0; round < 3; round++) {  // op construction and registry queries, again and again
     tr_op *rms = tr_test::rms_op(rt, 8);
