@@ -11,6 +11,22 @@ rm -rf "$work" && mkdir -p "$work/src/python/tilerun" "$work/elsewhere"
 cp "$root/python/setup.py" "$root/python/pyproject.toml" "$work/src/python/"
 cp "$root"/python/tilerun/{__init__.py,__init__.pyi,_ext.pyi,py.typed,_ext.c,torch.py} "$work/src/python/tilerun/"
 /usr/bin/python3 -m venv --system-site-packages "$work/venv"
+# With nothing built in the tree (its sources only: the version header) and no installed tilerun,
+# the install fails saying what to build.
+mkdir -p "$work/empty/include/tilerun"
+cp "$root/include/tilerun/version.h" "$work/empty/include/tilerun/"
+if TILERUN_TREE="$work/empty" PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH= "$work/venv/bin/pip" install \
+    --no-build-isolation --no-index --no-cache-dir --disable-pip-version-check -q "$work/src/python" \
+    >"$work/refused.log" 2>&1; then
+  echo "FAIL: pip installed tilerun from a tree with nothing built" >&2
+  exit 1
+fi
+grep -q "no built libtilerun.so under $work/empty" "$work/refused.log" &&
+  grep -q "bazel build -c opt //python:libtilerun.so //backends/cpu:installed" "$work/refused.log" || {
+  echo "FAIL: the refusal does not say what is missing and what to build:" >&2
+  cat "$work/refused.log" >&2
+  exit 1
+}
 TILERUN_TREE="$root" "$work/venv/bin/pip" install --no-build-isolation --no-index --no-cache-dir \
   --disable-pip-version-check -q "$work/src/python" >&2
 # A sanitized build (--config=asan) needs its runtimes loaded first, as run_python_test.sh does.

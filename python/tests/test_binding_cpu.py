@@ -610,6 +610,30 @@ class ExtensionCpuTest(unittest.TestCase):
         for _, specs, params in bn_rows:  # each row's specs are a call the manifest accepts
             tilerun.op("BatchNormFwdOp", **params).output_specs(*specs)
 
+    def test_bad_calls_name_what_is_wrong(self):
+        add = tilerun.op("AddFwdOp")
+        a = np.ones(3, np.float32)
+        with self.assertRaisesRegex(TypeError, "an op takes its tensors by position only"):
+            add(a, a, out=a)
+        with self.assertRaisesRegex(ValueError, r"at most 16 tensors a call, got 17 inputs"):
+            add(*([a] * 17))
+        with self.assertRaisesRegex(ValueError, r"at most 16 tensors a call, got 16 inputs and 1 outputs"):
+            add.call_into([a] * 16, a)
+        with self.assertRaisesRegex(TypeError, r"call_into\(inputs, outputs\): 2 arguments, got 1"):
+            add.call_into([a, a])
+        rt = tilerun.default_runtime()
+        with self.assertRaisesRegex(LookupError, "has no op 'NoSuchOp'"):
+            rt.workloads("NoSuchOp")
+        with self.assertRaisesRegex(LookupError, "has no op 'NoSuchOp'"):
+            rt.op_info("NoSuchOp")
+        with self.assertRaisesRegex(TypeError, "is not a dtype"):
+            add.output_specs(((3,), object(), "cpu"), ((3,), "float32", "cpu"))
+        with self.assertRaisesRegex(ValueError, "rank 9 is above the most a tensor may have \\(8\\)"):
+            add.output_specs(((1,) * 9, "float32", "cpu"), ((1,) * 9, "float32", "cpu"))
+        with self.assertRaises(tilerun.InvalidValueError) as caught:
+            add.output_specs(((3,), "float32", "nodevice:x"), ((3,), "float32", "cpu"))
+        self.assertIn("nodevice:x", str(caught.exception))
+
     def test_a_closed_op_says_so(self):
         add = tilerun.op("AddFwdOp")
         a = np.ones(3, np.float32)
