@@ -167,7 +167,6 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   out->entry = "tr_gemm_skinny";
   out->block = SKINNY_BLOCK;
   tr_intree_add_text(out, "-DTR_T=%s", tr_intree_c_type(dt));
-  if (tr_dtype_equal(dt, TR_BFLOAT16)) tr_intree_add_text(out, "%s", "-DTR_T_IS_BF16");
   tr_intree_add_int(out, "-DTR_S=%lld", (long long)S);
   tr_intree_add_int(out, "-DTR_K=%lld", (long long)tr_call_spec_int(call, "k"));
   tr_intree_add_int(out, "-DTR_RT=%lld", skinny_tiles(S));

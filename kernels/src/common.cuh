@@ -1,5 +1,6 @@
 // common.cuh: what every in-tree kernel source shares (compiled by NVRTC, no CUDA header):
-// 16-bit float storage and conversions, vector access, warp and block reductions.
+// 16-bit float storage and conversions, vector access, warp and block reductions, tensor-core
+// and asynchronous-copy instructions, cluster helpers.
 // The build passes the specialisation as macros: TR_T (the element type: f16, bf16, float,
 // double, int, i64), TR_N (the row length), TR_BLOCK (threads per block) and per-kernel ones.
 typedef long long i64;
@@ -225,4 +226,72 @@ __device__ __forceinline__ float load_cluster(const float *p, unsigned rank) {
   asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(f) : "r"(remote) : "memory");
   return f;
+}
+
+// ---- Tensor cores and asynchronous copies (sm_80 and later) ----
+
+// d += a * b on the tensor cores: mma.sync m16n8k16, a 16x16 tile of A (row-major fragment: four
+// 32-bit words of two T each) times a 16x8 tile of B (column fragment: two words), float32
+// accumulators (PTX ISA, "Matrix Fragments for mma.m16n8k16"). Lane l holds A rows l/4 and
+// l/4 + 8, B column l/4, D rows l/4 and l/4 + 8 at columns 2 * (l % 4) and the one after.
+template <class T>
+__device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                         unsigned b0, unsigned b1);
+template <>
+__device__ __forceinline__ void mma16816<bf16>(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                               unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<f16>(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                              unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The shared-memory address (32 bits) of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// ldmatrix: four (x4) or two (x2) 8x8 matrices of 16-bit elements from shared memory; lane l
+// gives the address of row l % 8 of matrix l / 8 (16 contiguous bytes). TRANS: each matrix
+// transposed (a row-major [k][n] tile read as B's column fragment).
+template <bool TRANS = false>
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  if constexpr (TRANS) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  }
+}
+template <bool TRANS = false>
+__device__ __forceinline__ void ldmatrix_x2(unsigned (&r)[2], unsigned addr) {
+  if constexpr (TRANS) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+  }
+}
+
+// cp.async: 16 bytes from global `src` to shared `dst` without a register round trip (cached in
+// L2 only); !valid writes 16 zero bytes and reads nothing. Completed in groups: commit closes the
+// group of the copies issued since the last, wait<N> returns once at most N groups are pending.
+__device__ __forceinline__ void cp_async16(unsigned dst, const void *src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }

@@ -64,21 +64,6 @@ __device__ __forceinline__ void load_x(const T *row, i64 k, i64 xk, bool valid, 
 #endif
 }
 
-__device__ __forceinline__ void mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                    unsigned b1) {
-#if defined(TR_T_IS_BF16)
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
-}
-
 // The weight's U chunks from chunk c on (every WARPS-th), for this lane's rows.
 template <bool ALIGNED>
 __device__ __forceinline__ void load_batch(unsigned (&wa)[U][RT][2][4], const T *const (&wr)[RT][2],
@@ -114,7 +99,7 @@ __device__ __forceinline__ void mma_batch(float (&acc)[RT][NT][4], const unsigne
       for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int j = 0; j < NT; j++)
-          mma(acc[r][j], wa[u][r][0][2 * step], wa[u][r][1][2 * step], wa[u][r][0][2 * step + 1],
+          mma16816<T>(acc[r][j], wa[u][r][0][2 * step], wa[u][r][1][2 * step], wa[u][r][0][2 * step + 1],
               wa[u][r][1][2 * step + 1], xb[j][2 * step], xb[j][2 * step + 1]);
   }
 }
