@@ -62,6 +62,9 @@ typedef int (*event_sync_fn)(tr_cu_event event);
 typedef int (*event_elapsed_fn)(float *ms, tr_cu_event start, tr_cu_event end);
 typedef int (*event_destroy_fn)(tr_cu_event event);
 typedef int (*memset8_fn)(tr_cu_ptr dst, unsigned char value, size_t n, tr_cu_stream stream);
+typedef int (*tensor_map_fn)(tr_cu_tensor_map *map, int data_type, uint32_t rank, void *base, const uint64_t *dims,
+                             const uint64_t *strides, const uint32_t *box, const uint32_t *element_strides,
+                             int interleave, int swizzle, int l2_promotion, int oob_fill);
 
 enum { kFuncAttrMaxDynamicSmem = 8 };      /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 
@@ -103,6 +106,7 @@ static struct {
   event_elapsed_fn event_elapsed;
   event_destroy_fn event_destroy;
   memset8_fn memset8;
+  tensor_map_fn tensor_map; /* optional (CUDA 12.0 on) */
   tr_plat_mutex lock; /* the contexts */
   _Atomic(tr_cu_ctx) published[TR_CUDA_MAX_DEVICES]; /* contexts[i] once retained, read without the lock */
   tr_cu_ctx contexts[TR_CUDA_MAX_DEVICES];
@@ -172,6 +176,8 @@ static void load_once(void) {
   BIND(event_sync, "cuEventSynchronize");
   BIND(event_destroy, "cuEventDestroy_v2");
   BIND(memset8, "cuMemsetD8Async");
+  void *tensor_map = tr_plat_lib_symbol(g.lib, "cuTensorMapEncodeTiled"); /* optional: NULL refuses maps */
+  memcpy(&g.tensor_map, &tensor_map, sizeof(g.tensor_map));
   /* CUDA 12.8 on name it _v2 (the same signature); older drivers have the plain name only */
   void *elapsed = tr_plat_lib_symbol(g.lib, "cuEventElapsedTime_v2");
   if (elapsed != NULL) memcpy(&g.event_elapsed, &elapsed, sizeof(g.event_elapsed));
@@ -570,4 +576,19 @@ void tr_cu_event_destroy(tr_cu_event event) {
 tr_status *tr_cu_memset_async(tr_cu_ptr dst, unsigned char value, size_t bytes, tr_cu_stream stream) {
   int rc = g.memset8(dst, value, bytes, stream);
   return rc == 0 ? NULL : cu_error(rc, "setting cuda memory%s", "");
+}
+
+tr_status *tr_cu_tensor_map_u16(tr_cu_tensor_map *out, const void *base, uint32_t rank, const uint64_t *dims,
+                                const uint64_t *strides, const uint32_t *box, int swizzle_128b) {
+  memset(out, 0, sizeof(*out));
+  if (g.tensor_map == NULL) {
+    return TR_STATUS(TR_BACKEND, "the CUDA driver has no cuTensorMapEncodeTiled (a driver older than CUDA 12.0)");
+  }
+  uint32_t ones[5] = {1, 1, 1, 1, 1};
+  if (rank < 1 || rank > 5) return TR_STATUS(TR_VALUE, "a tensor map of rank %u (1 to 5)", rank);
+  /* CU_TENSOR_MAP_DATA_TYPE_UINT16, INTERLEAVE_NONE, SWIZZLE_128B or NONE, L2_PROMOTION_L2_256B,
+   * FLOAT_OOB_FILL_NONE (zeros) */
+  int rc = g.tensor_map(out, 1, rank, (void *)base, dims, strides, box, ones, 0, swizzle_128b ? 3 : 0, 3, 0);
+  if (rc != 0) return cu_error(rc, "encoding a tensor map%s", "");
+  return NULL;
 }

@@ -74,6 +74,23 @@ tr_status *tr_cu_launch_cluster(tr_cu_function function, const char *what, uint3
 tr_status *tr_cu_alloc_async(size_t bytes, tr_cu_stream stream, tr_cu_ptr *out) TR_MUST_USE;
 int tr_cu_free_async(tr_cu_ptr ptr, tr_cu_stream stream);
 
+/* A TMA tensor map (CUtensorMap): what a kernel's bulk tensor copies read a tensor's layout from. */
+#ifdef __cplusplus
+#define TR_CU_ALIGN128 alignas(128)
+#else
+#define TR_CU_ALIGN128 _Alignas(128)
+#endif
+typedef struct tr_cu_tensor_map {
+  TR_CU_ALIGN128 uint64_t opaque[16];
+} tr_cu_tensor_map;
+/* Encodes a tiled map of 16-bit elements: `rank` dims (innermost first), the byte strides of
+ * dims 1..rank-1 (multiples of 16; `base` 16-byte aligned), the box a copy moves; swizzle_128b:
+ * the box lands in shared memory with its 16-byte chunks XORed by the row (mod 8) within each
+ * 1024 bytes (the box's inner extent then 128 bytes at most). Out-of-bounds elements read as
+ * zeros. A driver without maps (before CUDA 12.0) or a layout it refuses is a BackendError. */
+tr_status *tr_cu_tensor_map_u16(tr_cu_tensor_map *out, const void *base, uint32_t rank, const uint64_t *dims,
+                                const uint64_t *strides, const uint32_t *box, int swizzle_128b) TR_MUST_USE;
+
 /* CU_STREAM_PER_THREAD: the per-thread default stream's handle. */
 #define TR_CU_PER_THREAD_STREAM ((tr_cu_stream)0x2)
 

@@ -1,9 +1,10 @@
-/* attention.c: the attention family: GQADecodeFwdOp on cuda (kernels/src/gqa_decode.cu), its
- * general implementation `gqa_dense_decode`: split-KV, a KV head's query heads packed into one
- * pass over its cache, float32 partials merged by a second kernel. The split count is chosen at
- * launch from the batch, the KV heads, the cache length and the SM count, never compiled in; the
- * partials live in stream-ordered memory taken and given back on the call's stream (inside a
- * graph capture: the graph's own allocation nodes), so one build serves every batch and length.
+/* attention.c: the attention family: GQADecodeFwdOp on cuda (kernels/src/gqa_decode.cu), the
+ * three implementations of the kernel-selection spec's worked example (below). Each splits the
+ * KV length, packs a KV head's query heads into one pass over its cache on the tensor cores, and
+ * writes float32 partials merged by a second kernel. The split count is chosen at launch from the
+ * batch, the KV heads, the cache length and the SM count, never compiled in; the partials live in
+ * stream-ordered memory taken and given back on the call's stream (inside a graph capture: the
+ * graph's own allocation nodes), so one build serves every batch and length.
  *
  * seqlens are values: a row's length is clamped to [0, S] (nothing past S is read; a negative or
  * zero length gives zeros), not checked. */
@@ -37,12 +38,30 @@ static const tr_kernel_interface kDecodeIface = {
     "device; returns o [B, heads, dim]; row b attends to its first seqlens[b] entries (clamped to [0, S]); "
     "nothing written in place"};
 
-enum { DENSE };
-enum { DECODE_BLOCK = 128, DECODE_MAX_QT = 8, DECODE_MAX_SPLITS = 128, DECODE_MIN_ROWS_A_SPLIT = 128 };
-static const tr_intree_impl kImpls[] = {{&tr_intree_attention_family, DENSE, 0}};
+/* The three implementations of the spec's worked example (kernel-selection, table 2):
+ * - DENSE `gqa_dense_decode`, general, SM80 on: cp.async rings a warp, tensor cores;
+ * - BS1 `gqa_dense_decode_bs1`, SM90 only, batch 1: a producer warp feeds the consumer warps'
+ *   tensor cores through Hopper's bulk copies (TMA) into a ring of slots with mbarriers;
+ * - LONG `gqa_dense_decode_long_context`, SM80 on, the spec's long-context range (batch 1, KV of
+ *   1024 and more, heads 32/4, dim 128, float16, no softcap), preferred over bs1: the general
+ *   kernel, as the spec's long-context class is a subclass of the general one that changes only
+ *   which calls it serves. */
+enum { DENSE, BS1, LONG };
+enum {
+  DECODE_BLOCK = 128,        /* the consumer warps (4); BS1 adds a producer warp */
+  DECODE_MAX_SPLITS = 256,
+  DECODE_MIN_ROWS_A_SPLIT = 64, /* a slot (16 rows) for each of the 4 warps */
+  MERGE_GROUPS = 4,             /* the merge's groups of dim threads (gqa_decode.cu's MG) */
+};
+static const tr_intree_impl kImpls[] = {
+    {&tr_intree_attention_family, DENSE, 0},
+    {&tr_intree_attention_family, BS1, 0},
+    {&tr_intree_attention_family, LONG, 0},
+};
 
-static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
-  (void)self;
+/* What every implementation of the interface needs (the general one's refusal; the others end
+ * with it, as the spec's overrides end with super().refusal). */
+static const char *base_refusal(const tr_call_spec *call, char *buf, size_t size) {
   tr_dtype d = tr_call_spec_get(call, "dtype")->as.dtype;
   if (!tr_dtype_equal(d, TR_FLOAT16) && !tr_dtype_equal(d, TR_BFLOAT16)) {
     snprintf(buf, size, "attends in float16 and bfloat16; got %s", tr_dtype_name(d));
@@ -62,7 +81,39 @@ static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call,
   return NULL;
 }
 
+static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
+  (void)self;
+  return base_refusal(call, buf, size);
+}
+
+static const char *bs1_refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
+  (void)self;
+  int64_t batch = tr_call_spec_int(call, "batch");
+  if (batch != 1) {
+    snprintf(buf, size, "serves batch 1; got batch=%lld", (long long)batch);
+    return buf;
+  }
+  return base_refusal(call, buf, size);
+}
+
+/* The spec's GQADecodeLongContextKernel.refusal, word for word where it refuses. */
+static const char *long_refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
+  (void)self;
+  int served = tr_call_spec_int(call, "seqlen_kv") >= 1024 && tr_call_spec_int(call, "batch") == 1 &&
+               tr_call_spec_int(call, "heads") == 32 && tr_call_spec_int(call, "heads_kv") == 4 &&
+               tr_call_spec_int(call, "dim") == 128 &&
+               tr_dtype_equal(tr_call_spec_get(call, "dtype")->as.dtype, TR_FLOAT16) &&
+               tr_call_spec_float(call, "softcap") == 0.0;
+  if (!served) return "does not serve this call";
+  return base_refusal(call, buf, size);
+}
+
+static const int32_t kSm90[] = {90};
+static const char *const kLongWins[] = {"gqa_dense_decode_bs1", NULL};
+
 TR_INTREE_TYPE(kDense, "gqa_dense_decode", kDecodeIface, kImpls[DENSE], 1, NULL, refusal);
+TR_INTREE_TYPE_ARCHS(kBs1, "gqa_dense_decode_bs1", kDecodeIface, kImpls[BS1], 0, NULL, bs1_refusal, kSm90, 1);
+TR_INTREE_TYPE(kLong, "gqa_dense_decode_long_context", kDecodeIface, kImpls[LONG], 0, kLongWins, long_refusal);
 
 static tr_status *decode_spec(const tr_tensor_spec *const *in, size_t n_in, const tr_named_value *params,
                               size_t n_params, const tr_device *device, const char **iface, tr_call_spec *out) {
@@ -86,39 +137,66 @@ static tr_status *decode_spec(const tr_tensor_spec *const *in, size_t n_in, cons
   return tr_call_spec_init(out, &kDecodeCall, device, v, 8);
 }
 
+/* The ring's slots a warp (DENSE, LONG) or a CTA (BS1), and the dynamic shared memory of a
+ * build: the rings, or the warps' merge buffers where larger (kernels/src/gqa_decode.cu). */
+static int64_t ring_stages(int kind, int64_t dim) { return kind == BS1 ? (dim == 128 ? 3 : 5) : (dim == 128 ? 3 : 4); }
+static int64_t smem_bytes(int kind, int64_t dim) {
+  const int64_t warps = DECODE_BLOCK / 32, stages = ring_stages(kind, dim);
+  int64_t ring = warps * stages * 2 * 16 * dim * 2; /* BS1: the CTA's slots of 16 rows a warp, as many bytes */
+  int64_t merge = warps * 16 * dim * 4 + 2 * warps * 16 * 4;
+  int64_t bytes = ring > merge ? ring : merge;
+  return kind == BS1 ? bytes + 2 * stages * 8 + 1024 : bytes; /* BS1: the mbarriers, 1 KiB to align the ring */
+}
+
 static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
   tr_dtype dt = tr_call_spec_get(call, "dtype")->as.dtype;
   const char *t = tr_intree_c_type(dt);
   if (t == NULL) return TR_STATUS(TR_VALUE, "kernel '%s' has no specialisation for dtype %s", type->key, tr_dtype_name(dt));
+  int kind = ((const tr_intree_impl *)type->ctx)->kind;
   int64_t gq = tr_call_spec_int(call, "heads") / tr_call_spec_int(call, "heads_kv");
+  int64_t dim = tr_call_spec_int(call, "dim");
   out->source = tr_src_gqa_decode;
   out->entry = "tr_gqa";
-  out->block = DECODE_BLOCK;
+  out->block = DECODE_BLOCK + (kind == BS1 ? 32 : 0);
   tr_intree_add_text(out, "-DTR_T=%s", t);
-  tr_intree_add_int(out, "-DTR_DIM=%lld", (long long)tr_call_spec_int(call, "dim"));
+  tr_intree_add_int(out, "-DTR_DIM=%lld", (long long)dim);
   tr_intree_add_int(out, "-DTR_GQ=%lld", (long long)gq);
-  tr_intree_add_int(out, "-DTR_QT=%lld", (long long)(gq < DECODE_MAX_QT ? gq : DECODE_MAX_QT));
+  tr_intree_add_int(out, "-DTR_STAGES=%lld", (long long)ring_stages(kind, dim));
+  if (kind == BS1) tr_intree_add_int(out, "-DTR_BULK=%lld", 1);
   tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
   return NULL;
 }
 
-/* ints[0]: dim; ints[1]: heads_kv; ints[2]: query-head tiles a KV head; reals[0]: scale;
+/* ints[0]: dim; ints[1]: heads_kv; ints[2]: query-head tiles a KV head; ints[3]: the
+ * implementation; ints[4]: dynamic shared memory; ints[5]: CTAs an SM; reals[0]: scale;
  * reals[1]: softcap. */
 static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   int64_t gq = tr_call_spec_int(call, "heads") / tr_call_spec_int(call, "heads_kv");
+  int kind = k->impl->kind;
   k->ints[0] = tr_call_spec_int(call, "dim");
   k->ints[1] = tr_call_spec_int(call, "heads_kv");
-  k->ints[2] = (gq + DECODE_MAX_QT - 1) / DECODE_MAX_QT;
+  k->ints[2] = (gq + 15) / 16;
+  k->ints[3] = kind;
+  k->ints[4] = smem_bytes(kind, k->ints[0]);
   k->reals[0] = tr_call_spec_float(call, "scale");
   k->reals[1] = tr_call_spec_float(call, "softcap");
   if (k->narrow.companion == NULL) return TR_STATUS(TR_BACKEND, "kernel '%s' has no merge entry", k->key);
-  return NULL;
+  int64_t budget = call->facts.smem_budget;
+  if (budget > 0 && k->ints[4] > budget) {
+    return TR_STATUS(TR_BACKEND, "kernel '%s' needs %lld bytes of shared memory a block; the device allows %lld",
+                     k->key, (long long)k->ints[4], (long long)budget);
+  }
+  /* an SM's shared memory is about the opt-in limit a block and 1 KiB (227 + 1 on sm_90) */
+  int64_t per_sm = budget > 0 ? (budget + 1024) / (k->ints[4] + 1024) : 1;
+  k->ints[5] = per_sm < 1 ? 1 : per_sm;
+  return tr_cu_function_set_smem(k->narrow.function, (int)k->ints[4]);
 }
 
-/* Splits of the KV length: enough CTAs for two waves of the card, each split at least
- * DECODE_MIN_ROWS_A_SPLIT rows, at most DECODE_MAX_SPLITS. */
-static int64_t split_count(int64_t units, int64_t S, int32_t sms) {
-  int64_t want = (2 * (int64_t)sms + units - 1) / units;
+/* Splits of the KV length: as many as fill one wave of CTAs on the card and no more (a second,
+ * partial wave would leave SMs idle while it runs), each split at least DECODE_MIN_ROWS_A_SPLIT
+ * rows, at most DECODE_MAX_SPLITS. */
+static int64_t split_count(int64_t units, int64_t S, int64_t ctas_a_wave) {
+  int64_t want = ctas_a_wave / units;
   int64_t most = (S + DECODE_MIN_ROWS_A_SPLIT - 1) / DECODE_MIN_ROWS_A_SPLIT;
   if (want > most) want = most;
   if (want > DECODE_MAX_SPLITS) want = DECODE_MAX_SPLITS;
@@ -137,9 +215,9 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
     return TR_STATUS(TR_VALUE, "GQADecodeFwdOp: %lld batch rows of %lld heads are more than one launch covers",
                      (long long)B, (long long)heads);
   }
-  int64_t splits = S == 0 ? 1 : split_count(units, S, k->sm_count);
+  int64_t splits = S == 0 ? 1 : split_count(units, S, (int64_t)k->sm_count * k->ints[5]);
   int64_t chunk = S == 0 ? 1 : (S + splits - 1) / splits;
-  chunk = (chunk + 31) / 32 * 32;
+  chunk = (chunk + DECODE_MIN_ROWS_A_SPLIT - 1) / DECODE_MIN_ROWS_A_SPLIT * DECODE_MIN_ROWS_A_SPLIT;
   if (S > 0) splits = (S + chunk - 1) / chunk;
   size_t part_bytes = (size_t)(B * heads * splits) * (size_t)(dim + 2) * sizeof(float);
   tr_cu_ptr part = 0;
@@ -148,21 +226,42 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   float *part_ml = part_o + (size_t)(B * heads * splits) * (size_t)dim;
   int heads_kv_i = (int)heads_kv, splits_i = (int)splits;
   float scale = (float)k->reals[0], softcap = (float)k->reals[1];
-  void *split_args[] = {&q, &kc, &vc, &seqlens, &part_o, &part_ml, &S, &heads_kv_i, &splits_i, &chunk, &scale, &softcap};
-  tr_status *status = tr_cu_launch_ex(k->narrow.function, k->key, (uint32_t)units, (uint32_t)splits, k->block, 0, stream,
-                                      split_args, k->overlap);
+  /* BS1: the caches' tensor maps ([S][heads_kv][dim] of batch row 0, boxes of 64 dims x one head x
+   * 64 rows), made where the kernel takes its tensor copies (both caches 16-byte aligned) */
+  static const tr_cu_tensor_map km, vm; /* zeros where the kernel reads none */
+  tr_cu_tensor_map kmap = km, vmap = vm;
+  if (k->ints[3] == BS1 && ((uintptr_t)kc & 15) == 0 && ((uintptr_t)vc & 15) == 0) {
+    if (S > 0x7fffffffLL) {
+      tr_cu_free_async(part, stream);
+      return TR_STATUS(TR_VALUE, "GQADecodeFwdOp: kernel '%s' indexes caches of at most 2^31 - 1 rows; got %lld", k->key,
+                       (long long)S);
+    }
+    uint64_t dims[3] = {(uint64_t)dim, (uint64_t)heads_kv, (uint64_t)S};
+    uint64_t strides[2] = {(uint64_t)dim * 2, (uint64_t)(heads_kv * dim * 2)};
+    uint32_t box[3] = {64, 1, 64};
+    tr_status *made = tr_cu_tensor_map_u16(&kmap, kc, 3, dims, strides, box, 1);
+    if (made == NULL) made = tr_cu_tensor_map_u16(&vmap, vc, 3, dims, strides, box, 1);
+    if (made != NULL) {
+      tr_cu_free_async(part, stream);
+      return made;
+    }
+  }
+  void *split_args[] = {&q,        &kc,     &vc,        &seqlens, &part_o,  &part_ml, &S,   &heads_kv_i,
+                        &splits_i, &chunk,  &scale,     &softcap, &kmap,    &vmap};
+  tr_status *status = tr_cu_launch_ex(k->narrow.function, k->key, (uint32_t)units, (uint32_t)splits, k->block,
+                                      (uint32_t)k->ints[4], stream, split_args, k->overlap);
   if (status == NULL) {
     void *merge_args[] = {&part_o, &part_ml, &o, &splits_i};
-    status = tr_cu_launch_ex(k->narrow.companion, k->key, (uint32_t)(B * heads), 1, (uint32_t)dim, 0, stream,
-                             merge_args, k->overlap);
+    status = tr_cu_launch_ex(k->narrow.companion, k->key, (uint32_t)(B * heads), 1, (uint32_t)(dim * MERGE_GROUPS), 0,
+                             stream, merge_args, k->overlap);
   }
   tr_cu_free_async(part, stream);
   return status;
 }
 
 static const tr_kernel_interface *const kIfaces[] = {&kDecodeIface};
-static const tr_kernel_type *const kTypes[] = {&kDense};
-static const tr_intree_op kOps[] = {{"GQADecodeFwdOp", 1, kIfaces, 1, kTypes, decode_spec, 0}};
+static const tr_kernel_type *const kTypes[] = {&kDense, &kBs1, &kLong};
+static const tr_intree_op kOps[] = {{"GQADecodeFwdOp", 1, kIfaces, 3, kTypes, decode_spec, 0}};
 
 const tr_intree_family tr_intree_attention_family = {"attention", 1, kOps, 0, source_for, prepare, launch,
                                                      NULL, NULL, NULL, "_merge"};

@@ -89,10 +89,12 @@ tr_status *tr__intree_factory(const tr_kernel_type *self, const tr_call_spec *ca
 
 /* An in-tree implementation: the spec's defaults but for the architectures (SM80 on: the bf16
  * conversions), the refusal, the factory and the impl. */
-#define TR_INTREE_TYPE(var, key_, iface, impl, general_, preferred_, refusal_)                          \
-  static const tr_kernel_type var = {sizeof(tr_kernel_type), key_, &iface, NULL, tr_intree_archs,       \
-                                     TR_INTREE_N_ARCHS, general_, preferred_, NULL, refusal_, NULL,     \
-                                     tr__intree_factory, NULL, (void *)&impl}
+#define TR_INTREE_TYPE(var, key_, iface, impl, general_, preferred_, refusal_) \
+  TR_INTREE_TYPE_ARCHS(var, key_, iface, impl, general_, preferred_, refusal_, tr_intree_archs, TR_INTREE_N_ARCHS)
+/* The same for an implementation of some architectures only (`archs`, `n_archs` of them). */
+#define TR_INTREE_TYPE_ARCHS(var, key_, iface, impl, general_, preferred_, refusal_, archs, n_archs)      \
+  static const tr_kernel_type var = {sizeof(tr_kernel_type), key_, &iface, NULL, archs, n_archs, general_, \
+                                     preferred_, NULL, refusal_, NULL, tr__intree_factory, NULL, (void *)&impl}
 
 extern const int32_t tr_intree_archs[];
 #define TR_INTREE_N_ARCHS 11

@@ -107,25 +107,41 @@ std::vector<Case> all_cases() {
       }
     }
   }
-  // GQA decode: both dtypes and head dims, query heads a KV head 1, 4, 6, 8 (one tile) and 32
-  // (four tiles of 8)
+  // GQA decode: both dtypes and head dims, query heads a KV head 1, 4, 6, 8 (one tile of 16), 32
+  // (two tiles), for the general and the batch-1 (bulk-copy) implementations; the long-context
+  // one in its range (float16, heads 32/4, dim 128)
   const tr_intree_op *gqa = tr_intree_find("GQADecodeFwdOp");
-  for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16}) {
-    for (int64_t dim : {64, 128}) {
-      for (int64_t gq : {1, 4, 6, 8, 32}) {
-        add(cases, gqa, "gqa_dense_decode", nullptr,
-            {{"dtype", tr_value_dtype(dt)}, {"batch", tr_value_int(1)}, {"seqlen_kv", tr_value_int(4096)},
-             {"heads", tr_value_int(8 * gq)}, {"heads_kv", tr_value_int(8)}, {"dim", tr_value_int(dim)},
-             {"softcap", tr_value_float(0.0)}, {"scale", tr_value_float(0.125)}});
+  for (const char *key : {"gqa_dense_decode", "gqa_dense_decode_bs1"}) {
+    for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16}) {
+      for (int64_t dim : {64, 128}) {
+        for (int64_t gq : {1, 4, 6, 8, 32}) {
+          add(cases, gqa, key, nullptr,
+              {{"dtype", tr_value_dtype(dt)}, {"batch", tr_value_int(1)}, {"seqlen_kv", tr_value_int(4096)},
+               {"heads", tr_value_int(8 * gq)}, {"heads_kv", tr_value_int(8)}, {"dim", tr_value_int(dim)},
+               {"softcap", tr_value_float(0.0)}, {"scale", tr_value_float(0.125)}});
+        }
       }
     }
   }
+  add(cases, gqa, "gqa_dense_decode_long_context", nullptr,
+      {{"dtype", tr_value_dtype(TR_FLOAT16)}, {"batch", tr_value_int(1)}, {"seqlen_kv", tr_value_int(4096)},
+       {"heads", tr_value_int(32)}, {"heads_kv", tr_value_int(4)}, {"dim", tr_value_int(128)},
+       {"softcap", tr_value_float(0.0)}, {"scale", tr_value_float(0.125)}});
   return cases;
+}
+
+// 1 when `type` is available on `arch` (its supported architectures list it, or it has none).
+bool supports(const tr_kernel_type *type, int32_t arch) {
+  if (type->supported_archs == nullptr) return true;
+  for (size_t i = 0; i < type->n_archs; i++) {
+    if (type->supported_archs[i] == arch) return true;
+  }
+  return false;
 }
 
 }  // namespace
 
-TEST_CASE("every specialisation the GPU tests and benchmarks use compiles for sm_90a and sm_80") {
+TEST_CASE("every specialisation the GPU tests and benchmarks use compiles for sm_90a and sm_80, where available") {
   std::vector<Case> cases = all_cases();
   long shards = 1, shard = 0;
   if (const char *n = getenv("TEST_TOTAL_SHARDS")) shards = atol(n);
@@ -140,6 +156,8 @@ TEST_CASE("every specialisation the GPU tests and benchmarks use compiles for sm
     tr_intree_source src;
     REQUIRE(tr_intree_source_for(cases[i].type, &cases[i].call, &src) == nullptr);
     for (const char *arch : {"sm_90a", "sm_80"}) {
+      const int32_t arch_number = std::string(arch) == "sm_80" ? 80 : 90;
+      if (!supports(cases[i].type, arch_number)) continue;  // gqa_dense_decode_bs1: sm_90 only
       // the wide build (looped norms: more threads; long softmax rows on sm_90: split over a
       // cluster) where the source has one for this arch
       std::vector<tr_intree_source> builds = {src};

@@ -7,7 +7,9 @@
 
 #include <cmath>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/test_support.h"
 #include "kernels/intree/intree.h"
@@ -17,9 +19,12 @@ namespace {
 struct Selector {
   tr_selector *sel = nullptr;
   const tr_intree_op *op;
-  explicit Selector(const char *name) : op(tr_intree_find(name)) {
+  // reversed: the op's implementations handed to the selector in the opposite order
+  explicit Selector(const char *name, bool reversed = false) : op(tr_intree_find(name)) {
     REQUIRE(op != nullptr);
-    tr_status *status = tr_selector_new(op->op, op->interfaces, op->n_interfaces, op->types, op->n_types, nullptr,
+    std::vector<const tr_kernel_type *> types(op->types, op->types + op->n_types);
+    if (reversed) std::reverse(types.begin(), types.end());
+    tr_status *status = tr_selector_new(op->op, op->interfaces, op->n_interfaces, types.data(), types.size(), nullptr,
                                         nullptr, &sel);
     REQUIRE(status == nullptr);
   }
@@ -461,9 +466,14 @@ TEST_CASE("GQA decode: the general implementation serves both dtypes and head di
   Selector s("GQADecodeFwdOp");
   for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16}) {
     for (int64_t dim : {64, 128}) {
-      CHECK(gqa_key(s, dt, 1, 4096, 32, 8, dim) == "gqa_dense_decode");
+      CHECK(gqa_key(s, dt, 1, 4096, 32, 8, dim, 80) == "gqa_dense_decode");
+      CHECK(gqa_key(s, dt, 2, 4096, 32, 8, dim) == "gqa_dense_decode");
       CHECK(gqa_key(s, dt, 64, 131072, 64, 8, dim, 80) == "gqa_dense_decode");
+      CHECK(gqa_key(s, dt, 64, 131072, 64, 8, dim, 90) == "gqa_dense_decode");
       CHECK(gqa_key(s, dt, 3, 1, 8, 8, dim, 89) == "gqa_dense_decode");
+      // batch 1 on sm_90: the bulk-copy implementation, outside the long-context range
+      CHECK(gqa_key(s, dt, 1, 4096, 32, 8, dim) == "gqa_dense_decode_bs1");
+      CHECK(gqa_key(s, dt, 1, 1, 8, 1, dim) == "gqa_dense_decode_bs1");
     }
   }
   std::string error;
@@ -488,4 +498,62 @@ TEST_CASE("GQA decode: the general implementation serves both dtypes and head di
   CHECK(tr_call_spec_int(&call, "seqlen_kv") == 777);
   CHECK(tr_call_spec_float(&call, "scale") == Approx(1.0 / std::sqrt(128.0)));
   tr_call_spec_clear(&call);
+}
+
+TEST_CASE("GQA decode: the kernel-selection spec's table 2, in either order of the implementations") {
+  // batch 1, heads 32/4, dim 128, float16 (the long-context implementation's range when KV >= 1024)
+  for (bool reversed : {false, true}) {
+    Selector s("GQADecodeFwdOp", reversed);
+    INFO("implementations reversed: " << reversed);
+    CHECK(gqa_key(s, TR_FLOAT16, 1, 4096, 32, 4, 128, 90) == "gqa_dense_decode_long_context");  // row 1
+    CHECK(gqa_key(s, TR_FLOAT16, 1, 512, 32, 4, 128, 90) == "gqa_dense_decode_bs1");            // row 2
+    CHECK(gqa_key(s, TR_FLOAT16, 1, 4096, 32, 4, 128, 80) == "gqa_dense_decode_long_context");  // row 3
+    CHECK(gqa_key(s, TR_FLOAT16, 1, 512, 32, 4, 128, 80) == "gqa_dense_decode");                // row 4
+    // the range's edges: KV 1024 is long, 1023 is not; bfloat16, other heads or batch 2 are not
+    CHECK(gqa_key(s, TR_FLOAT16, 1, 1024, 32, 4, 128, 90) == "gqa_dense_decode_long_context");
+    CHECK(gqa_key(s, TR_FLOAT16, 1, 1023, 32, 4, 128, 90) == "gqa_dense_decode_bs1");
+    CHECK(gqa_key(s, TR_BFLOAT16, 1, 4096, 32, 4, 128, 90) == "gqa_dense_decode_bs1");
+    CHECK(gqa_key(s, TR_FLOAT16, 1, 4096, 32, 8, 128, 90) == "gqa_dense_decode_bs1");
+    CHECK(gqa_key(s, TR_FLOAT16, 2, 4096, 32, 4, 128, 90) == "gqa_dense_decode");
+    CHECK(gqa_key(s, TR_FLOAT16, 1, 4096, 32, 4, 64, 80) == "gqa_dense_decode");
+  }
+}
+
+TEST_CASE("GQA decode: the batch-1 and long-context implementations' refusals") {
+  const tr_intree_op *op = tr_intree_find("GQADecodeFwdOp");
+  REQUIRE(op != nullptr);
+  const tr_kernel_type *bs1 = nullptr, *lc = nullptr;
+  for (size_t i = 0; i < op->n_types; i++) {
+    if (std::string(op->types[i]->key) == "gqa_dense_decode_bs1") bs1 = op->types[i];
+    if (std::string(op->types[i]->key) == "gqa_dense_decode_long_context") lc = op->types[i];
+  }
+  REQUIRE(bs1 != nullptr);
+  REQUIRE(lc != nullptr);
+  CHECK(bs1->n_archs == 1);
+  CHECK(bs1->supported_archs[0] == 90);
+  REQUIRE(lc->preferred_over != nullptr);
+  CHECK(std::string(lc->preferred_over[0]) == "gqa_dense_decode_bs1");
+  CHECK(lc->preferred_over[1] == nullptr);
+  auto why = [](const tr_kernel_type *t, tr_dtype dt, int64_t B, int64_t S, int64_t heads, int64_t kv, int64_t dim,
+                double softcap) -> std::string {
+    tr_named_value v[8] = {{"dtype", tr_value_dtype(dt)},       {"batch", tr_value_int(B)},
+                           {"seqlen_kv", tr_value_int(S)},      {"heads", tr_value_int(heads)},
+                           {"heads_kv", tr_value_int(kv)},      {"dim", tr_value_int(dim)},
+                           {"softcap", tr_value_float(softcap)}, {"scale", tr_value_float(0.125)}};
+    tr_device dev = cuda0();
+    tr_call_spec call;
+    REQUIRE(tr_call_spec_init(&call, t->interface->request, &dev, v, 8) == nullptr);
+    char buf[256];
+    const char *r = t->refusal(t, &call, buf, sizeof(buf));
+    std::string out = r == nullptr ? "" : r;
+    tr_call_spec_clear(&call);
+    return out;
+  };
+  CHECK(why(bs1, TR_BFLOAT16, 1, 4096, 32, 8, 128, 0.0) == "");
+  CHECK(why(bs1, TR_BFLOAT16, 2, 4096, 32, 8, 128, 0.0) == "serves batch 1; got batch=2");
+  CHECK(why(bs1, TR_FLOAT32, 1, 4096, 32, 8, 128, 0.0) == "attends in float16 and bfloat16; got float32");
+  CHECK(why(lc, TR_FLOAT16, 1, 4096, 32, 4, 128, 0.0) == "");
+  CHECK(why(lc, TR_FLOAT16, 1, 4096, 32, 4, 128, 30.0) == "does not serve this call");
+  CHECK(why(lc, TR_FLOAT16, 1, 512, 32, 4, 128, 0.0) == "does not serve this call");
+  CHECK(why(lc, TR_BFLOAT16, 1, 4096, 32, 4, 128, 0.0) == "does not serve this call");
 }

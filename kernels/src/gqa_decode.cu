@@ -2,165 +2,284 @@
 // [B, S, heads_kv, DIM]; row b attends to its first seqlens[b] entries (clamped to [0, S]: no
 // entry past S is read; a row of length 0 gives zeros). Query head h reads KV head h / GQ.
 //
-// tr_gqa (the split step): a CTA per (batch row, KV head, tile of up to QT of that head's GQ query heads)
-// and split of the KV length; the query heads of the tile share each K and V byte read (packed
-// into one pass). Its warps take 32 cache rows at a time, a lane a row for the scores (q in
-// shared memory, scaled), an online softmax per head in base 2, then P.V with a lane owning
-// DIM/32 dims; the warps' (max, sum, o) are merged in shared memory and written as the split's
-// float32 partials. tr_gqa_merge: a CTA per (batch row, query head), a thread a dim, merges the
-// splits' partials and writes o. The split count and its chunk are launch values: one build
-// serves every batch and length.
+// tr_gqa (the split step): a CTA per (batch row, KV head, tile of up to 16 of that head's GQ query
+// heads) and split of the KV length, so each K and V byte of a split is read once for all the
+// tile's heads. The tile's heads are the 16 rows of the tensor cores' A operand (mma.sync
+// m16n8k16, float32 accumulation; rows past GQ are zeros, computed and dropped). Each warp runs
+// its own pipeline: it takes 16 cache rows at a time (every WARPS-th group of 16 of the split),
+// copied from global to its shared-memory ring of STAGES slots by cp.async (no register round
+// trip, 16-byte chunks XOR-swizzled against bank conflicts), so STAGES - 1 slots stream in while
+// one is computed: S = q.K^T (K read by ldmatrix), an online softmax in base 2 on the
+// accumulators, then o += P.V with P converted in registers to the A operand and V read by
+// ldmatrix.trans. The warps' (max, sum, o) are merged in shared memory and written as the split's
+// float32 partials. tr_gqa_merge: a CTA per (batch row, query head), four groups of a thread a
+// dim, merges the splits' partials and writes o. The split count and its chunk are launch values:
+// one build serves every batch and length.
+//
+// The bulk build (-DTR_BULK, sm_90: the batch-1 implementation) loads differently: a fifth,
+// producer warp fills a ring of STAGES slots shared by the CTA, 16 rows for each of the four
+// consumer warps a slot, with Hopper's tensor copies (cp.async.bulk.tensor, the TMA unit, through
+// tensor maps the host encodes for the call's caches: boxes of 64 rows x 64 dims, swizzled by the
+// unit), each slot's arrival counted in bytes on its "full" mbarrier; the consumers wait on it,
+// compute as above, and release the slot on its "empty" mbarrier. A cache that is not 16-byte
+// aligned takes the register path of the other build in either.
+//
+// Macros: TR_T (f16, bf16), TR_DIM (64, 128), TR_GQ (query heads a KV head), TR_STAGES (the ring's
+// slots: a warp's, or with TR_BULK the CTA's), TR_BULK, TR_BLOCK (threads a CTA: four consumer
+// warps, and the producer warp with TR_BULK). Dynamic shared memory: the larger of the rings and
+// the merge buffers, and with TR_BULK the mbarriers (kernels/intree/attention.c's smem_bytes).
 // Entries: tr_gqa(const T *q, const T *k, const T *v, const int *seqlens, float *part_o,
-//                       float *part_ml, i64 S, int heads_kv, int splits, i64 chunk, float scale,
-//                       float softcap)
-//          tr_gqa_merge(const float *part_o, const float *part_ml, T *o, int splits)
+//                 float *part_ml, i64 S, int heads_kv, int splits, i64 chunk, float scale,
+//                 float softcap, tensor_map km, tensor_map vm)   (the maps read with TR_BULK only)
+//          tr_gqa_merge(const float *part_o, const float *part_ml, T *o, int splits), 4 * DIM
+//          threads, splits <= 256
 typedef TR_T T;
 
 constexpr int DIM = TR_DIM;
 constexpr int GQ = TR_GQ;  // query heads a KV head
-constexpr int QT = TR_QT;  // query heads a CTA
+constexpr int QT = 16;     // query heads a CTA (the mma's rows)
 constexpr int QTILES = (GQ + QT - 1) / QT;
+#ifndef TR_BULK
+#define TR_BULK 0
+#endif
 constexpr int BLOCK = TR_BLOCK;
-constexpr int WARPS = BLOCK / 32;
-constexpr int DV = DIM / 32;  // dims a lane owns in P.V
+constexpr int WARPS = BLOCK / 32 - (TR_BULK ? 1 : 0);  // the consumer warps
+constexpr int STAGES = TR_STAGES;
+constexpr int KW = 16;            // cache rows a warp's slot
+constexpr int CH = DIM / 8;       // 16-byte chunks a row
+constexpr int KSTEPS = DIM / 16;  // k steps of q.K^T
+constexpr int NT = DIM / 8;       // 8-wide n tiles of o
+constexpr int SLOT_BYTES = 2 * KW * DIM * (int)sizeof(T);  // K then V
+constexpr int RING_BYTES = WARPS * STAGES * SLOT_BYTES;
+constexpr int MERGE_BYTES = WARPS * QT * DIM * 4 + 2 * WARPS * QT * 4;
 constexpr float LOG2E = 1.4426950408889634f;
 #define NEG_INF (-__int_as_float(0x7f800000))
+static_assert(DIM == 64 || DIM == 128, "head dims 64 and 128");
+static_assert(sizeof(T) == 2, "16-bit elements");
+static_assert(STAGES >= 2, "a ring of at least two slots");
 
-template <int N> __device__ __forceinline__ void load_f32n(const T *p, bool vec, float (&out)[N]) {
-  if (vec) {
-    vec_t<T, N> r = *reinterpret_cast<const vec_t<T, N> *>(p);
+// The byte offset of (row, 16-byte chunk) in a K or V tile of a slot: chunks XORed with the row
+// (mod 8), so the eight rows an ldmatrix reads at one chunk fall on eight different bank groups.
+__device__ __forceinline__ unsigned swz(int row, int chunk) { return (unsigned)(row * CH + (chunk ^ (row & 7))) * 16u; }
+
+// Rows key0.. key0 + KW - 1 of the (b, g) cache into the slot at `slot` (shared address); rows at
+// or past `end` are zeros (nothing read). key0 < end. ALIGNED: cp.async; otherwise loads of
+// 16-bit elements through registers (a cache not 16-byte aligned).
+template <bool ALIGNED>
+__device__ __forceinline__ void load_slot(unsigned slot, T *slot_ptr, const T *kb, const T *vb, i64 key0, i64 end,
+                                          i64 row_stride, int lane) {
+  constexpr int PER = KW * CH / 32;
 #pragma unroll
-    for (int e = 0; e < N; e++) out[e] = to_f32(r.v[e]);
-  } else {
+  for (int i = 0; i < PER; i++) {
+    const int idx = lane + 32 * i, row = idx / CH, ch = idx % CH;
+    const i64 key = key0 + row;
+    const bool valid = key < end;
+    const i64 off = (valid ? key : key0) * row_stride + ch * 8;
+    const unsigned at = swz(row, ch);
+    if constexpr (ALIGNED) {
+      cp_async16(slot + at, kb + off, valid);
+      cp_async16(slot + KW * DIM * 2 + at, vb + off, valid);
+    } else {
+      unsigned uk[4], uv[4];
+      const unsigned short *hk = reinterpret_cast<const unsigned short *>(kb + off);
+      const unsigned short *hv = reinterpret_cast<const unsigned short *>(vb + off);
 #pragma unroll
-    for (int e = 0; e < N; e++) out[e] = to_f32(p[e]);
+      for (int j = 0; j < 4; j++) {
+        uk[j] = valid ? (unsigned)hk[2 * j] | ((unsigned)hk[2 * j + 1] << 16) : 0u;
+        uv[j] = valid ? (unsigned)hv[2 * j] | ((unsigned)hv[2 * j + 1] << 16) : 0u;
+      }
+      unsigned *dk = reinterpret_cast<unsigned *>(reinterpret_cast<char *>(slot_ptr) + at);
+      unsigned *dv = reinterpret_cast<unsigned *>(reinterpret_cast<char *>(slot_ptr) + KW * DIM * 2 + at);
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        dk[j] = uk[j];
+        dv[j] = uv[j];
+      }
+    }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa(const T *__restrict__ q, const T *__restrict__ k,
-                                                              const T *__restrict__ v, const int *__restrict__ seqlens,
-                                                              float *__restrict__ part_o, float *__restrict__ part_ml,
-                                                              i64 S, int heads_kv, int splits, i64 chunk, float scale,
-                                                              float softcap) {
-  await_previous_kernel();
-  const int sp = blockIdx.y;
+// A warp's online softmax over its 16 rows of query heads: o (the accumulator fragments), and
+// the max and sum of rows r and r + 8 (l: this lane's columns until `finish` sums the quad).
+struct Acc {
+  float o[NT][4];
+  float m[2], l[2];
+};
+
+// Byte offsets in a K or V tile of the warps' rings.
+struct Swizzled {
+  static __device__ __forceinline__ unsigned at(int row, int chunk) { return swz(row, chunk); }
+};
+
+// One 16-row tile of the cache (key0 < end; rows at or past `end` are masked, and their V rows
+// must be finite): K at shared address kt, V at vt, laid out by L.
+template <class L>
+__device__ __forceinline__ void attend16(Acc &a, const unsigned (&qa)[KSTEPS][4], unsigned kt, unsigned vt, i64 key0,
+                                         i64 end, float qk_scale, float softcap, int lane) {
+  const int t = lane % 4;
+  // each lane's ldmatrix row: K (non-transposed) matrices (keys 0-7 | 8-15) x (dims lo | hi);
+  // V (transposed) matrices (keys 0-7, 8-15) x (dims lo | hi)
+  const int mat = lane / 8, mrow = lane % 8;
+  const int k_row = (mat >> 1) * 8 + mrow, k_chunk = mat & 1;
+  const int v_row = (mat & 1) * 8 + mrow, v_chunk = mat >> 1;
+  float sc[2][4];  // keys 0-7 and 8-15 of the tile
+#pragma unroll
+  for (int j = 0; j < 2; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; kk++) {
+    unsigned kf[4];
+    ldmatrix_x4<false>(kf, kt + L::at(k_row, 2 * kk + k_chunk));
+    mma16816<T>(sc[0], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[0], kf[1]);
+    mma16816<T>(sc[1], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[2], kf[3]);
+  }
+  float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+  for (int j = 0; j < 2; j++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float x = sc[j][e] * qk_scale;
+      if (softcap > 0.f) x = softcap * tanhf(x / softcap) * LOG2E;
+      const i64 key = key0 + j * 8 + 2 * t + (e & 1);
+      x = key < end ? x : NEG_INF;
+      sc[j][e] = x;
+      mx[e >> 1] = fmaxf(mx[e >> 1], x);
+    }
+  }
+  float alpha[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    const float m_new = fmaxf(a.m[h], mx[h]);  // finite: key0 < end
+    alpha[h] = exp2f(a.m[h] - m_new);          // a.m[h] = -inf: 0
+    a.m[h] = m_new;
+  }
+  float p[2][4];
+#pragma unroll
+  for (int j = 0; j < 2; j++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) p[j][e] = exp2f(sc[j][e] - a.m[e >> 1]);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    a.l[h] = a.l[h] * alpha[h] + (p[0][2 * h] + p[0][2 * h + 1] + p[1][2 * h] + p[1][2 * h + 1]);
+  }
+#pragma unroll
+  for (int n = 0; n < NT; n++) {
+    a.o[n][0] *= alpha[0];
+    a.o[n][1] *= alpha[0];
+    a.o[n][2] *= alpha[1];
+    a.o[n][3] *= alpha[1];
+  }
+  // P as the A operand: the two 8-key accumulator tiles side by side are one 16-key k step
+  const unsigned pa0 = pack2<T>(p[0][0], p[0][1]), pa1 = pack2<T>(p[0][2], p[0][3]);
+  const unsigned pa2 = pack2<T>(p[1][0], p[1][1]), pa3 = pack2<T>(p[1][2], p[1][3]);
+#pragma unroll
+  for (int dn = 0; dn < NT / 2; dn++) {
+    unsigned vf[4];
+    ldmatrix_x4<true>(vf, vt + L::at(v_row, 2 * dn + v_chunk));
+    mma16816<T>(a.o[2 * dn], pa0, pa1, pa2, pa3, vf[0], vf[1]);
+    mma16816<T>(a.o[2 * dn + 1], pa0, pa1, pa2, pa3, vf[2], vf[3]);
+  }
+}
+
+// What a CTA works on: its batch row, KV head, query heads and split, and where they are.
+struct Unit {
+  int b, heads, h0, nq, sp;
+  i64 start, end, row_stride;
+  const T *kb, *vb;
+};
+
+__device__ __forceinline__ Unit unit_of(const int *__restrict__ seqlens, const T *k, const T *v, i64 S, int heads_kv,
+                                        i64 chunk) {
+  Unit u;
+  u.sp = blockIdx.y;
   const int unit = blockIdx.x;  // (b * heads_kv + g) * QTILES + qt
   const int qt = unit % QTILES;
   const int bg = unit / QTILES;
   const int g = bg % heads_kv;
-  const int b = bg / heads_kv;
-  const int heads = heads_kv * GQ;
-  const int h0 = g * GQ + qt * QT;  // the tile's first query head
-  const int nq = GQ - qt * QT < QT ? GQ - qt * QT : QT;
-  __shared__ float qs[QT][DIM];
-  __shared__ float red_m[WARPS][QT], red_l[WARPS][QT];
-  __shared__ float red_o[WARPS][QT][DIM];
-  for (int i = threadIdx.x; i < QT * DIM; i += BLOCK) {
-    const int h = i / DIM, d = i % DIM;
-    qs[h][d] = h < nq ? to_f32(q[((i64)b * heads + h0 + h) * DIM + d]) * scale : 0.f;
-  }
-  __syncthreads();
-  i64 len = seqlens[b];
+  u.b = bg / heads_kv;
+  u.heads = heads_kv * GQ;
+  u.h0 = g * GQ + qt * QT;  // the tile's first query head
+  u.nq = GQ - qt * QT < QT ? GQ - qt * QT : QT;
+  i64 len = seqlens[u.b];
   len = len < 0 ? 0 : (len > S ? S : len);
-  const i64 start = (i64)sp * chunk;
-  const i64 end = len < start + chunk ? len : start + chunk;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const i64 row_stride = (i64)heads_kv * DIM;  // elements from one position to the next
-  const T *kb = k + ((i64)b * S * heads_kv + g) * DIM;
-  const T *vb = v + ((i64)b * S * heads_kv + g) * DIM;
-  const bool vec = aligned16(k) && aligned16(v);
-  float m[QT], l[QT], o[QT][DV];
+  u.start = (i64)u.sp * chunk;
+  u.end = len < u.start + chunk ? len : u.start + chunk;
+  u.row_stride = (i64)heads_kv * DIM;  // elements from one position to the next
+  u.kb = k + ((i64)u.b * S * heads_kv + g) * DIM;
+  u.vb = v + ((i64)u.b * S * heads_kv + g) * DIM;
+  return u;
+}
+
+// q's A fragments for every k step (rows past the tile's heads: zeros) and a fresh accumulator.
+__device__ __forceinline__ void begin(const T *__restrict__ q, const Unit &u, int lane, unsigned (&qa)[KSTEPS][4],
+                                      Acc &a) {
+  const int r = lane / 4, t = lane % 4;
+  const T *qt = q + ((i64)u.b * u.heads + u.h0) * DIM;
+  const unsigned short *qh = reinterpret_cast<const unsigned short *>(qt);
+  const bool words = (reinterpret_cast<u64>(qt) & 3) == 0;  // pairs as 32-bit loads
 #pragma unroll
-  for (int h = 0; h < QT; h++) {
-    m[h] = NEG_INF;
-    l[h] = 0.f;
+  for (int kk = 0; kk < KSTEPS; kk++) {
 #pragma unroll
-    for (int e = 0; e < DV; e++) o[h][e] = 0.f;
-  }
-  for (i64 base = start + warp * 32; base < end; base += WARPS * 32) {
-    const i64 r = base + lane;
-    const bool valid = r < end;
-    float s[QT];
-#pragma unroll
-    for (int h = 0; h < QT; h++) s[h] = 0.f;
-    if (valid) {
-      const T *kr = kb + r * row_stride;
-      constexpr int KB = DIM / 8 < 8 ? DIM / 8 : 8;  // 16-byte loads in flight together
-#pragma unroll
-      for (int c0 = 0; c0 < DIM; c0 += 8 * KB) {
-        float kf[KB][8];
-#pragma unroll
-        for (int u = 0; u < KB; u++) load_f32n<8>(kr + c0 + 8 * u, vec, kf[u]);
-#pragma unroll
-        for (int u = 0; u < KB; u++) {
-#pragma unroll
-          for (int h = 0; h < QT; h++) {
-#pragma unroll
-            for (int e = 0; e < 8; e++) s[h] = fmaf(qs[h][c0 + 8 * u + e], kf[u][e], s[h]);
-          }
-        }
+    for (int j = 0; j < 4; j++) {
+      const int row = r + (j & 1) * 8, col = kk * 16 + (j >> 1) * 8 + 2 * t;
+      unsigned w = 0u;
+      if (row < u.nq) {
+        w = words ? *reinterpret_cast<const unsigned *>(qh + row * DIM + col)
+                  : (unsigned)qh[row * DIM + col] | ((unsigned)qh[row * DIM + col + 1] << 16);
       }
-    }
-    float p[QT];
-#pragma unroll
-    for (int h = 0; h < QT; h++) {
-      float x = s[h];
-      if (softcap > 0.f) x = softcap * tanhf(x / softcap);
-      x = valid ? x * LOG2E : NEG_INF;
-      const float m_new = fmaxf(m[h], warp_max(x));  // finite: the tile has a valid row
-      const float alpha = exp2f(m[h] - m_new);       // m[h] = -inf: 0
-      p[h] = valid ? exp2f(x - m_new) : 0.f;
-      l[h] = l[h] * alpha + warp_sum(p[h]);
-#pragma unroll
-      for (int e = 0; e < DV; e++) o[h][e] *= alpha;
-      m[h] = m_new;
-    }
-    // P.V, eight V rows' loads in flight at a time (a row past the tile's last valid one is read as
-    // that one again: its p is 0)
-    const int rows = end - base < 32 ? (int)(end - base) : 32;
-#pragma unroll
-    for (int j0 = 0; j0 < 32; j0 += 8) {
-      if (j0 >= rows) break;
-      float vf[8][DV];
-#pragma unroll
-      for (int jj = 0; jj < 8; jj++) {
-        const int j = j0 + jj < rows ? j0 + jj : rows - 1;
-        load_f32n<DV>(vb + (base + j) * row_stride + lane * DV, vec, vf[jj]);
-      }
-#pragma unroll
-      for (int jj = 0; jj < 8; jj++) {
-#pragma unroll
-        for (int h = 0; h < QT; h++) {
-          const float pj = __shfl_sync(0xffffffffu, p[h], j0 + jj);
-#pragma unroll
-          for (int e = 0; e < DV; e++) o[h][e] = fmaf(pj, vf[jj][e], o[h][e]);
-        }
-      }
+      qa[kk][j] = w;
     }
   }
 #pragma unroll
-  for (int h = 0; h < QT; h++) {
-    if (lane == 0) {
-      red_m[warp][h] = m[h];
-      red_l[warp][h] = l[h];
-    }
+  for (int n = 0; n < NT; n++) a.o[n][0] = a.o[n][1] = a.o[n][2] = a.o[n][3] = 0.f;
+  a.m[0] = a.m[1] = NEG_INF;
+  a.l[0] = a.l[1] = 0.f;
+}
+
+// The warps' accumulators merged in shared memory (every thread of the CTA calls it; only the
+// consumer warps' are merged) and written as the split's partials.
+__device__ __forceinline__ void finish(Acc &a, const Unit &u, float *__restrict__ part_o, float *__restrict__ part_ml,
+                                       int splits, char *smem) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int e = 0; e < DV; e++) red_o[warp][h][lane * DV + e] = o[h][e];
+  for (int h = 0; h < 2; h++) {
+    a.l[h] += __shfl_xor_sync(0xffffffffu, a.l[h], 1);
+    a.l[h] += __shfl_xor_sync(0xffffffffu, a.l[h], 2);
+  }
+  __syncthreads();  // every warp is done with the rings: the memory is the merge's now
+  float *red_o = reinterpret_cast<float *>(smem);  // [WARPS][QT][DIM]
+  float *red_m = red_o + WARPS * QT * DIM, *red_l = red_m + WARPS * QT;
+  if (warp < WARPS) {
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) red_o[(warp * QT + r + (e >> 1) * 8) * DIM + n * 8 + 2 * t + (e & 1)] = a.o[n][e];
+    }
+    if (t == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        red_m[warp * QT + r + 8 * h] = a.m[h];
+        red_l[warp * QT + r + 8 * h] = a.l[h];
+      }
+    }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < nq * DIM; i += BLOCK) {
+  for (int i = threadIdx.x; i < u.nq * DIM; i += BLOCK) {
     const int h = i / DIM, d = i % DIM;
     float M = NEG_INF;
 #pragma unroll
-    for (int w = 0; w < WARPS; w++) M = fmaxf(M, red_m[w][h]);
+    for (int w = 0; w < WARPS; w++) M = fmaxf(M, red_m[w * QT + h]);
     float L = 0.f, O = 0.f;
 #pragma unroll
     for (int w = 0; w < WARPS; w++) {
-      const float f = red_m[w][h] == NEG_INF ? 0.f : exp2f(red_m[w][h] - M);
-      L = fmaf(red_l[w][h], f, L);
-      O = fmaf(red_o[w][h][d], f, O);
+      const float mw = red_m[w * QT + h];
+      const float f = mw == NEG_INF ? 0.f : exp2f(mw - M);
+      L = fmaf(red_l[w * QT + h], f, L);
+      O = fmaf(red_o[(w * QT + h) * DIM + d], f, O);
     }
-    const i64 idx = ((i64)b * heads + h0 + h) * splits + sp;
+    const i64 idx = ((i64)u.b * u.heads + u.h0 + h) * splits + u.sp;
     part_o[idx * DIM + d] = O;
     if (d == 0) {
       part_ml[idx * 2] = M;
@@ -169,20 +288,227 @@ extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa(const T *__restrict__
   }
 }
 
-extern "C" __global__ void __launch_bounds__(DIM) tr_gqa_merge(const float *__restrict__ part_o,
-                                                            const float *__restrict__ part_ml, T *__restrict__ o,
-                                                            int splits) {
-  await_previous_kernel();
-  const i64 bh = blockIdx.x;  // b * heads + h
-  const int d = threadIdx.x;
-  const float *ml = part_ml + bh * splits * 2;
-  float M = NEG_INF;
-  for (int s = 0; s < splits; s++) M = fmaxf(M, ml[2 * s]);
-  float L = 0.f, O = 0.f;
-  for (int s = 0; s < splits; s++) {
-    const float f = ml[2 * s] == NEG_INF ? 0.f : exp2f(ml[2 * s] - M);
-    L = fmaf(ml[2 * s + 1], f, L);
-    O = fmaf(part_o[(bh * splits + s) * DIM + d], f, O);
+// The warps' own rings (cp.async, or through registers where !ALIGNED). With TR_BULK the producer
+// warp takes no rows here.
+template <bool ALIGNED>
+__device__ __forceinline__ void warp_rings(const Unit &u, const unsigned (&qa)[KSTEPS][4], Acc &a, float qk_scale,
+                                           float softcap, char *smem) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp >= WARPS) return;
+  const i64 first = u.start + (i64)warp * KW, step = (i64)WARPS * KW;
+  const int n_steps = u.end > first ? (int)((u.end - first + step - 1) / step) : 0;
+  T *ring = reinterpret_cast<T *>(smem) + (size_t)warp * STAGES * SLOT_BYTES / sizeof(T);
+  const unsigned ring_at = smem_addr(ring);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < n_steps) {
+      load_slot<ALIGNED>(ring_at + s * SLOT_BYTES, ring + s * SLOT_BYTES / 2, u.kb, u.vb, first + s * step, u.end,
+                         u.row_stride, lane);
+    }
+    if constexpr (ALIGNED) cp_async_commit();
   }
-  o[bh * DIM + d] = from_f32<T>(L > 0.f ? O / L : 0.f);
+  for (int it = 0; it < n_steps; it++) {
+    const int nx = it + STAGES - 1;
+    if (nx < n_steps) {
+      const int s = nx % STAGES;
+      load_slot<ALIGNED>(ring_at + s * SLOT_BYTES, ring + s * SLOT_BYTES / 2, u.kb, u.vb, first + nx * step, u.end,
+                         u.row_stride, lane);
+    }
+    if constexpr (ALIGNED) {
+      cp_async_commit();
+      cp_async_wait<STAGES - 1>();
+    }
+    __syncwarp();
+    const unsigned kt = ring_at + (it % STAGES) * SLOT_BYTES;
+    attend16<Swizzled>(a, qa, kt, kt + KW * DIM * 2, first + (i64)it * step, u.end, qk_scale, softcap, lane);
+    __syncwarp();  // the slot is refilled next
+  }
+  if constexpr (ALIGNED) cp_async_wait<0>();
+}
+
+// A TMA tensor map (CUtensorMap), passed by value.
+struct __align__(64) tensor_map {
+  u64 opaque[16];
+};
+
+#if TR_BULK
+constexpr int SLOT_ROWS = WARPS * KW;  // cache rows a slot: 16 for each consumer warp
+constexpr int BOXES = DIM / 64;        // 64-dim boxes a row (128 bytes each)
+constexpr int BOX_BYTES = SLOT_ROWS * 128;
+constexpr int TILE_BYTES = BOXES * BOX_BYTES;  // one of K or V
+constexpr int BULK_RING_BYTES = STAGES * 2 * TILE_BYTES;
+
+// Byte offsets in a K or V tile as the tensor copies lay it: a box of 64 dims after another, each
+// row 128 bytes with its 16-byte chunks XORed by the row (mod 8) (the map's 128-byte swizzle).
+struct Boxed {
+  static __device__ __forceinline__ unsigned at(int row, int chunk) {
+    return (unsigned)((chunk >> 3) * BOX_BYTES + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+  }
+};
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_arrive(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  }
+}
+// The box at (c0, c1, c2) of the map (innermost first) to shared `dst`, counted on `bar`.
+__device__ __forceinline__ void tensor_copy(unsigned dst, const tensor_map *map, int c0, int c1, int c2, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
+// The CTA's ring of slots filled by the producer warp's tensor copies (batch 1: the maps view
+// the caches as [S][heads_kv][DIM], boxes of 64 rows x 64 dims of one KV head; rows past S are
+// zeros).
+__device__ __forceinline__ void bulk_ring(const Unit &u, const unsigned (&qa)[KSTEPS][4], Acc &a, float qk_scale,
+                                          float softcap, char *smem, const tensor_map *km, const tensor_map *vm,
+                                          int g) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // the ring 1024-byte aligned (the swizzle's period; the host gives 1 KiB more)
+  const unsigned ring = (smem_addr(smem) + 1023u) & ~1023u;
+  char *const ring_ptr = smem + (ring - smem_addr(smem));
+  const unsigned full = ring + BULK_RING_BYTES, empty = full + 8 * STAGES;  // STAGES mbarriers each
+  const int n_steps = u.end > u.start ? (int)((u.end - u.start + SLOT_ROWS - 1) / SLOT_ROWS) : 0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, WARPS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (warp == WARPS) {  // the producer: one lane issues
+    if (lane == 0) {
+      for (int it = 0; it < n_steps; it++) {
+        const int s = it % STAGES;
+        if (it >= STAGES) mbar_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);
+        const int key0 = (int)(u.start + (i64)it * SLOT_ROWS);
+        mbar_expect_arrive(full + 8 * s, 2 * TILE_BYTES);
+        const unsigned kt = ring + s * 2 * TILE_BYTES, vt = kt + TILE_BYTES;
+#pragma unroll
+        for (int bx = 0; bx < BOXES; bx++) {
+          tensor_copy(kt + bx * BOX_BYTES, km, 64 * bx, g, key0, full + 8 * s);
+          tensor_copy(vt + bx * BOX_BYTES, vm, 64 * bx, g, key0, full + 8 * s);
+        }
+      }
+    }
+    return;
+  }
+  for (int it = 0; it < n_steps; it++) {
+    const int s = it % STAGES;
+    mbar_wait(full + 8 * s, (it / STAGES) & 1);
+    const i64 key0 = u.start + (i64)it * SLOT_ROWS + warp * KW;
+    const unsigned kt = ring + s * 2 * TILE_BYTES + warp * KW * 128, vt = kt + TILE_BYTES;
+    if (key0 < u.end) {
+      if (key0 + KW > u.end) {  // the split's last rows: V past them zeroed (the cache may hold NaN there)
+        for (int i = lane; i < KW * CH; i += 32) {
+          const int row = i / CH, ch = i % CH;
+          if (key0 + row >= u.end) {
+            unsigned *w = reinterpret_cast<unsigned *>(ring_ptr + (vt - ring) + Boxed::at(row, ch));
+            w[0] = w[1] = w[2] = w[3] = 0u;
+          }
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // before the next tensor copy there
+        __syncwarp();
+      }
+      attend16<Boxed>(a, qa, kt, vt, key0, u.end, qk_scale, softcap, lane);
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + 8 * s);
+  }
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(BLOCK)
+    tr_gqa(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, const int *__restrict__ seqlens,
+           float *__restrict__ part_o, float *__restrict__ part_ml, i64 S, int heads_kv, int splits, i64 chunk,
+           float scale, float softcap, const __grid_constant__ tensor_map km, const __grid_constant__ tensor_map vm) {
+  await_previous_kernel();
+  extern __shared__ __align__(1024) char smem[];
+  const Unit u = unit_of(seqlens, k, v, S, heads_kv, chunk);
+  const float qk_scale = softcap > 0.f ? scale : scale * LOG2E;
+  unsigned qa[KSTEPS][4];
+  Acc a;
+  begin(q, u, threadIdx.x % 32, qa, a);
+  if (aligned16(k) && aligned16(v)) {
+#if TR_BULK
+    bulk_ring(u, qa, a, qk_scale, softcap, smem, &km, &vm, (int)((blockIdx.x / QTILES) % heads_kv));
+#else
+    (void)km;
+    (void)vm;
+    warp_rings<true>(u, qa, a, qk_scale, softcap, smem);
+#endif
+  } else {  // (with TR_BULK the maps were not made: the host checks the same alignment)
+    warp_rings<false>(u, qa, a, qk_scale, softcap, smem);
+  }
+  finish(a, u, part_o, part_ml, splits, smem);
+}
+
+// The splits' partials of one (batch row, query head) merged: MG groups of DIM threads each take
+// every MG-th split (eight loads in flight a thread), then sum the groups in shared memory.
+constexpr int MG = 4;
+constexpr int MERGE_MAX_SPLITS = 256;
+extern "C" __global__ void __launch_bounds__(DIM * MG) tr_gqa_merge(const float *__restrict__ part_o,
+                                                                 const float *__restrict__ part_ml,
+                                                                 T *__restrict__ o, int splits) {
+  await_previous_kernel();
+  __shared__ float w[MERGE_MAX_SPLITS];
+  __shared__ float sum_o[MG][DIM];
+  __shared__ float red[2][MG * DIM / 32];
+  const i64 bh = blockIdx.x;  // b * heads + h
+  const int tid = threadIdx.x, d = tid % DIM, grp = tid / DIM;
+  const float *ml = part_ml + bh * splits * 2;
+  const float m_s = tid < splits ? ml[2 * tid] : NEG_INF;
+  const float l_s = tid < splits ? ml[2 * tid + 1] : 0.f;
+  // the max of the splits' maxima, then their sums weighed by it, over the block
+  float M = warp_max(m_s);
+  if (tid % 32 == 0) red[0][tid / 32] = M;
+  __syncthreads();
+  M = NEG_INF;
+#pragma unroll
+  for (int i = 0; i < MG * DIM / 32; i++) M = fmaxf(M, red[0][i]);
+  const float f = m_s == NEG_INF ? 0.f : exp2f(m_s - M);
+  float L = warp_sum(l_s * f);
+  if (tid % 32 == 0) red[1][tid / 32] = L;
+  if (tid < splits) w[tid] = f;
+  __syncthreads();
+  L = 0.f;
+#pragma unroll
+  for (int i = 0; i < MG * DIM / 32; i++) L += red[1][i];
+  const float inv = L > 0.f ? 1.f / L : 0.f;
+  float O = 0.f;
+  const float *po = part_o + bh * splits * DIM + d;
+  int s = grp;
+  for (; s + 7 * MG < splits; s += 8 * MG) {
+    float x[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) x[j] = po[(i64)(s + j * MG) * DIM];
+#pragma unroll
+    for (int j = 0; j < 8; j++) O = fmaf(x[j], w[s + j * MG], O);
+  }
+  for (; s < splits; s += MG) O = fmaf(po[(i64)s * DIM], w[s], O);
+  sum_o[grp][d] = O;
+  __syncthreads();
+  if (grp == 0) {
+    float total = 0.f;
+#pragma unroll
+    for (int i = 0; i < MG; i++) total += sum_o[i][d];
+    o[bh * DIM + d] = from_f32<T>(total * inv);
+  }
 }

@@ -5,8 +5,12 @@ by side in one run on one GPU, with the card's copy rate measured in the same ru
 Each figure is the median device time of one call, as bench_gpu.py times (CUDA-graph replay of
 20 calls over rotating inputs, so the L2 holds none of them: at least 256 MB of caches in
 rotation). Every row at full length (seqlens = S). Bandwidth counts q, both caches and o once.
+A decode step mostly reads, so besides the copy rate (read plus write) the run measures a read
+rate: torch.sum over 2 GiB of fp16, timed the same way. "impl" is the implementation tilerun chose
+(the selection rules: batch 1 goes to gqa_dense_decode_bs1 on sm_90, the spec's long-context
+range to gqa_dense_decode_long_context, the rest to gqa_dense_decode).
 
-    python3 python/bench/bench_attention.py [--calls N]
+    python3 python/bench/bench_attention.py [--calls N] [--rows SUBSTRING]
 """
 import argparse
 import os
@@ -31,18 +35,43 @@ ROWS = [
 ]
 
 
+def read_rate_gbps():
+    """The card's read ceiling, roughly: torch.sum over 2 GiB of fp16 timed eagerly (median of 10)."""
+    src = torch.randn(1 << 30, device="cuda", dtype=torch.float16)
+    src.sum()
+    torch.cuda.synchronize()
+    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ts = []
+    for _ in range(10):
+        st.record()
+        src.sum()
+        en.record()
+        torch.cuda.synchronize()
+        ts.append(st.elapsed_time(en) * 1e3)
+    ts.sort()
+    del src
+    torch.cuda.empty_cache()
+    return (1 << 30) * 2 / ts[len(ts) // 2] / 1e3
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=20, help="calls per captured graph (default 20)")
+    ap.add_argument("--rows", default="", help="only the rows whose label holds this text")
     args = ap.parse_args()
     if torch is None or not torch.cuda.is_available():
         sys.exit("bench_attention.py: needs PyTorch with a CUDA device")
     torch.manual_seed(0)
     copy = bench_gpu.copy_rate_gbps()
-    print(f"device: {torch.cuda.get_device_name()}; copy rate {copy:.0f} GB/s (2 GiB fp16 copy, same run)")
-    print("| row | B | S | heads | tilerun us | GB/s | % copy | sdpa us | GB/s | % copy | tilerun/sdpa speed |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    read = read_rate_gbps()
+    print(f"device: {torch.cuda.get_device_name()}; copy rate {copy:.0f} GB/s (2 GiB fp16 copy), read rate "
+          f"{read:.0f} GB/s (torch.sum of 2 GiB fp16), same run")
+    print("| row | B | S | heads | impl | tilerun us | GB/s | % copy | % read | sdpa us | GB/s | % copy | % read | "
+          "tilerun/sdpa speed |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, B, S, heads, kv, dim in ROWS:
+        if args.rows not in label:
+            continue
         dt = torch.float16 if "fp16" in label else torch.bfloat16
         cache_bytes = 2 * B * S * kv * dim * 2
         n = max(2, min(16, (256 << 20) // cache_bytes + 1))
@@ -76,9 +105,11 @@ def main():
         t_us = bench_gpu.graph_us(run_tilerun, args.calls)
         s_us = bench_gpu.graph_us(run_sdpa, args.calls)
         byts = cache_bytes + 2 * B * heads * dim * 2
-        print(f"| {label} | {B} | {S} | {heads}/{kv} | {t_us:.2f} | {byts / t_us / 1e3:.0f} | "
-              f"{100 * byts / t_us / 1e3 / copy:.0f}% | {s_us:.2f} | {byts / s_us / 1e3:.0f} | "
-              f"{100 * byts / s_us / 1e3 / copy:.0f}% | {s_us / t_us:.2f} |", flush=True)
+        impl = op.kernel_config()["implementation"].replace("gqa_dense_decode", "") or "general"
+        t_gbs, s_gbs = byts / t_us / 1e3, byts / s_us / 1e3
+        print(f"| {label} | {B} | {S} | {heads}/{kv} | {impl.lstrip('_')} | {t_us:.2f} | {t_gbs:.0f} | "
+              f"{100 * t_gbs / copy:.0f}% | {100 * t_gbs / read:.0f}% | {s_us:.2f} | {s_gbs:.0f} | "
+              f"{100 * s_gbs / copy:.0f}% | {100 * s_gbs / read:.0f}% | {s_us / t_us:.2f} |", flush=True)
         del sets, tsets
         torch.cuda.empty_cache()
     print("\ngoals (issue 25): batch 1 kv 131072 >= 3.9 TB/s; kv 4096 <= 10 us; kv 1024 <= 6 us; batch 64 kv 4096 "

@@ -1,5 +1,5 @@
-"""GQADecodeFwdOp on a cuda GPU (the in-tree gqa_dense_decode) against a float64 reference, run on
-the GPU machine.
+"""GQADecodeFwdOp on a cuda GPU (the in-tree gqa_dense_decode, gqa_dense_decode_bs1 and
+gqa_dense_decode_long_context) against a float64 reference, run on the GPU machine.
 
     TILERUN_LIBRARY=... TILERUN_MANIFEST_DIR=... TILERUN_BACKEND_PATH=... PYTHONPATH=python \\
         python3 python/tests/test_gqa_decode_gpu.py [-v]
@@ -9,7 +9,10 @@ The reference is scaled dot-product attention in float64 with the manifest's tan
 Checked: the workload rows at full length; ragged seqlens (1, 7, 1023, 1024, S) and rows of
 length 0 (zeros) and past S (clamped); softcap on and off; float16 and bfloat16; head dims 64 and
 128; query heads a KV head 1, 4, 8 and 32; B up to 64; S up to 131072; outputs poisoned first;
-one captured decode call replayed as seqlens grow, against eager each time.
+each implementation on the same cases (batch 1 goes to bs1 on sm_90, the spec's long-context
+range to long_context, the rest to the general one: which one each call got is checked against
+the selection rules); caches not 16-byte aligned; one captured decode call replayed as seqlens
+grow, against eager each time, for a batch of 4 and for batch 1.
 """
 import itertools
 import os
@@ -45,6 +48,18 @@ def reference(q, k, v, seqlens, softcap=0.0, scale=None):
     return torch.einsum("bhs,bshd->bhd", p, v64)
 
 
+def expected_impl(B, S, heads, kv, dim, dtype, softcap):
+    """The implementation the selection rules name for the call on this card (table 2 of the
+    kernel-selection spec)."""
+    long_context = (B == 1 and S >= 1024 and heads == 32 and kv == 4 and dim == 128
+                    and dtype == torch.float16 and softcap == 0.0)
+    if long_context:
+        return "gqa_dense_decode_long_context"
+    if B == 1 and torch.cuda.get_device_capability(DEV) == (9, 0):
+        return "gqa_dense_decode_bs1"
+    return "gqa_dense_decode"
+
+
 class GqaDecodeGpuTest(unittest.TestCase):
     def setUp(self):
         self.gen = torch.Generator(device=DEV)
@@ -72,7 +87,8 @@ class GqaDecodeGpuTest(unittest.TestCase):
         op.call_into((q, k, v, lens), o)
         self.check(o, want, dtype, what + " call_into")
         self.check(op(q, k, v, lens), want, dtype, what + " call")
-        self.assertEqual(op.kernel_config()["implementation"], "gqa_dense_decode")
+        self.assertEqual(op.kernel_config()["implementation"], expected_impl(B, S, heads, kv, dim, dtype, softcap),
+                         what)
         return q, k, v, lens, want
 
     def test_agrees_with_sdpa_at_full_length(self):
@@ -95,6 +111,44 @@ class GqaDecodeGpuTest(unittest.TestCase):
             n += 1
         print("  %d configurations of 8 ragged rows" % n)
 
+    def test_batch_one_ragged_lengths_softcap_dtypes_dims_and_ratios(self):
+        """Batch 1 (bs1 on sm_90) on the cases the general implementation gets above, one length
+        a call."""
+        n = 0
+        for dtype, dim, (heads, kv), softcap in itertools.product(
+                (torch.float16, torch.bfloat16), (64, 128), ((8, 8), (32, 8), (64, 8), (32, 1)), (0.0, 30.0)):
+            S = 1024
+            for n_used in (1, 7, 63, 64, 65, 1023, 1024, 0, 2000, -3):
+                what = "B=1 %s dim=%d heads=%d/%d softcap=%g seqlen=%d" % (dtype, dim, heads, kv, softcap, n_used)
+                self.run_case(1, S, heads, kv, dim, dtype, [n_used], softcap, what)
+                n += 1
+        print("  %d batch-1 calls" % n)
+
+    def test_long_context_range(self):
+        """The spec's long-context range (batch 1, KV >= 1024, heads 32/4, dim 128, float16), its
+        edges, and S = 131072."""
+        for S, used in ((1024, 1024), (1024, 5), (4096, 4096), (4096, 4000), (131072, 131072), (131072, 99999)):
+            self.run_case(1, S, 32, 4, 128, torch.float16, [used], what="long context S=%d used %d" % (S, used))
+        self.run_case(1, 1023, 32, 4, 128, torch.float16, [1023], what="S=1023: bs1")
+
+    def test_caches_not_16_byte_aligned(self):
+        for B in (1, 3):
+            for dtype in (torch.float16, torch.bfloat16):
+                S, heads, kv, dim = 700, 32, 8, 128
+                q, k, v = self.make(B, S, heads, kv, dim, dtype)
+                kb = torch.empty(k.numel() + 1, device=DEV, dtype=dtype)
+                vb = torch.empty(v.numel() + 1, device=DEV, dtype=dtype)
+                k2 = kb[1:].view(k.shape)
+                v2 = vb[1:].view(v.shape)
+                k2.copy_(k)
+                v2.copy_(v)
+                self.assertNotEqual(k2.data_ptr() % 16, 0)
+                lens = torch.tensor([S - 3 * i for i in range(B)], device=DEV, dtype=torch.int32)
+                op = tilerun.op("GQADecodeFwdOp", heads=heads, heads_kv=kv, dim=dim)
+                want = reference(q, k, v, lens)
+                self.check(op(q, k2, v2, lens), want, dtype, "B=%d %s misaligned" % (B, dtype))
+                self.assertTrue(torch.equal(op(q, k2, v2, lens), op(q, k, v, lens)), "B=%d %s" % (B, dtype))
+
     def test_workload_rows(self):
         rt = tilerun.default_runtime()
         for label, specs, params in rt.workloads("GQADecodeFwdOp", "cuda:0"):
@@ -113,7 +167,11 @@ class GqaDecodeGpuTest(unittest.TestCase):
         self.run_case(64, 4096, 32, 8, 128, torch.bfloat16, [4096 - 17 * i for i in range(64)], what="B=64")
 
     def test_a_captured_step_replays_as_seqlens_grow(self):
-        B, S, heads, kv, dim = 4, 2048, 32, 8, 128
+        self.replay_case(4, 2048)
+        self.replay_case(1, 4096)
+
+    def replay_case(self, B, S):
+        heads, kv, dim = 32, 8, 128
         q, k, v = self.make(B, S, heads, kv, dim, torch.bfloat16)
         op = tilerun.op("GQADecodeFwdOp", heads=heads, heads_kv=kv, dim=dim)
         lens = torch.full((B,), 1, device=DEV, dtype=torch.int32)
@@ -128,14 +186,14 @@ class GqaDecodeGpuTest(unittest.TestCase):
             op.call_into((q, k, v, lens), o)
         for step in range(100):
             n = 1 + step * 20
-            lens.copy_(torch.tensor([n, n + 1, max(1, n // 2), S], device=DEV, dtype=torch.int32))
+            lens.copy_(torch.tensor([n, n + 1, max(1, n // 2), S][:B], device=DEV, dtype=torch.int32))
             o.fill_(float("nan"))
             g.replay()
             eager = op(q, k, v, lens)
             torch.cuda.synchronize()
-            self.assertTrue(torch.equal(o, eager), "step %d" % step)
+            self.assertTrue(torch.equal(o, eager), "B=%d step %d" % (B, step))
             if step % 33 == 0:
-                self.check(o, reference(q, k, v, lens), torch.bfloat16, "step %d" % step)
+                self.check(o, reference(q, k, v, lens), torch.bfloat16, "B=%d step %d" % (B, step))
 
 
 if __name__ == "__main__":
