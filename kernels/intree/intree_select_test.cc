@@ -80,7 +80,7 @@ std::string norm_key(Selector &s, tr_dtype dt, int64_t rows, int64_t row) {
 }  // namespace
 
 TEST_CASE("every in-tree op's selector passes the checks made when it is built") {
-  REQUIRE(tr_intree_op_count() == 7);
+  REQUIRE(tr_intree_op_count() == 8);
   for (size_t i = 0; i < tr_intree_op_count(); i++) {
     const tr_intree_op *op = tr_intree_op_at(i);
     tr_selector *sel = nullptr;
