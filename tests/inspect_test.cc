@@ -249,7 +249,7 @@ TEST_CASE("kernel_for derives the device facts: a stated one is the spec's row 1
 
 TEST_CASE("the inventory: each in-tree op's interfaces and implementation keys") {
   Runtime r;
-  REQUIRE(tr_runtime_inventory_count(r.rt) == 7);
+  REQUIRE(tr_runtime_inventory_count(r.rt) == 8);
   std::vector<std::string> ops;
   for (size_t i = 0; i < tr_runtime_inventory_count(r.rt); i++) {
     tr_op_inventory inv;
@@ -257,7 +257,7 @@ TEST_CASE("the inventory: each in-tree op's interfaces and implementation keys")
     ops.push_back(inv.op);
   }
   CHECK(ops == std::vector<std::string>{"RMSNormFwdOp", "LayerNormFwdOp", "SoftmaxFwdOp", "AddFwdOp", "GemmFwdOp",
-                                        "RoPEFwdOp", "GQADecodeFwdOp"});
+                                        "RoPEFwdOp", "GQADecodeFwdOp", "GQAPrefillFwdOp"});
   tr_op_inventory inv;
   ok(tr_runtime_inventory_of(r.rt, "SoftmaxFwdOp", &inv));
   REQUIRE(inv.n_interfaces == 1);
@@ -275,12 +275,17 @@ TEST_CASE("the inventory: each in-tree op's interfaces and implementation keys")
   Err none(tr_runtime_inventory_of(r.rt, "GroupNormFwdOp", &inv));
   CHECK(none.code == TR_OP_NOT_AVAILABLE);
   CHECK(inv.op == nullptr);
+  ok(tr_runtime_inventory_of(r.rt, "GQAPrefillFwdOp", &inv));  // its own family's one, general
+  REQUIRE(inv.n_types == 1);
+  CHECK(std::string(inv.interfaces[0]->name) == "GQAPrefillFwdInterface");
+  CHECK(std::string(inv.types[0]->key) == "gqa_prefill_flash");
+  CHECK(inv.types[0]->general);
   ok(tr_runtime_inventory_of(r.rt, "RoPEFwdOp", &inv));  // two implementations, neither general
   REQUIRE(inv.n_types == 2);
   CHECK(std::string(inv.types[0]->key) == "rope_neox");
   CHECK(std::string(inv.types[1]->key) == "rope_interleaved");
   CHECK((!inv.types[0]->general && !inv.types[1]->general));
-  Err past(tr_runtime_inventory_at(r.rt, 7, &inv));
+  Err past(tr_runtime_inventory_at(r.rt, 8, &inv));
   CHECK(past.code == TR_VALUE);
 }
 

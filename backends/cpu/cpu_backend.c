@@ -13,7 +13,7 @@
 
 typedef enum op_kind {
   OP_RMS_NORM, OP_LAYER_NORM, OP_GROUP_NORM, OP_BATCH_NORM, OP_SOFTMAX, OP_ADD, OP_GEMM, OP_ROPE,
-  OP_GQA_DECODE,
+  OP_GQA_DECODE, OP_GQA_PREFILL,
 } op_kind;
 
 /* A built kernel: the op, its dtype and the params it was built with (compile-time facts only;
@@ -90,6 +90,10 @@ static tr_status *call(void *self, DLTensor *const *in, size_t n_in, DLTensor *c
                                (const int32_t *)data_or_null(in[3]), out_data(out[0]), x->shape[0],
                                k->heads, k->heads_kv, k->dim, in[1]->shape[1], k->softcap, k->scale,
                                k->dtype, 0);
+    case OP_GQA_PREFILL: /* q [B, L, heads, dim], k/v [B, L, heads_kv, dim] */
+      return tr_cpu_gqa_prefill(data_or_null(x), data_or_null(in[1]), data_or_null(in[2]),
+                                out_data(out[0]), x->shape[0], x->shape[1], k->heads, k->heads_kv,
+                                k->dim, k->scale, k->dtype, 0);
   }
   return TR_STATUS(TR_INTERNAL, TARGET ": unknown kernel kind %d", (int)k->kind);
 }
@@ -171,6 +175,7 @@ static const struct {
     [OP_GEMM] = {"a", 0, DT_HALVES_F32},
     [OP_ROPE] = {"x", 1, DT_HALVES_F32},
     [OP_GQA_DECODE] = {"q", 0, DT_F16 | DT_BF16},
+    [OP_GQA_PREFILL] = {"q", 0, DT_F16 | DT_BF16},
 };
 
 /* NULL when dtype is in `served`; else "cpu SoftmaxFwdOp: param 'dtype' is int32; the cpu target
@@ -296,6 +301,17 @@ static tr_status *check_served(const tr_build_request *req, const cpu_kernel *k)
                          (long long)k->heads_kv, (long long)k->heads);
       }
       break;
+    case OP_GQA_PREFILL: /* call() reads q's B and L */
+      if (x->rank != 4) {
+        return TR_STATUS(TR_VALUE, TARGET " %s: input 'q' has rank %d; the " TARGET " target needs "
+                         "[B, L, heads, dim]", req->op, (int)x->rank);
+      }
+      if (k->heads_kv <= 0 || k->heads % k->heads_kv != 0) {
+        return TR_STATUS(TR_VALUE, TARGET " %s: param 'heads_kv' is %lld; the " TARGET " target "
+                         "needs heads_kv > 0 dividing heads = %lld", req->op,
+                         (long long)k->heads_kv, (long long)k->heads);
+      }
+      break;
   }
   return NULL;
 }
@@ -345,6 +361,12 @@ static tr_status *build(void *ctx, const tr_build_request *req, tr_kernel *out) 
       k->softcap = float_param(req, "softcap", 0.0);
       k->scale = float_param(req, "scale", 1.0 / sqrt((double)(k->dim > 0 ? k->dim : 1)));
       break;
+    case OP_GQA_PREFILL:
+      k->heads = int_param(req, "heads");
+      k->heads_kv = int_param(req, "heads_kv");
+      k->dim = int_param(req, "dim");
+      k->scale = float_param(req, "scale", 1.0 / sqrt((double)(k->dim > 0 ? k->dim : 1)));
+      break;
   }
   TR_RETURN_IF_ERROR(check_served(req, k));
   k = malloc(sizeof(*k));
@@ -373,6 +395,7 @@ tr_status *tilerun_backend_init(const tr_backend_api *api) {
       {"GroupNormFwdOp", OP_GROUP_NORM}, {"BatchNormFwdOp", OP_BATCH_NORM},
       {"SoftmaxFwdOp", OP_SOFTMAX}, {"AddFwdOp", OP_ADD}, {"GemmFwdOp", OP_GEMM},
       {"RoPEFwdOp", OP_ROPE}, {"GQADecodeFwdOp", OP_GQA_DECODE},
+      {"GQAPrefillFwdOp", OP_GQA_PREFILL},
   };
   TR_RETURN_IF_ERROR(api->register_detector(api->host, TARGET, detect, NULL));
   for (size_t i = 0; i < sizeof(kOps) / sizeof(kOps[0]); i++) {

@@ -69,7 +69,8 @@ TEST_CASE("the cpu backend is discovered and serves every op that builds kernels
   REQUIRE(tr_registered_targets(cpu.rt, nullptr, names, 16) == 1);
   CHECK(std::string(names[0]) == "cpu");
   for (const char *op : {"RMSNormFwdOp", "LayerNormFwdOp", "GroupNormFwdOp", "BatchNormFwdOp",
-                         "SoftmaxFwdOp", "AddFwdOp", "GemmFwdOp", "RoPEFwdOp", "GQADecodeFwdOp"}) {
+                         "SoftmaxFwdOp", "AddFwdOp", "GemmFwdOp", "RoPEFwdOp", "GQADecodeFwdOp",
+                         "GQAPrefillFwdOp"}) {
     INFO(op);
     CHECK(tr_registered_targets(cpu.rt, op, names, 16) == 1);
   }
@@ -283,6 +284,55 @@ TEST_CASE("GQA decode in bfloat16, with the default scale and a softcap") {
       }
     }
   tr_op_destroy(&gqa);
+}
+
+TEST_CASE("GQA prefill in bfloat16: causal, each query head on its KV head, default and given scale") {
+  Cpu cpu;
+  const int B = 2, L = 7, D = 8;
+  struct Heads {
+    int h, kv;
+  };
+  for (Heads hs : {Heads{4, 2}, Heads{3, 3}, Heads{4, 1}}) {
+    for (bool given : {false, true}) {
+      const int H = hs.h, HKV = hs.kv;
+      const double scale = given ? 0.3 : 1.0 / std::sqrt((double)D);
+      std::vector<tr_named_value> params = {
+          {"heads", tr_value_int(H)}, {"heads_kv", tr_value_int(HKV)}, {"dim", tr_value_int(D)}};
+      if (given) params.push_back({"scale", tr_value_float(scale)});
+      tr_op *op = cpu.op("GQAPrefillFwdOp", params);
+      Bf16 q({B, L, H, D}), k({B, L, HKV, D}), v({B, L, HKV, D});
+      const DLTensor *in[] = {&q.t, &k.t, &v.t};
+      Outputs out;
+      tr_test::ok(tr_op_call(op, in, 3, out.items, 1));
+      CHECK(out.items[0]->dl_tensor.ndim == 4);
+      CHECK(out.items[0]->dl_tensor.shape[1] == L);
+      CHECK(out.items[0]->dl_tensor.shape[2] == H);
+      const uint16_t *o = static_cast<const uint16_t *>(out.items[0]->dl_tensor.data);
+      for (int b = 0; b < B; b++)
+        for (int i = 0; i < L; i++)
+          for (int h = 0; h < H; h++) {
+            const int kv = h / (H / HKV);
+            std::vector<double> p;
+            double mx = -1e300, sum = 0;
+            for (int j = 0; j <= i; j++) {  // keys after i are never seen
+              double l = 0;
+              for (int d = 0; d < D; d++)
+                l += q.at(((b * L + i) * H + h) * D + d) * k.at(((b * L + j) * HKV + kv) * D + d);
+              p.push_back(l * scale);
+              mx = std::max(mx, l * scale);
+            }
+            for (double &l : p) sum += (l = std::exp(l - mx));
+            for (int d = 0; d < D; d++) {
+              double want = 0;
+              for (int j = 0; j <= i; j++) want += p[j] / sum * v.at(((b * L + j) * HKV + kv) * D + d);
+              INFO("heads " << H << "/" << HKV << " scale " << scale << " b " << b << " i " << i << " h " << h
+                            << " d " << d);
+              CHECK(tr_cpu_bf16_to_f32(o[((b * L + i) * H + h) * D + d]) == Approx(want).epsilon(1.6e-2).margin(2e-2));
+            }
+          }
+      tr_op_destroy(&op);
+    }
+  }
 }
 
 // A 16-bit float tensor (float16 or bfloat16) in host memory, holding `values` rounded.

@@ -24,6 +24,7 @@ static const tr_intree_family *const kFamilies[] = {
     &tr_intree_gemm_family,
     &tr_intree_rope_family,
     &tr_intree_attention_family,
+    &tr_intree_attention_prefill_family,
 };
 #define N_FAMILIES (sizeof(kFamilies) / sizeof(kFamilies[0]))
 

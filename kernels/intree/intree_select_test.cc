@@ -85,7 +85,7 @@ std::string norm_key(Selector &s, tr_dtype dt, int64_t rows, int64_t row) {
 }  // namespace
 
 TEST_CASE("every in-tree op's selector passes the checks made when it is built") {
-  REQUIRE(tr_intree_op_count() == 7);
+  REQUIRE(tr_intree_op_count() == 8);
   for (size_t i = 0; i < tr_intree_op_count(); i++) {
     const tr_intree_op *op = tr_intree_op_at(i);
     tr_selector *sel = nullptr;
@@ -99,6 +99,7 @@ TEST_CASE("every in-tree op's selector passes the checks made when it is built")
   }
   CHECK(tr_intree_find("GemmFwdOp") != nullptr);
   CHECK(tr_intree_find("GQADecodeFwdOp") != nullptr);
+  CHECK(tr_intree_find("GQAPrefillFwdOp") != nullptr);
   CHECK(tr_intree_find("GroupNormFwdOp") == nullptr);
 }
 
@@ -556,4 +557,67 @@ TEST_CASE("GQA decode: the batch-1 and long-context implementations' refusals") 
   CHECK(why(lc, TR_FLOAT16, 1, 4096, 32, 4, 128, 30.0) == "does not serve this call");
   CHECK(why(lc, TR_FLOAT16, 1, 512, 32, 4, 128, 0.0) == "does not serve this call");
   CHECK(why(lc, TR_BFLOAT16, 1, 4096, 32, 4, 128, 0.0) == "does not serve this call");
+}
+
+namespace {
+
+std::string prefill_key(Selector &s, tr_dtype dt, int64_t B, int64_t L, int64_t heads, int64_t kv, int64_t dim,
+                        int32_t arch = 90, std::string *error = nullptr) {
+  tr_tensor_spec q = spec(dt, {B, L, heads, dim}), k = spec(dt, {B, L, kv, dim});
+  const tr_tensor_spec *in[3] = {&q, &k, &k};
+  tr_named_value p[3] = {{"heads", tr_value_int(heads)}, {"heads_kv", tr_value_int(kv)}, {"dim", tr_value_int(dim)}};
+  return key_for(s, in, 3, p, 3, arch, error);
+}
+
+}  // namespace
+
+TEST_CASE("GQA prefill: the flash implementation serves both dtypes and head dims, any batch, length and group") {
+  Selector s("GQAPrefillFwdOp");
+  for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16}) {
+    for (int64_t dim : {64, 128}) {
+      CHECK(prefill_key(s, dt, 1, 2048, 32, 8, dim) == "gqa_prefill_flash");
+      CHECK(prefill_key(s, dt, 4, 2048, 64, 8, dim, 80) == "gqa_prefill_flash");
+      CHECK(prefill_key(s, dt, 3, 1, 8, 8, dim, 89) == "gqa_prefill_flash");
+      CHECK(prefill_key(s, dt, 2, 1000, 7, 1, dim, 120) == "gqa_prefill_flash");
+    }
+  }
+  std::string error;
+  CHECK(prefill_key(s, TR_FLOAT32, 1, 2048, 32, 8, 128, 90, &error).empty());
+  CHECK(error.find("gqa_prefill_flash: attends in float16 and bfloat16; got float32") != std::string::npos);
+  CHECK(prefill_key(s, TR_BFLOAT16, 1, 2048, 32, 8, 96, 90, &error).empty());
+  CHECK(error.find("gqa_prefill_flash: serves head dims 64 and 128; got dim=96") != std::string::npos);
+  CHECK(prefill_key(s, TR_BFLOAT16, 1, 2048, 32, 5, 128, 90, &error).empty());
+  CHECK(error.find("gqa_prefill_flash: needs heads a positive multiple of heads_kv; got heads=32, heads_kv=5") !=
+        std::string::npos);
+  CHECK(prefill_key(s, TR_BFLOAT16, 1, 2048, 32, 0, 128, 90, &error).empty());
+  CHECK(error.find("got heads=32, heads_kv=0") != std::string::npos);
+  CHECK(prefill_key(s, TR_BFLOAT16, 1, 2048, 32, 8, 128, 75, &error).empty());
+  CHECK(error.find("75") != std::string::npos);
+  // the call spec: the default scale is 1 / sqrt(dim), a given one is kept
+  tr_tensor_spec q = spec(TR_BFLOAT16, {2, 777, 32, 64}), k = spec(TR_BFLOAT16, {2, 777, 8, 64});
+  const tr_tensor_spec *in[3] = {&q, &k, &k};
+  tr_device dev = cuda0();
+  const char *iface = nullptr;
+  tr_call_spec call;
+  tr_named_value p[4] = {{"heads", tr_value_int(32)}, {"heads_kv", tr_value_int(8)}, {"dim", tr_value_int(64)},
+                         {"scale", tr_value_none()}};
+  REQUIRE(s.op->call_spec(in, 3, p, 4, &dev, &iface, &call) == nullptr);
+  CHECK(std::string(iface) == "GQAPrefillFwdInterface");
+  CHECK(std::string(call.type->name) == "AttentionPrefillCall");
+  CHECK(tr_call_spec_int(&call, "heads") == 32);
+  CHECK(tr_call_spec_int(&call, "heads_kv") == 8);
+  CHECK(tr_call_spec_float(&call, "scale") == Approx(0.125));
+  tr_call_spec_clear(&call);
+  p[3].value = tr_value_float(0.3);
+  REQUIRE(s.op->call_spec(in, 3, p, 4, &dev, &iface, &call) == nullptr);
+  CHECK(tr_call_spec_float(&call, "scale") == Approx(0.3));
+  tr_call_spec_clear(&call);
+  // a call the in-tree kernels cannot express: q of rank 3
+  tr_tensor_spec q3 = spec(TR_BFLOAT16, {2, 32, 64});
+  const tr_tensor_spec *in3[3] = {&q3, &k, &k};
+  tr_status *status = s.op->call_spec(in3, 3, p, 4, &dev, &iface, &call);
+  REQUIRE(status != nullptr);
+  CHECK(std::string(tr_status_message(status)).find("GQAPrefillFwdOp: the in-tree kernels need q [B, L, heads, dim]") !=
+        std::string::npos);
+  tr_status_destroy(&status);
 }

@@ -1,5 +1,7 @@
-/* attention.c: one GQA decode step over a padded KV cache (online softmax, tanh softcap). */
+/* attention.c: one GQA decode step over a padded KV cache (online softmax, tanh softcap), and
+ * causal GQA attention over a prompt (prefill). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "backends/cpu/kernels/cpu_kernels.h"
@@ -137,4 +139,95 @@ tr_status *tr_cpu_gqa_decode(const void *q, const void *k_cache, const void *v_c
   const int64_t g = heads / heads_kv;
   return tr__cpu_parallel_for(threads, B * heads_kv, g * (S > 0 ? S : 1) * dim, tr__gqa_groups,
                               &ctx);
+}
+
+typedef struct tr__prefill_ctx {
+  const void *q, *k, *v;
+  void *o;
+  int64_t L, heads, heads_kv, dim;
+  float scale;
+  tr__cpu_kind kind;
+} tr__prefill_ctx;
+
+/* Items are query rows, ((b * heads + h) * L + i): row i's logits against keys 0..i, a softmax
+ * over them (max first, so exp never overflows), then sum p * v, all in float32. */
+static tr_status *tr__prefill_rows(void *vctx, int64_t begin, int64_t end) {
+  const tr__prefill_ctx *ctx = vctx;
+  const int64_t dim = ctx->dim, L = ctx->L, heads = ctx->heads, hkv = ctx->heads_kv;
+  const int64_t g = heads / hkv;
+  const size_t floats = (size_t)(L + 3 * dim);
+  float *scratch = malloc(floats * sizeof(float));
+  if (scratch == NULL) {
+    return TR_STATUS(TR_OUT_OF_MEMORY, "gqa_prefill: cannot allocate %zu bytes of scratch",
+                     floats * sizeof(float));
+  }
+  float *logits = scratch;     /* [L] */
+  float *qf = logits + L;      /* [dim] */
+  float *acc = qf + dim;       /* [dim] */
+  float *row = acc + dim;      /* [dim]: one k or v row */
+  for (int64_t item = begin; item < end; item++) {
+    const int64_t i = item % L, bh = item / L, h = bh % heads, b = bh / heads, kvh = h / g;
+    const int64_t q_off = ((b * L + i) * heads + h) * dim;
+    const float *qr = tr__cpu_load(ctx->q, ctx->kind, q_off, dim, row);
+    for (int64_t d = 0; d < dim; d++) qf[d] = qr[d];
+    float m = -INFINITY;
+    for (int64_t j = 0; j <= i; j++) {
+      const float *kf = tr__cpu_load(ctx->k, ctx->kind, ((b * L + j) * hkv + kvh) * dim, dim, row);
+      logits[j] = tr__cpu_dot(qf, kf, dim) * ctx->scale;
+      m = (logits[j] > m || logits[j] != logits[j]) ? logits[j] : m;
+    }
+    for (int64_t j = 0; j <= i; j++) logits[j] = expf(logits[j] - m);
+    const float inv = 1.0f / tr__cpu_sum(logits, i + 1);
+    for (int64_t d = 0; d < dim; d++) acc[d] = 0.0f;
+    for (int64_t j = 0; j <= i; j++) {
+      const float *vf = tr__cpu_load(ctx->v, ctx->kind, ((b * L + j) * hkv + kvh) * dim, dim, row);
+      const float p = logits[j];
+      for (int64_t d = 0; d < dim; d++) acc[d] += p * vf[d];
+    }
+    for (int64_t d = 0; d < dim; d++) acc[d] *= inv;
+    tr__cpu_store(ctx->o, ctx->kind, q_off, dim, acc);
+  }
+  free(scratch);
+  return NULL;
+}
+
+tr_status *tr_cpu_gqa_prefill(const void *q, const void *k, const void *v, void *o, int64_t B,
+                              int64_t L, int64_t heads, int64_t heads_kv, int64_t dim,
+                              double scale, tr_dtype dtype, int threads) {
+  static const char op[] = "gqa_prefill";
+  tr__cpu_kind kind;
+  TR_RETURN_IF_ERROR(tr__cpu_check_threads(op, threads));
+  TR_RETURN_IF_ERROR(tr__cpu_check_dtype(
+      op, "dtype", dtype, TR__CPU_SET(TR__CPU_F16) | TR__CPU_SET(TR__CPU_BF16), &kind));
+  TR_RETURN_IF_ERROR(tr__cpu_check_size(op, "B", B));
+  TR_RETURN_IF_ERROR(tr__cpu_check_size(op, "L", L));
+  TR_RETURN_IF_ERROR(tr__cpu_check_size(op, "heads", heads));
+  TR_RETURN_IF_ERROR(tr__cpu_check_size(op, "dim", dim));
+  if (heads_kv <= 0) {
+    return TR_STATUS(TR_VALUE, "gqa_prefill: heads_kv must be > 0, got %lld", (long long)heads_kv);
+  }
+  if (heads % heads_kv != 0) {
+    return TR_STATUS(TR_VALUE, "gqa_prefill: heads %lld is not divisible by heads_kv %lld",
+                     (long long)heads, (long long)heads_kv);
+  }
+  int64_t rows, q_row, q_numel, kv_row, kv_numel, items;
+  TR_RETURN_IF_ERROR(tr__cpu_mul(op, "B * L", B, L, &rows));
+  TR_RETURN_IF_ERROR(tr__cpu_mul(op, "heads * dim", heads, dim, &q_row));
+  TR_RETURN_IF_ERROR(tr__cpu_mul(op, "B * L * heads * dim", rows, q_row, &q_numel));
+  TR_RETURN_IF_ERROR(tr__cpu_mul(op, "heads_kv * dim", heads_kv, dim, &kv_row));
+  TR_RETURN_IF_ERROR(tr__cpu_mul(op, "B * L * heads_kv * dim", rows, kv_row, &kv_numel));
+  TR_RETURN_IF_ERROR(tr__cpu_mul(op, "B * L * heads", rows, heads, &items));
+  if (q_numel == 0) return NULL;
+  TR_RETURN_IF_ERROR(tr__cpu_check_ptr(op, "q", q, q_numel));
+  TR_RETURN_IF_ERROR(tr__cpu_check_ptr(op, "o", o, q_numel));
+  TR_RETURN_IF_ERROR(tr__cpu_check_ptr(op, "k", k, kv_numel));
+  TR_RETURN_IF_ERROR(tr__cpu_check_ptr(op, "v", v, kv_numel));
+  if ((uint64_t)L + 3 * (uint64_t)dim > SIZE_MAX / sizeof(float)) {
+    return TR_STATUS(TR_VALUE, "gqa_prefill: L = %lld and dim = %lld need more scratch than memory "
+                     "addresses", (long long)L, (long long)dim);
+  }
+  tr__prefill_ctx ctx = {.q = q, .k = k, .v = v, .o = o, .L = L, .heads = heads,
+                         .heads_kv = heads_kv, .dim = dim, .scale = (float)scale, .kind = kind};
+  /* a row reads (i + 1) keys: L / 2 on average, twice (k and v) */
+  return tr__cpu_parallel_for(threads, items, (L > 0 ? L : 1) * dim, tr__prefill_rows, &ctx);
 }

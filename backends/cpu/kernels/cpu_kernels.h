@@ -162,6 +162,16 @@ tr_status *tr_cpu_gqa_decode(const void *q, const void *k_cache, const void *v_c
                              int64_t heads_kv, int64_t dim, int64_t S, double softcap,
                              double scale, tr_dtype dtype, int threads) TR_MUST_USE;
 
+/* Causal GQA attention over a prompt: q and o [B, L, heads, dim]; k and v [B, L, heads_kv, dim].
+ * Query row i of head h attends to key rows 0..i of KV head h / (heads / heads_kv) in its batch
+ * row: logits = (q . k) * scale, p = softmax(logits), o = sum p * v, in float32. scale arrives
+ * resolved (the caller turns None into 1 / sqrt(dim)). heads_kv must be > 0 and divide heads.
+ * dtype float16 or bfloat16 (the op's signature). Threads split query rows. o must not overlap
+ * the inputs. */
+tr_status *tr_cpu_gqa_prefill(const void *q, const void *k, const void *v, void *o, int64_t B,
+                              int64_t L, int64_t heads, int64_t heads_kv, int64_t dim,
+                              double scale, tr_dtype dtype, int threads) TR_MUST_USE;
+
 #ifdef __cplusplus
 }
 #endif

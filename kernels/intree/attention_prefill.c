@@ -1,0 +1,135 @@
+/* attention_prefill.c: the attention_prefill family: GQAPrefillFwdOp on cuda
+ * (kernels/src/gqa_prefill.cu), its general implementation `gqa_prefill_flash`: causal GQA over a
+ * prompt, flash-attention-2 style (online softmax over 64-key tiles, tensor cores, the tiles
+ * above the diagonal skipped). The dtype and head dim are compiled in; the batch, the length, the
+ * heads and the group size are launch values, so one build serves every prompt. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kernels/cuda/launch.h"
+#include "kernels/intree/family.h"
+
+static const tr_call_field kPrefillFields[] = {
+    {"dtype", TR_VALUE_DTYPE, 0, 0, {0}},
+    {"heads", TR_VALUE_INT, 0, 0, {0}},
+    {"heads_kv", TR_VALUE_INT, 0, 0, {0}},
+    {"dim", TR_VALUE_INT, 0, 0, {0}},
+    {"scale", TR_VALUE_FLOAT, 0, 0, {0}},
+};
+static const tr_call_spec_type kPrefillCall = {"AttentionPrefillCall", 5, kPrefillFields};
+
+static const char *const kPrefillArgs[] = {"q", "k", "v", NULL};
+static const char *const kO[] = {"o"};
+
+static const tr_kernel_interface kPrefillIface = {
+    "GQAPrefillFwdInterface", &kPrefillCall, 3, kPrefillArgs, 1, kO,
+    "q [B, L, heads, dim], k and v [B, L, heads_kv, dim] contiguous and 16-byte aligned, on one cuda device; "
+    "returns o [B, L, heads, dim]; query row i attends causally to keys 0..i, query head h to KV head "
+    "h / (heads / heads_kv); nothing written in place"};
+
+enum { FLASH };
+enum { PREFILL_BLOCK = 128, PREFILL_ROWS = 64 }; /* 4 warps; query rows a CTA (gqa_prefill.cu's BM) */
+static const tr_intree_impl kImpls[] = {{&tr_intree_attention_prefill_family, FLASH, 0}};
+
+static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
+  (void)self;
+  tr_dtype d = tr_call_spec_get(call, "dtype")->as.dtype;
+  if (!tr_dtype_equal(d, TR_FLOAT16) && !tr_dtype_equal(d, TR_BFLOAT16)) {
+    snprintf(buf, size, "attends in float16 and bfloat16; got %s", tr_dtype_name(d));
+    return buf;
+  }
+  int64_t dim = tr_call_spec_int(call, "dim");
+  if (dim != 64 && dim != 128) {
+    snprintf(buf, size, "serves head dims 64 and 128; got dim=%lld", (long long)dim);
+    return buf;
+  }
+  int64_t heads = tr_call_spec_int(call, "heads"), kv = tr_call_spec_int(call, "heads_kv");
+  if (kv <= 0 || heads <= 0 || heads % kv != 0) {
+    snprintf(buf, size, "needs heads a positive multiple of heads_kv; got heads=%lld, heads_kv=%lld",
+             (long long)heads, (long long)kv);
+    return buf;
+  }
+  return NULL;
+}
+
+TR_INTREE_TYPE(kFlash, "gqa_prefill_flash", kPrefillIface, kImpls[FLASH], 1, NULL, refusal);
+
+static tr_status *prefill_spec(const tr_tensor_spec *const *in, size_t n_in, const tr_named_value *params,
+                               size_t n_params, const tr_device *device, const char **iface, tr_call_spec *out) {
+  *iface = kPrefillIface.name;
+  if (n_in < 3 || in[0] == NULL || in[0]->rank != 4 || in[1] == NULL || in[1]->rank != 4) {
+    return TR_STATUS(TR_VALUE, "GQAPrefillFwdOp: the in-tree kernels need q [B, L, heads, dim], k and v "
+                               "[B, L, heads_kv, dim]");
+  }
+  const tr_value *h = tr_intree_param(params, n_params, "heads"), *kv = tr_intree_param(params, n_params, "heads_kv");
+  const tr_value *dim = tr_intree_param(params, n_params, "dim"), *scale = tr_intree_param(params, n_params, "scale");
+  if (h == NULL || kv == NULL || dim == NULL) {
+    return TR_STATUS(TR_VALUE, "GQAPrefillFwdOp: the in-tree kernels need the params heads, heads_kv and dim");
+  }
+  double s = scale == NULL || scale->kind == TR_VALUE_NONE ? 1.0 / sqrt((double)(dim->as.i > 0 ? dim->as.i : 1))
+             : scale->kind == TR_VALUE_INT ? (double)scale->as.i : scale->as.f;
+  tr_named_value v[5] = {{"dtype", tr_value_dtype(in[0]->dtype)}, {"heads", tr_value_int(h->as.i)},
+                         {"heads_kv", tr_value_int(kv->as.i)},     {"dim", tr_value_int(dim->as.i)},
+                         {"scale", tr_value_float(s)}};
+  return tr_call_spec_init(out, &kPrefillCall, device, v, 5);
+}
+
+static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
+  tr_dtype dt = tr_call_spec_get(call, "dtype")->as.dtype;
+  const char *t = tr_intree_c_type(dt);
+  if (t == NULL) return TR_STATUS(TR_VALUE, "kernel '%s' has no specialisation for dtype %s", type->key, tr_dtype_name(dt));
+  out->source = tr_src_gqa_prefill;
+  out->entry = "tr_gqa_prefill";
+  out->block = PREFILL_BLOCK;
+  tr_intree_add_text(out, "-DTR_T=%s", t);
+  tr_intree_add_int(out, "-DTR_DIM=%lld", (long long)tr_call_spec_int(call, "dim"));
+  tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
+  return NULL;
+}
+
+/* ints[0]: dim; ints[1]: heads; ints[2]: heads_kv; reals[0]: scale. */
+static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
+  k->ints[0] = tr_call_spec_int(call, "dim");
+  k->ints[1] = tr_call_spec_int(call, "heads");
+  k->ints[2] = tr_call_spec_int(call, "heads_kv");
+  k->reals[0] = tr_call_spec_float(call, "scale");
+  return NULL;
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n_in, DLTensor *const *out,
+                         tr_cu_stream stream) {
+  (void)n_in;
+  void *q = tr_intree_data(in[0]), *kk = tr_intree_data(in[1]), *v = tr_intree_data(in[2]);
+  void *o = tr_intree_data(out[0]);
+  const char *names[] = {"q", "k", "v", "o"};
+  void *ptrs[] = {q, kk, v, o};
+  for (int i = 0; i < 4; i++) {
+    if (!aligned16(ptrs[i])) {
+      return TR_STATUS(TR_VALUE, "GQAPrefillFwdOp: the in-tree kernel reads and writes 16 bytes at a time; %s's "
+                                 "data at %p is not 16-byte aligned", names[i], ptrs[i]);
+    }
+  }
+  int64_t B = in[0]->shape[0], L = in[0]->shape[1], heads = k->ints[1], heads_kv = k->ints[2];
+  int64_t tiles = (L + PREFILL_ROWS - 1) / PREFILL_ROWS;
+  /* grid x: batch rows x heads (at most 2^31 - 1); y: query tiles (at most 65535); L an int */
+  if (B * heads > 0x7fffffffLL || tiles > 65535) {
+    return TR_STATUS(TR_VALUE, "GQAPrefillFwdOp: %lld batch rows of %lld heads and %lld tokens are more than one "
+                     "launch covers (at most 2^31 - 1 rows x heads, %d tokens)",
+                     (long long)B, (long long)heads, (long long)L, 65535 * PREFILL_ROWS);
+  }
+  int L_i = (int)L, heads_i = (int)heads, heads_kv_i = (int)heads_kv;
+  float scale = (float)k->reals[0];
+  void *args[] = {&q, &kk, &v, &o, &L_i, &heads_i, &heads_kv_i, &scale};
+  return tr_cu_launch_ex(k->narrow.function, k->key, (uint32_t)(B * heads), (uint32_t)tiles, k->block, 0, stream,
+                         args, k->overlap);
+}
+
+static const tr_kernel_interface *const kIfaces[] = {&kPrefillIface};
+static const tr_kernel_type *const kTypes[] = {&kFlash};
+static const tr_intree_op kOps[] = {{"GQAPrefillFwdOp", 1, kIfaces, 1, kTypes, prefill_spec, 0}};
+
+const tr_intree_family tr_intree_attention_prefill_family = {"attention_prefill", 1, kOps, 0, source_for, prepare,
+                                                             launch, NULL, NULL, NULL, NULL};
