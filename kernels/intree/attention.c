@@ -61,7 +61,7 @@ static const tr_intree_impl kImpls[] = {
 
 /* What every implementation of the interface needs (the general one's refusal; the others end
  * with it, as the spec's overrides end with super().refusal). */
-static const char *base_refusal(const tr_call_spec *call, char *buf, size_t size) {
+const char *tr_intree_attention_refusal(const tr_call_spec *call, char *buf, size_t size) {
   tr_dtype d = tr_call_spec_get(call, "dtype")->as.dtype;
   if (!tr_dtype_equal(d, TR_FLOAT16) && !tr_dtype_equal(d, TR_BFLOAT16)) {
     snprintf(buf, size, "attends in float16 and bfloat16; got %s", tr_dtype_name(d));
@@ -72,6 +72,12 @@ static const char *base_refusal(const tr_call_spec *call, char *buf, size_t size
     snprintf(buf, size, "serves head dims 64 and 128; got dim=%lld", (long long)dim);
     return buf;
   }
+  return NULL;
+}
+
+static const char *base_refusal(const tr_call_spec *call, char *buf, size_t size) {
+  const char *why = tr_intree_attention_refusal(call, buf, size);
+  if (why != NULL) return why;
   int64_t heads = tr_call_spec_int(call, "heads"), kv = tr_call_spec_int(call, "heads_kv");
   if (kv <= 0 || heads % kv != 0 || heads / kv > 256) {
     snprintf(buf, size, "needs heads a multiple of heads_kv, at most 256 query heads a KV head; got heads=%lld, "

@@ -34,16 +34,8 @@ static const tr_intree_impl kImpls[] = {{&tr_intree_attention_prefill_family, FL
 
 static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
   (void)self;
-  tr_dtype d = tr_call_spec_get(call, "dtype")->as.dtype;
-  if (!tr_dtype_equal(d, TR_FLOAT16) && !tr_dtype_equal(d, TR_BFLOAT16)) {
-    snprintf(buf, size, "attends in float16 and bfloat16; got %s", tr_dtype_name(d));
-    return buf;
-  }
-  int64_t dim = tr_call_spec_int(call, "dim");
-  if (dim != 64 && dim != 128) {
-    snprintf(buf, size, "serves head dims 64 and 128; got dim=%lld", (long long)dim);
-    return buf;
-  }
+  const char *why = tr_intree_attention_refusal(call, buf, size);
+  if (why != NULL) return why;
   int64_t heads = tr_call_spec_int(call, "heads"), kv = tr_call_spec_int(call, "heads_kv");
   if (kv <= 0 || heads <= 0 || heads % kv != 0) {
     snprintf(buf, size, "needs heads a positive multiple of heads_kv; got heads=%lld, heads_kv=%lld",

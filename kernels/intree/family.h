@@ -121,6 +121,9 @@ uint32_t tr_intree_clamp_threads(int64_t n);
 /* The refusal of rows the row kernels cannot index: NULL, or the reason written into buf. A row
  * of no elements is served: its tensor has none, so nothing is launched. */
 const char *tr_intree_row_refusal(int64_t row, char *buf, size_t size);
+/* The attention kernels' shared refusal (attention.c): float16 and bfloat16, head dims 64 and
+ * 128 (the call spec's "dtype" and "dim"); NULL, or the reason written into buf. */
+const char *tr_intree_attention_refusal(const tr_call_spec *call, char *buf, size_t size);
 /* The row length a specialisation is compiled for: `row`, or 1 for rows of no elements (never
  * launched: the kernel of an empty tensor does nothing). */
 int64_t tr_intree_compiled_row(int64_t row);

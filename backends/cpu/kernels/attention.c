@@ -95,6 +95,16 @@ static tr_status *tr__gqa_groups(void *vctx, int64_t begin, int64_t end) {
   return NULL;
 }
 
+/* heads_kv positive and dividing heads. */
+static tr_status *check_heads(const char *op, int64_t heads, int64_t heads_kv) {
+  if (heads_kv <= 0) return TR_STATUS(TR_VALUE, "%s: heads_kv must be > 0, got %lld", op, (long long)heads_kv);
+  if (heads % heads_kv != 0) {
+    return TR_STATUS(TR_VALUE, "%s: heads %lld is not divisible by heads_kv %lld", op, (long long)heads,
+                     (long long)heads_kv);
+  }
+  return NULL;
+}
+
 tr_status *tr_cpu_gqa_decode(const void *q, const void *k_cache, const void *v_cache,
                              const int32_t *seqlens, void *o, int64_t B, int64_t heads,
                              int64_t heads_kv, int64_t dim, int64_t S, double softcap,
@@ -108,13 +118,7 @@ tr_status *tr_cpu_gqa_decode(const void *q, const void *k_cache, const void *v_c
   TR_RETURN_IF_ERROR(tr__cpu_check_size(op, "heads", heads));
   TR_RETURN_IF_ERROR(tr__cpu_check_size(op, "dim", dim));
   TR_RETURN_IF_ERROR(tr__cpu_check_size(op, "S", S));
-  if (heads_kv <= 0) {
-    return TR_STATUS(TR_VALUE, "gqa_decode: heads_kv must be > 0, got %lld", (long long)heads_kv);
-  }
-  if (heads % heads_kv != 0) {
-    return TR_STATUS(TR_VALUE, "gqa_decode: heads %lld is not divisible by heads_kv %lld",
-                     (long long)heads, (long long)heads_kv);
-  }
+  TR_RETURN_IF_ERROR(check_heads(op, heads, heads_kv));
   int64_t q_row, q_numel, kv_row, kv_rows, kv_numel;
   TR_RETURN_IF_ERROR(tr__cpu_mul(op, "heads * dim", heads, dim, &q_row));
   TR_RETURN_IF_ERROR(tr__cpu_mul(op, "B * heads * dim", B, q_row, &q_numel));
@@ -203,13 +207,7 @@ tr_status *tr_cpu_gqa_prefill(const void *q, const void *k, const void *v, void 
   TR_RETURN_IF_ERROR(tr__cpu_check_size(op, "L", L));
   TR_RETURN_IF_ERROR(tr__cpu_check_size(op, "heads", heads));
   TR_RETURN_IF_ERROR(tr__cpu_check_size(op, "dim", dim));
-  if (heads_kv <= 0) {
-    return TR_STATUS(TR_VALUE, "gqa_prefill: heads_kv must be > 0, got %lld", (long long)heads_kv);
-  }
-  if (heads % heads_kv != 0) {
-    return TR_STATUS(TR_VALUE, "gqa_prefill: heads %lld is not divisible by heads_kv %lld",
-                     (long long)heads, (long long)heads_kv);
-  }
+  TR_RETURN_IF_ERROR(check_heads(op, heads, heads_kv));
   int64_t rows, q_row, q_numel, kv_row, kv_numel, items;
   TR_RETURN_IF_ERROR(tr__cpu_mul(op, "B * L", B, L, &rows));
   TR_RETURN_IF_ERROR(tr__cpu_mul(op, "heads * dim", heads, dim, &q_row));
