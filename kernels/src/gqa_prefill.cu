@@ -15,7 +15,8 @@
 // last (longest) first.
 // Entry: tr_gqa_prefill(const T *q, const T *k, const T *v, T *o, int L, int heads, int heads_kv,
 //                       float scale)
-// Every pointer 16-byte aligned (the launch checks).
+// Pointers 16-byte aligned take cp.async and 16-byte stores; others (2-byte aligned) go through
+// registers.
 typedef TR_T T;
 
 constexpr int DIM = TR_DIM;
@@ -37,7 +38,9 @@ static_assert(sizeof(T) == 2, "16-bit elements");
 __device__ __forceinline__ int swz(int row, int chunk) { return row * DIM + ((chunk ^ (row & 7)) << 3); }
 
 // Copies rows [row0, row0 + 64) of a [L][stride] matrix (its row 0 at `g`) into a swizzled tile;
-// rows at or past L are zeros (their source address is row 0, never read).
+// rows at or past L are zeros (their source address is row 0, never read). ALIGNED: by cp.async
+// (`g` 16-byte aligned); otherwise through registers, 16 bits at a time.
+template <bool ALIGNED>
 __device__ __forceinline__ void load_tile(T *tile, const T *g, i64 stride, int row0, int L) {
 #pragma unroll
   for (int it = 0; it < BN * CHUNKS / BLOCK; it++) {
@@ -45,17 +48,23 @@ __device__ __forceinline__ void load_tile(T *tile, const T *g, i64 stride, int r
     const int r = i / CHUNKS, c = i % CHUNKS;
     const bool valid = row0 + r < L;
     const T *src = g + (valid ? (i64)(row0 + r) * stride : 0) + c * 8;
-    cp_async16(smem_addr(tile + swz(r, c)), src, valid);
+    if constexpr (ALIGNED) {
+      cp_async16(smem_addr(tile + swz(r, c)), src, valid);
+    } else {
+      const unsigned short *h = reinterpret_cast<const unsigned short *>(src);
+      unsigned *d = reinterpret_cast<unsigned *>(tile + swz(r, c));
+#pragma unroll
+      for (int j = 0; j < 4; j++) d[j] = valid ? (unsigned)h[2 * j] | ((unsigned)h[2 * j + 1] << 16) : 0u;
+    }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa_prefill(const T *__restrict__ q, const T *__restrict__ k,
-                                                                      const T *__restrict__ v, T *__restrict__ o, int L,
-                                                                      int heads, int heads_kv, float scale) {
-  await_previous_kernel();
-  __shared__ __align__(128) T sq[BM * DIM];  // Q, then the warps' output rows
-  __shared__ __align__(128) T sk[BN * DIM];
-  __shared__ __align__(128) T sv[BN * DIM];
+// The kernel's work. ALIGNED: q, k, v and o 16-byte aligned (cp.async loads, 16-byte stores);
+// otherwise loads and stores through registers, 16 bits at a time (a view starting mid-vector).
+template <bool ALIGNED>
+__device__ __forceinline__ void prefill(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+                                        T *__restrict__ o, int L, int heads, int heads_kv, float scale, T *sq, T *sk,
+                                        T *sv) {
 
   const int mt = gridDim.y - 1 - blockIdx.y;  // query tile: the longest first
   const int bh = blockIdx.x;
@@ -69,8 +78,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa_prefill(const T *__re
   const int m0 = mt * BM;
   const float scale_log2 = scale * LOG2E;
 
-  load_tile(sq, qg, q_stride, m0, L);
-  load_tile(sk, kg, kv_stride, mt * BN, L);
+  load_tile<ALIGNED>(sq, qg, q_stride, m0, L);
+  load_tile<ALIGNED>(sk, kg, kv_stride, mt * BN, L);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
@@ -87,7 +96,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa_prefill(const T *__re
   float mx[2] = {NEG_INF, NEG_INF}, sum[2] = {0.f, 0.f};  // rows lane / 4 and lane / 4 + 8
 
   for (int nt = mt; nt >= 0; nt--) {
-    load_tile(sv, vg, kv_stride, nt * BN, L);
+    load_tile<ALIGNED>(sv, vg, kv_stride, nt * BN, L);
     cp_async_commit();
 
     // S = Q.K^T: lane l gives key row (l % 8) + 8 * (l / 16) of the pair of n8 tiles at chunk
@@ -108,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa_prefill(const T *__re
     cp_async_wait<0>();
     __syncthreads();  // V's tile is in; every warp is done with K's
     if (nt > 0) {
-      load_tile(sk, kg, kv_stride, (nt - 1) * BN, L);
+      load_tile<ALIGNED>(sk, kg, kv_stride, (nt - 1) * BN, L);
       cp_async_commit();
     }
 
@@ -189,7 +198,32 @@ extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa_prefill(const T *__re
     const int row = warp * 16 + i / CHUNKS, c = i % CHUNKS;
     if (m0 + row < L) {
       const uint4 w = *reinterpret_cast<const uint4 *>(sq + swz(row, c));
-      *reinterpret_cast<uint4 *>(og + (i64)(m0 + row) * q_stride + c * 8) = w;
+      T *dst = og + (i64)(m0 + row) * q_stride + c * 8;
+      if constexpr (ALIGNED) {
+        *reinterpret_cast<uint4 *>(dst) = w;
+      } else {
+        unsigned short *d = reinterpret_cast<unsigned short *>(dst);
+        const unsigned u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          d[2 * j] = (unsigned short)(u[j] & 0xffffu);
+          d[2 * j + 1] = (unsigned short)(u[j] >> 16);
+        }
+      }
     }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa_prefill(const T *__restrict__ q, const T *__restrict__ k,
+                                                                      const T *__restrict__ v, T *__restrict__ o, int L,
+                                                                      int heads, int heads_kv, float scale) {
+  await_previous_kernel();
+  __shared__ __align__(128) T sq[BM * DIM];  // Q, then the warps' output rows
+  __shared__ __align__(128) T sk[BN * DIM];
+  __shared__ __align__(128) T sv[BN * DIM];
+  if (aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o)) {
+    prefill<true>(q, k, v, o, L, heads, heads_kv, scale, sq, sk, sv);
+  } else {
+    prefill<false>(q, k, v, o, L, heads, heads_kv, scale, sq, sk, sv);
   }
 }
