@@ -578,6 +578,8 @@ tr_status *tr_cu_memset_async(tr_cu_ptr dst, unsigned char value, size_t bytes, 
   return rc == 0 ? NULL : cu_error(rc, "setting cuda memory%s", "");
 }
 
+int tr_cu_has_tensor_maps(void) { return g.tensor_map != NULL; }
+
 tr_status *tr_cu_tensor_map_u16(tr_cu_tensor_map *out, const void *base, uint32_t rank, const uint64_t *dims,
                                 const uint64_t *strides, const uint32_t *box, int swizzle_128b) {
   memset(out, 0, sizeof(*out));

@@ -90,6 +90,8 @@ typedef struct tr_cu_tensor_map {
  * zeros. A driver without maps (before CUDA 12.0) or a layout it refuses is a BackendError. */
 tr_status *tr_cu_tensor_map_u16(tr_cu_tensor_map *out, const void *base, uint32_t rank, const uint64_t *dims,
                                 const uint64_t *strides, const uint32_t *box, int swizzle_128b) TR_MUST_USE;
+/* 1 when the loaded driver encodes tensor maps (cuTensorMapEncodeTiled, CUDA 12.0 on). */
+int tr_cu_has_tensor_maps(void);
 
 /* CU_STREAM_PER_THREAD: the per-thread default stream's handle. */
 #define TR_CU_PER_THREAD_STREAM ((tr_cu_stream)0x2)

@@ -51,7 +51,8 @@ enum {
   DECODE_BLOCK = 128,        /* the consumer warps (4); BS1 adds a producer warp */
   DECODE_MAX_SPLITS = 256,
   DECODE_MIN_ROWS_A_SPLIT = 64, /* a slot (16 rows) for each of the 4 warps */
-  MERGE_GROUPS = 4,             /* the merge's groups of dim threads (gqa_decode.cu's MG) */
+  MERGE_GROUPS = 4,             /* the merge's groups of dim threads (gqa_decode.cu's MG; its
+                                   MERGE_MAX_SPLITS is DECODE_MAX_SPLITS) */
 };
 static const tr_intree_impl kImpls[] = {
     {&tr_intree_attention_family, DENSE, 0},
@@ -102,7 +103,9 @@ static const char *bs1_refusal(const tr_kernel_type *self, const tr_call_spec *c
   return base_refusal(call, buf, size);
 }
 
-/* The spec's GQADecodeLongContextKernel.refusal, word for word where it refuses. */
+/* The spec's GQADecodeLongContextKernel.refusal, word for word where it refuses. Its
+ * dense_decode_region and fuse_rope terms have no counterpart here: every GQADecodeFwdOp call is a
+ * dense decode, and none fuses RoPE. */
 static const char *long_refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
   (void)self;
   int served = tr_call_spec_int(call, "seqlen_kv") >= 1024 && tr_call_spec_int(call, "batch") == 1 &&
@@ -187,6 +190,10 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   k->reals[0] = tr_call_spec_float(call, "scale");
   k->reals[1] = tr_call_spec_float(call, "softcap");
   if (k->narrow.companion == NULL) return TR_STATUS(TR_BACKEND, "kernel '%s' has no merge entry", k->key);
+  if (kind == BS1 && !tr_cu_has_tensor_maps()) {
+    return TR_STATUS(TR_BACKEND, "kernel '%s' copies through TMA tensor maps; the CUDA driver has no "
+                     "cuTensorMapEncodeTiled (a driver older than CUDA 12.0)", k->key);
+  }
   int64_t budget = call->facts.smem_budget;
   if (budget > 0 && k->ints[4] > budget) {
     return TR_STATUS(TR_BACKEND, "kernel '%s' needs %lld bytes of shared memory a block; the device allows %lld",
@@ -236,20 +243,32 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
    * 64 rows), made where the kernel takes its tensor copies (both caches 16-byte aligned) */
   static const tr_cu_tensor_map km, vm; /* zeros where the kernel reads none */
   tr_cu_tensor_map kmap = km, vmap = vm;
-  if (k->ints[3] == BS1 && ((uintptr_t)kc & 15) == 0 && ((uintptr_t)vc & 15) == 0) {
-    if (S > 0x7fffffffLL) {
-      tr_cu_free_async(part, stream);
-      return TR_STATUS(TR_VALUE, "GQADecodeFwdOp: kernel '%s' indexes caches of at most 2^31 - 1 rows; got %lld", k->key,
-                       (long long)S);
+  if (k->ints[3] == BS1 && S > 0 && ((uintptr_t)kc & 15) == 0 && ((uintptr_t)vc & 15) == 0) {
+    /* S = 0: nothing is copied (and a map cannot have an empty dimension) */
+    tr_status *made = NULL;
+    if (B != 1) { /* the refusal keeps it so: the maps cover batch row 0 */
+      made = TR_STATUS(TR_BACKEND, "kernel '%s' serves batch 1; launched with batch %lld", k->key, (long long)B);
+    } else if (S > 0x7fffffffLL) {
+      made = TR_STATUS(TR_VALUE, "GQADecodeFwdOp: kernel '%s' indexes caches of at most 2^31 - 1 rows; got %lld",
+                       k->key, (long long)S);
     }
     uint64_t dims[3] = {(uint64_t)dim, (uint64_t)heads_kv, (uint64_t)S};
     uint64_t strides[2] = {(uint64_t)dim * 2, (uint64_t)(heads_kv * dim * 2)};
     uint32_t box[3] = {64, 1, 64};
-    tr_status *made = tr_cu_tensor_map_u16(&kmap, kc, 3, dims, strides, box, 1);
-    if (made == NULL) made = tr_cu_tensor_map_u16(&vmap, vc, 3, dims, strides, box, 1);
+    const char *which = "k_cache";
+    if (made == NULL) made = tr_cu_tensor_map_u16(&kmap, kc, 3, dims, strides, box, 1);
+    if (made == NULL) {
+      which = "v_cache";
+      made = tr_cu_tensor_map_u16(&vmap, vc, 3, dims, strides, box, 1);
+    }
     if (made != NULL) {
       tr_cu_free_async(part, stream);
-      return made;
+      if (tr_status_code(made) != TR_BACKEND || B != 1) return made;
+      tr_status *named = TR_STATUS(TR_BACKEND, "kernel '%s': the tensor map of %s (dims %llu x %llu x %llu, box 64 x 1 x "
+                                   "64): %s", k->key, which, (unsigned long long)dims[0], (unsigned long long)dims[1],
+                                   (unsigned long long)dims[2], tr_status_message(made));
+      tr_status_destroy(&made);
+      return named;
     }
   }
   void *split_args[] = {&q,        &kc,     &vc,        &seqlens, &part_o,  &part_ml, &S,   &heads_kv_i,

@@ -408,6 +408,7 @@ __device__ __forceinline__ void bulk_ring(const Unit &u, const unsigned (&qa)[KS
         }
       }
     }
+    __syncwarp();  // the warp reconverged before finish's barriers
     return;
   }
   for (int it = 0; it < n_steps; it++) {
@@ -463,7 +464,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
 // The splits' partials of one (batch row, query head) merged: MG groups of DIM threads each take
 // every MG-th split (eight loads in flight a thread), then sum the groups in shared memory.
 constexpr int MG = 4;
-constexpr int MERGE_MAX_SPLITS = 256;
+constexpr int MERGE_MAX_SPLITS = 256;  // attention.c's DECODE_MAX_SPLITS
+static_assert(MERGE_MAX_SPLITS <= MG * DIM, "a thread a split's (max, sum)");
 extern "C" __global__ void __launch_bounds__(DIM * MG) tr_gqa_merge(const float *__restrict__ part_o,
                                                                  const float *__restrict__ part_ml,
                                                                  T *__restrict__ o, int splits) {

@@ -12,7 +12,8 @@ length 0 (zeros) and past S (clamped); softcap on and off; float16 and bfloat16;
 each implementation on the same cases (batch 1 goes to bs1 on sm_90, the spec's long-context
 range to long_context, the rest to the general one: which one each call got is checked against
 the selection rules); caches not 16-byte aligned; one captured decode call replayed as seqlens
-grow, against eager each time, for a batch of 4 and for batch 1.
+grow, against eager each time, for a batch of 4 and for batch 1; the cache past each row's
+length filled with NaN; caches shorter than a slot, and empty ones.
 """
 import itertools
 import os
@@ -83,6 +84,10 @@ class GqaDecodeGpuTest(unittest.TestCase):
         lens = torch.tensor(seqlens, device=DEV, dtype=torch.int32)
         op = tilerun.op("GQADecodeFwdOp", heads=heads, heads_kv=kv, dim=dim, softcap=softcap)
         want = reference(q, k, v, lens, softcap)
+        # the cache past each row's length holds NaN (an unused slot may): none may reach o
+        for b, n in enumerate(seqlens):
+            k[b, max(0, min(n, S)):] = float("nan")
+            v[b, max(0, min(n, S)):] = float("nan")
         o = torch.full_like(q, float("nan"))
         op.call_into((q, k, v, lens), o)
         self.check(o, want, dtype, what + " call_into")
@@ -129,7 +134,23 @@ class GqaDecodeGpuTest(unittest.TestCase):
         edges, and S = 131072."""
         for S, used in ((1024, 1024), (1024, 5), (4096, 4096), (4096, 4000), (131072, 131072), (131072, 99999)):
             self.run_case(1, S, 32, 4, 128, torch.float16, [used], what="long context S=%d used %d" % (S, used))
-        self.run_case(1, 1023, 32, 4, 128, torch.float16, [1023], what="S=1023: bs1")
+        self.run_case(1, 1023, 32, 4, 128, torch.float16, [1023], what="S=1023: not long")
+
+    def test_batch_one_caches_shorter_than_a_slot(self):
+        """Caches of fewer rows than one 64-row slot (the tensor copies' box reaches past S)."""
+        for S in (1, 7, 63, 65):
+            for used in sorted({1, S // 2 or 1, S}):
+                for dtype in (torch.float16, torch.bfloat16):
+                    self.run_case(1, S, 32, 8, 128, dtype, [used], what="S=%d used %d %s" % (S, used, dtype))
+
+    def test_empty_cache(self):
+        """S = 0: zeros, for batch 1 and for a batch."""
+        for B in (1, 3):
+            q = torch.randn(B, 32, 128, device=DEV, dtype=torch.bfloat16)
+            k = torch.empty(B, 0, 8, 128, device=DEV, dtype=torch.bfloat16)
+            lens = torch.zeros(B, device=DEV, dtype=torch.int32)
+            o = tilerun.op("GQADecodeFwdOp", heads=32, heads_kv=8, dim=128)(q, k, k, lens)
+            self.assertTrue(torch.equal(o, torch.zeros_like(q)), "B=%d" % B)
 
     def test_caches_not_16_byte_aligned(self):
         for B in (1, 3):
