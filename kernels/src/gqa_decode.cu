@@ -50,8 +50,6 @@ constexpr int CH = DIM / 8;       // 16-byte chunks a row
 constexpr int KSTEPS = DIM / 16;  // k steps of q.K^T
 constexpr int NT = DIM / 8;       // 8-wide n tiles of o
 constexpr int SLOT_BYTES = 2 * KW * DIM * (int)sizeof(T);  // K then V
-constexpr int RING_BYTES = WARPS * STAGES * SLOT_BYTES;
-constexpr int MERGE_BYTES = WARPS * QT * DIM * 4 + 2 * WARPS * QT * 4;
 constexpr float LOG2E = 1.4426950408889634f;
 #define NEG_INF (-__int_as_float(0x7f800000))
 static_assert(DIM == 64 || DIM == 128, "head dims 64 and 128");
