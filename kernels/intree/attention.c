@@ -176,40 +176,43 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   return NULL;
 }
 
-/* ints[0]: dim; ints[1]: heads_kv; ints[2]: query-head tiles a KV head; ints[3]: the
- * implementation; ints[4]: dynamic shared memory; ints[5]: CTAs an SM; reals[0]: scale;
- * reals[1]: softcap. */
+/* Where prepare keeps the launch values (the implementation is k->impl->kind). QTILES: tiles of
+ * up to 16 query heads a KV head; WAVE_CTAS: the CTAs the card holds at once (its SMs times the
+ * CTAs an SM fits), which the split count fills. */
+enum { DIM_AT, HEADS_KV_AT, QTILES_AT, SMEM_AT, WAVE_CTAS_AT }; /* k->ints; SMEM: dynamic, bytes a CTA */
+enum { SCALE_AT, SOFTCAP_AT };                                 /* k->reals */
+
 static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   int64_t gq = tr_call_spec_int(call, "heads") / tr_call_spec_int(call, "heads_kv");
   int kind = k->impl->kind;
-  k->ints[0] = tr_call_spec_int(call, "dim");
-  k->ints[1] = tr_call_spec_int(call, "heads_kv");
-  k->ints[2] = (gq + 15) / 16;
-  k->ints[3] = kind;
-  k->ints[4] = smem_bytes(kind, k->ints[0]);
-  k->reals[0] = tr_call_spec_float(call, "scale");
-  k->reals[1] = tr_call_spec_float(call, "softcap");
+  int64_t smem = smem_bytes(kind, tr_call_spec_int(call, "dim"));
+  k->ints[DIM_AT] = tr_call_spec_int(call, "dim");
+  k->ints[HEADS_KV_AT] = tr_call_spec_int(call, "heads_kv");
+  k->ints[QTILES_AT] = (gq + 15) / 16;
+  k->ints[SMEM_AT] = smem;
+  k->reals[SCALE_AT] = tr_call_spec_float(call, "scale");
+  k->reals[SOFTCAP_AT] = tr_call_spec_float(call, "softcap");
   if (k->narrow.companion == NULL) return TR_STATUS(TR_BACKEND, "kernel '%s' has no merge entry", k->key);
   if (kind == BS1 && !tr_cu_has_tensor_maps()) {
     return TR_STATUS(TR_BACKEND, "kernel '%s' copies through TMA tensor maps; the CUDA driver has no "
                      "cuTensorMapEncodeTiled (a driver older than CUDA 12.0)", k->key);
   }
   int64_t budget = call->facts.smem_budget;
-  if (budget > 0 && k->ints[4] > budget) {
+  if (budget > 0 && smem > budget) {
     return TR_STATUS(TR_BACKEND, "kernel '%s' needs %lld bytes of shared memory a block; the device allows %lld",
-                     k->key, (long long)k->ints[4], (long long)budget);
+                     k->key, (long long)smem, (long long)budget);
   }
   /* an SM's shared memory is about the opt-in limit a block and 1 KiB (227 + 1 on sm_90) */
-  int64_t per_sm = budget > 0 ? (budget + 1024) / (k->ints[4] + 1024) : 1;
-  k->ints[5] = per_sm < 1 ? 1 : per_sm;
-  return tr_cu_function_set_smem(k->narrow.function, (int)k->ints[4]);
+  int64_t per_sm = budget > 0 ? (budget + 1024) / (smem + 1024) : 1;
+  k->ints[WAVE_CTAS_AT] = (int64_t)k->sm_count * (per_sm < 1 ? 1 : per_sm);
+  return tr_cu_function_set_smem(k->narrow.function, (int)smem);
 }
 
 /* Splits of the KV length: as many as fill one wave of CTAs on the card and no more (a second,
  * partial wave would leave SMs idle while it runs), each split at least DECODE_MIN_ROWS_A_SPLIT
  * rows, at most DECODE_MAX_SPLITS. */
-static int64_t split_count(int64_t units, int64_t S, int64_t ctas_a_wave) {
-  int64_t want = ctas_a_wave / units;
+static int64_t split_count(int64_t units, int64_t S, int64_t wave_ctas) {
+  int64_t want = wave_ctas / units;
   int64_t most = (S + DECODE_MIN_ROWS_A_SPLIT - 1) / DECODE_MIN_ROWS_A_SPLIT;
   if (want > most) want = most;
   if (want > DECODE_MAX_SPLITS) want = DECODE_MAX_SPLITS;
@@ -222,13 +225,13 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   void *q = tr_intree_data(in[0]), *kc = tr_intree_data(in[1]), *vc = tr_intree_data(in[2]);
   void *seqlens = tr_intree_data(in[3]), *o = tr_intree_data(out[0]);
   int64_t B = in[0]->shape[0], heads = in[0]->shape[1], S = in[1]->shape[1];
-  int64_t dim = k->ints[0], heads_kv = k->ints[1], qtiles = k->ints[2];
+  int64_t dim = k->ints[DIM_AT], heads_kv = k->ints[HEADS_KV_AT], qtiles = k->ints[QTILES_AT];
   int64_t units = B * heads_kv * qtiles;
   if (units > 0x7fffffffLL || B * heads > 0x7fffffffLL) {
     return TR_STATUS(TR_VALUE, "GQADecodeFwdOp: %lld batch rows of %lld heads are more than one launch covers",
                      (long long)B, (long long)heads);
   }
-  int64_t splits = S == 0 ? 1 : split_count(units, S, (int64_t)k->sm_count * k->ints[5]);
+  int64_t splits = S == 0 ? 1 : split_count(units, S, k->ints[WAVE_CTAS_AT]);
   int64_t chunk = S == 0 ? 1 : (S + splits - 1) / splits;
   chunk = (chunk + DECODE_MIN_ROWS_A_SPLIT - 1) / DECODE_MIN_ROWS_A_SPLIT * DECODE_MIN_ROWS_A_SPLIT;
   if (S > 0) splits = (S + chunk - 1) / chunk;
@@ -238,12 +241,12 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   float *part_o = (float *)(uintptr_t)part;
   float *part_ml = part_o + (size_t)(B * heads * splits) * (size_t)dim;
   int heads_kv_i = (int)heads_kv, splits_i = (int)splits;
-  float scale = (float)k->reals[0], softcap = (float)k->reals[1];
+  float scale = (float)k->reals[SCALE_AT], softcap = (float)k->reals[SOFTCAP_AT];
   /* BS1: the caches' tensor maps ([S][heads_kv][dim] of batch row 0, boxes of 64 dims x one head x
    * 64 rows), made where the kernel takes its tensor copies (both caches 16-byte aligned) */
   static const tr_cu_tensor_map km, vm; /* zeros where the kernel reads none */
   tr_cu_tensor_map kmap = km, vmap = vm;
-  if (k->ints[3] == BS1 && S > 0 && ((uintptr_t)kc & 15) == 0 && ((uintptr_t)vc & 15) == 0) {
+  if (k->impl->kind == BS1 && S > 0 && ((uintptr_t)kc & 15) == 0 && ((uintptr_t)vc & 15) == 0) {
     /* S = 0: nothing is copied (and a map cannot have an empty dimension) */
     tr_status *made = NULL;
     if (B != 1) { /* the refusal keeps it so: the maps cover batch row 0 */
@@ -274,7 +277,7 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   void *split_args[] = {&q,        &kc,     &vc,        &seqlens, &part_o,  &part_ml, &S,   &heads_kv_i,
                         &splits_i, &chunk,  &scale,     &softcap, &kmap,    &vmap};
   tr_status *status = tr_cu_launch_ex(k->narrow.function, k->key, (uint32_t)units, (uint32_t)splits, k->block,
-                                      (uint32_t)k->ints[4], stream, split_args, k->overlap);
+                                      (uint32_t)k->ints[SMEM_AT], stream, split_args, k->overlap);
   if (status == NULL) {
     void *merge_args[] = {&part_o, &part_ml, &o, &splits_i};
     status = tr_cu_launch_ex(k->narrow.companion, k->key, (uint32_t)(B * heads), 1, (uint32_t)(dim * MERGE_GROUPS), 0,
