@@ -219,6 +219,41 @@ static int64_t split_count(int64_t units, int64_t S, int64_t wave_ctas) {
   return want < 1 ? 1 : want;
 }
 
+/* BS1's tensor map of one cache (`which`: "k_cache" or "v_cache"): [S][heads_kv][dim] of batch
+ * row 0 (dims innermost first), boxes of 64 dims x one head x 64 rows, swizzled by 128 bytes. An
+ * encoding the driver refuses keeps its code, named with the kernel, the cache and the dims. */
+static tr_status *cache_map(const tr_intree_built *k, const char *which, const void *base, const uint64_t dims[3],
+                            const uint64_t strides[2], tr_cu_tensor_map *out) {
+  static const uint32_t box[3] = {64, 1, 64};
+  tr_status *made = tr_cu_tensor_map_u16(out, base, 3, dims, strides, box, 1);
+  if (made == NULL) return NULL;
+  tr_status *named = TR_STATUS(tr_status_code(made), "kernel '%s': the tensor map of %s (dims %llu x %llu x %llu, "
+                               "box 64 x 1 x 64): %s", k->key, which, (unsigned long long)dims[0],
+                               (unsigned long long)dims[1], (unsigned long long)dims[2], tr_status_message(made));
+  tr_status_destroy(&made);
+  return named;
+}
+
+/* BS1's checks and its caches' two maps, made before the launch allocates anything. maps is left
+ * as given (zeros: the kernel reads none) where the kernel takes no tensor copies: an empty cache
+ * (S = 0 gives zeros; a map cannot have an empty dimension) and caches not both 16-byte aligned
+ * (read through registers, as by the general kernel). */
+static tr_status *bs1_maps(const tr_intree_built *k, int64_t B, int64_t S, const void *kc, const void *vc,
+                           tr_cu_tensor_map maps[2]) {
+  if (S == 0 || ((uintptr_t)kc & 15) != 0 || ((uintptr_t)vc & 15) != 0) return NULL;
+  if (B != 1) { /* the refusal keeps it so: the maps cover batch row 0 */
+    return TR_STATUS(TR_BACKEND, "kernel '%s' serves batch 1; launched with batch %lld", k->key, (long long)B);
+  }
+  if (S > 0x7fffffffLL) {
+    return TR_STATUS(TR_VALUE, "GQADecodeFwdOp: kernel '%s' indexes caches of at most 2^31 - 1 rows; got %lld", k->key,
+                     (long long)S);
+  }
+  uint64_t dim = (uint64_t)k->ints[DIM_AT], heads_kv = (uint64_t)k->ints[HEADS_KV_AT];
+  uint64_t dims[3] = {dim, heads_kv, (uint64_t)S}, strides[2] = {dim * 2, heads_kv * dim * 2};
+  TR_RETURN_IF_ERROR(cache_map(k, "k_cache", kc, dims, strides, &maps[0]));
+  return cache_map(k, "v_cache", vc, dims, strides, &maps[1]);
+}
+
 static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n_in, DLTensor *const *out,
                          tr_cu_stream stream) {
   (void)n_in;
@@ -231,6 +266,8 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
     return TR_STATUS(TR_VALUE, "GQADecodeFwdOp: %lld batch rows of %lld heads are more than one launch covers",
                      (long long)B, (long long)heads);
   }
+  tr_cu_tensor_map maps[2] = {{{0}}, {{0}}}; /* k_cache's, v_cache's: BS1's only */
+  if (k->impl->kind == BS1) TR_RETURN_IF_ERROR(bs1_maps(k, B, S, kc, vc, maps));
   int64_t splits = S == 0 ? 1 : split_count(units, S, k->ints[WAVE_CTAS_AT]);
   int64_t chunk = S == 0 ? 1 : (S + splits - 1) / splits;
   chunk = (chunk + DECODE_MIN_ROWS_A_SPLIT - 1) / DECODE_MIN_ROWS_A_SPLIT * DECODE_MIN_ROWS_A_SPLIT;
@@ -242,40 +279,8 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   float *part_ml = part_o + (size_t)(B * heads * splits) * (size_t)dim;
   int heads_kv_i = (int)heads_kv, splits_i = (int)splits;
   float scale = (float)k->reals[SCALE_AT], softcap = (float)k->reals[SOFTCAP_AT];
-  /* BS1: the caches' tensor maps ([S][heads_kv][dim] of batch row 0, boxes of 64 dims x one head x
-   * 64 rows), made where the kernel takes its tensor copies (both caches 16-byte aligned) */
-  static const tr_cu_tensor_map km, vm; /* zeros where the kernel reads none */
-  tr_cu_tensor_map kmap = km, vmap = vm;
-  if (k->impl->kind == BS1 && S > 0 && ((uintptr_t)kc & 15) == 0 && ((uintptr_t)vc & 15) == 0) {
-    /* S = 0: nothing is copied (and a map cannot have an empty dimension) */
-    tr_status *made = NULL;
-    if (B != 1) { /* the refusal keeps it so: the maps cover batch row 0 */
-      made = TR_STATUS(TR_BACKEND, "kernel '%s' serves batch 1; launched with batch %lld", k->key, (long long)B);
-    } else if (S > 0x7fffffffLL) {
-      made = TR_STATUS(TR_VALUE, "GQADecodeFwdOp: kernel '%s' indexes caches of at most 2^31 - 1 rows; got %lld",
-                       k->key, (long long)S);
-    }
-    uint64_t dims[3] = {(uint64_t)dim, (uint64_t)heads_kv, (uint64_t)S};
-    uint64_t strides[2] = {(uint64_t)dim * 2, (uint64_t)(heads_kv * dim * 2)};
-    uint32_t box[3] = {64, 1, 64};
-    const char *which = "k_cache";
-    if (made == NULL) made = tr_cu_tensor_map_u16(&kmap, kc, 3, dims, strides, box, 1);
-    if (made == NULL) {
-      which = "v_cache";
-      made = tr_cu_tensor_map_u16(&vmap, vc, 3, dims, strides, box, 1);
-    }
-    if (made != NULL) {
-      tr_cu_free_async(part, stream);
-      if (tr_status_code(made) != TR_BACKEND || B != 1) return made;
-      tr_status *named = TR_STATUS(TR_BACKEND, "kernel '%s': the tensor map of %s (dims %llu x %llu x %llu, box 64 x 1 x "
-                                   "64): %s", k->key, which, (unsigned long long)dims[0], (unsigned long long)dims[1],
-                                   (unsigned long long)dims[2], tr_status_message(made));
-      tr_status_destroy(&made);
-      return named;
-    }
-  }
-  void *split_args[] = {&q,        &kc,     &vc,        &seqlens, &part_o,  &part_ml, &S,   &heads_kv_i,
-                        &splits_i, &chunk,  &scale,     &softcap, &kmap,    &vmap};
+  void *split_args[] = {&q,        &kc,    &vc,    &seqlens, &part_o,  &part_ml, &S,       &heads_kv_i,
+                        &splits_i, &chunk, &scale, &softcap, &maps[0], &maps[1]};
   tr_status *status = tr_cu_launch_ex(k->narrow.function, k->key, (uint32_t)units, (uint32_t)splits, k->block,
                                       (uint32_t)k->ints[SMEM_AT], stream, split_args, k->overlap);
   if (status == NULL) {
