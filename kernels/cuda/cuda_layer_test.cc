@@ -1,9 +1,16 @@
 // cuda_layer_test.cc: the CUDA layer's parts that need no GPU: launch geometry, a pool's life
-// without blocks, and allocations and module loads failing cleanly where no driver is.
+// without blocks, allocations and module loads failing cleanly where no driver is, and a
+// kernel's cache of tensor maps (its keys, and threads sharing it).
 #include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
 
 #include "core/test_support.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/map_cache.h"
 #include "kernels/cuda/modules.h"
 #include "kernels/cuda/pool.h"
 
@@ -81,4 +88,105 @@ TEST_CASE("where no CUDA driver is, an allocation and a module load fail naming 
   CHECK(e.find("CUDA driver") != std::string::npos);
   CHECK(out.function == nullptr);
   CHECK(tr_cuda_modules_loaded() == loaded);
+}
+
+namespace {
+
+// Maps whose every byte is `fill` (a map's contents are the driver's: any bytes do here).
+void fill_maps(tr_cu_tensor_map maps[2], unsigned char fill) { std::memset(maps, fill, 2 * sizeof(tr_cu_tensor_map)); }
+
+bool maps_are(const tr_cu_tensor_map maps[2], unsigned char fill) {
+  const unsigned char *b = reinterpret_cast<const unsigned char *>(maps);
+  for (size_t i = 0; i < 2 * sizeof(tr_cu_tensor_map); i++) {
+    if (b[i] != fill) return false;
+  }
+  return true;
+}
+
+char g_k[64], g_v[64], g_other[64];
+
+// bs1's key for a cache of S rows of 8 KV heads of 128 dims
+tr_cuda_map_key key_of(const void *k, const void *v, uint64_t S) {
+  return tr_cuda_map_key{{k, v}, {128, 8, S}, {256, 8 * 256}};
+}
+
+}  // namespace
+
+TEST_CASE("map keys are equal field by field, every field counted") {
+  const tr_cuda_map_key a = key_of(g_k, g_v, 4096);
+  tr_cuda_map_key b = a;
+  CHECK(tr_cuda_map_key_equal(&a, &b));
+  b.base[0] = g_other;
+  CHECK_FALSE(tr_cuda_map_key_equal(&a, &b));
+  b = a;
+  b.base[1] = g_other;
+  CHECK_FALSE(tr_cuda_map_key_equal(&a, &b));
+  b = a;
+  b.base[0] = g_v;  // the caches swapped
+  b.base[1] = g_k;
+  CHECK_FALSE(tr_cuda_map_key_equal(&a, &b));
+  for (int i = 0; i < 3; i++) {
+    b = a;
+    b.dims[i] += 1;
+    CHECK_FALSE(tr_cuda_map_key_equal(&a, &b));
+  }
+  for (int i = 0; i < 2; i++) {
+    b = a;
+    b.strides[i] += 16;
+    CHECK_FALSE(tr_cuda_map_key_equal(&a, &b));
+  }
+}
+
+TEST_CASE("a map cache gives back the maps kept for its key only, and keeps the last put") {
+  tr_cuda_map_cache *c = nullptr;
+  tr_test::ok(tr_cuda_map_cache_new(&c));
+  const tr_cuda_map_key a = key_of(g_k, g_v, 4096), longer = key_of(g_k, g_v, 4097);
+  tr_cu_tensor_map got[2], put[2];
+  fill_maps(got, 0x11);
+  CHECK_FALSE(tr_cuda_map_cache_get(c, &a, got));  // empty
+  CHECK(maps_are(got, 0x11));                      // untouched
+  fill_maps(put, 0xa5);
+  tr_cuda_map_cache_put(c, &a, put);
+  CHECK(tr_cuda_map_cache_get(c, &a, got));
+  CHECK(maps_are(got, 0xa5));
+  fill_maps(got, 0x11);
+  CHECK_FALSE(tr_cuda_map_cache_get(c, &longer, got));  // a decode step on a longer cache
+  CHECK(maps_are(got, 0x11));
+  fill_maps(put, 0x3c);
+  tr_cuda_map_cache_put(c, &longer, put);
+  CHECK_FALSE(tr_cuda_map_cache_get(c, &a, got));  // one entry: a's went
+  CHECK(tr_cuda_map_cache_get(c, &longer, got));
+  CHECK(maps_are(got, 0x3c));
+  tr_cuda_map_cache_destroy(&c);
+  CHECK(c == nullptr);
+  tr_cuda_map_cache_destroy(&c);  // NULL: nothing
+  tr_cuda_map_cache_destroy(nullptr);
+}
+
+TEST_CASE("threads sharing a map cache never get another key's maps, nor half of two") {
+  tr_cuda_map_cache *c = nullptr;
+  tr_test::ok(tr_cuda_map_cache_new(&c));
+  const tr_cuda_map_key keys[2] = {key_of(g_k, g_v, 1000), key_of(g_k, g_v, 2000)};
+  const unsigned char fills[2] = {0x5a, 0xc3};
+  std::atomic<int> wrong{0}, hits{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; t++) {
+    threads.emplace_back([&, t] {
+      tr_cu_tensor_map maps[2];
+      for (int i = 0; i < 20000; i++) {
+        const int which = (i / 2 + t) % 2;  // each key twice running: a thread alone hits too
+        if (tr_cuda_map_cache_get(c, &keys[which], maps)) {
+          hits++;
+          if (!maps_are(maps, fills[which])) wrong++;
+        } else {
+          fill_maps(maps, fills[which]);  // "encoded", then kept
+          tr_cuda_map_cache_put(c, &keys[which], maps);
+        }
+      }
+    });
+  }
+  for (auto &th : threads) th.join();
+  CHECK(wrong.load() == 0);
+  CHECK(hits.load() > 0);
+  tr_cuda_map_cache_destroy(&c);
 }
