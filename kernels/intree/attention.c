@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/map_cache.h"
 #include "kernels/intree/family.h"
 
 /* The spec's AttentionCall (its worked example's fields: batch and seqlen_kv are what its batch-1
@@ -193,9 +194,14 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   k->reals[SCALE_AT] = tr_call_spec_float(call, "scale");
   k->reals[SOFTCAP_AT] = tr_call_spec_float(call, "softcap");
   if (k->narrow.companion == NULL) return TR_STATUS(TR_BACKEND, "kernel '%s' has no merge entry", k->key);
-  if (kind == BS1 && !tr_cu_has_tensor_maps()) {
-    return TR_STATUS(TR_BACKEND, "kernel '%s' copies through TMA tensor maps; the CUDA driver has no "
-                     "cuTensorMapEncodeTiled (a driver older than CUDA 12.0)", k->key);
+  if (kind == BS1) {
+    if (!tr_cu_has_tensor_maps()) {
+      return TR_STATUS(TR_BACKEND, "kernel '%s' copies through TMA tensor maps; the CUDA driver has no "
+                       "cuTensorMapEncodeTiled (a driver older than CUDA 12.0)", k->key);
+    }
+    tr_cuda_map_cache *maps = NULL; /* the last maps bs1_maps made, k->state */
+    TR_RETURN_IF_ERROR(tr_cuda_map_cache_new(&maps));
+    k->state = maps;
   }
   int64_t budget = call->facts.smem_budget;
   if (budget > 0 && smem > budget) {
@@ -206,6 +212,12 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   int64_t per_sm = budget > 0 ? (budget + 1024) / (smem + 1024) : 1;
   k->ints[WAVE_CTAS_AT] = (int64_t)k->sm_count * (per_sm < 1 ? 1 : per_sm);
   return tr_cu_function_set_smem(k->narrow.function, (int)smem);
+}
+
+static void release(tr_intree_built *k) {
+  tr_cuda_map_cache *maps = k->state;
+  tr_cuda_map_cache_destroy(&maps);
+  k->state = NULL;
 }
 
 /* Splits of the KV length: as many as fill one wave of CTAs on the card and no more (a second,
@@ -234,10 +246,12 @@ static tr_status *cache_map(const tr_intree_built *k, const char *which, const v
   return named;
 }
 
-/* BS1's checks and its caches' two maps, made before the launch allocates anything. maps is left
- * as given (zeros: the kernel reads none) where the kernel takes no tensor copies: an empty cache
- * (S = 0 gives zeros; a map cannot have an empty dimension) and caches not both 16-byte aligned
- * (read through registers, as by the general kernel). */
+/* BS1's checks and its caches' two maps, made before the launch allocates anything: the maps of
+ * the kernel's last call where its caches were these (pointers, length, layout: k->state, shared
+ * by the threads calling the kernel), else encoded and kept. maps is left as given (zeros: the
+ * kernel reads none) where the kernel takes no tensor copies: an empty cache (S = 0 gives zeros;
+ * a map cannot have an empty dimension) and caches not both 16-byte aligned (read through
+ * registers, as by the general kernel). */
 static tr_status *bs1_maps(const tr_intree_built *k, int64_t B, int64_t S, const void *kc, const void *vc,
                            tr_cu_tensor_map maps[2]) {
   if (S == 0 || ((uintptr_t)kc & 15) != 0 || ((uintptr_t)vc & 15) != 0) return NULL;
@@ -249,9 +263,12 @@ static tr_status *bs1_maps(const tr_intree_built *k, int64_t B, int64_t S, const
                      (long long)S);
   }
   uint64_t dim = (uint64_t)k->ints[DIM_AT], heads_kv = (uint64_t)k->ints[HEADS_KV_AT];
-  uint64_t dims[3] = {dim, heads_kv, (uint64_t)S}, strides[2] = {dim * 2, heads_kv * dim * 2};
-  TR_RETURN_IF_ERROR(cache_map(k, "k_cache", kc, dims, strides, &maps[0]));
-  return cache_map(k, "v_cache", vc, dims, strides, &maps[1]);
+  const tr_cuda_map_key key = {{kc, vc}, {dim, heads_kv, (uint64_t)S}, {dim * 2, heads_kv * dim * 2}};
+  if (tr_cuda_map_cache_get(k->state, &key, maps)) return NULL;
+  TR_RETURN_IF_ERROR(cache_map(k, "k_cache", kc, key.dims, key.strides, &maps[0]));
+  TR_RETURN_IF_ERROR(cache_map(k, "v_cache", vc, key.dims, key.strides, &maps[1]));
+  tr_cuda_map_cache_put(k->state, &key, maps);
+  return NULL;
 }
 
 static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n_in, DLTensor *const *out,
@@ -297,4 +314,4 @@ static const tr_kernel_type *const kTypes[] = {&kDense, &kBs1, &kLong};
 static const tr_intree_op kOps[] = {{"GQADecodeFwdOp", 1, kIfaces, 3, kTypes, decode_spec, 0}};
 
 const tr_intree_family tr_intree_attention_family = {"attention", 1, kOps, 0, source_for, prepare, launch,
-                                                     NULL, NULL, NULL, "_merge"};
+                                                     NULL, NULL, release, "_merge"};
