@@ -2,10 +2,14 @@
 // without blocks, and allocations and module loads failing cleanly where no driver is.
 #include <catch2/catch.hpp>
 
+#include <string>
+#include <vector>
+
 #include "core/test_support.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/modules.h"
 #include "kernels/cuda/pool.h"
+#include "kernels/cuda/timing.h"
 
 TEST_CASE("a grid over rows covers every row, in x up to 2^30 blocks") {
   uint32_t gx = 7, gy = 7;
@@ -32,6 +36,33 @@ TEST_CASE("a grid over elements rounds up and stops at its cap") {
 TEST_CASE("a launch over no rows launches nothing") {
   // no function, no driver needed: nothing is asked of the driver for zero rows
   CHECK(tr_cuda_launch_rows(nullptr, "none", 0, 1, 64, nullptr, nullptr, 0) == nullptr);
+}
+
+namespace {
+
+struct Runs {
+  std::vector<int> reps;
+  int fail_at = -1;
+};
+
+tr_status *counted_run(void *ctx, int rep, tr_cu_stream) {
+  Runs *r = static_cast<Runs *>(ctx);
+  r->reps.push_back(rep);
+  return rep == r->fail_at ? TR_STATUS(TR_BACKEND, "run %d failed", rep) : nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("a timed run's failure in the warm-ups stops it with that error, before any event") {
+  // no driver needed: the events are touched only from the first timed run on
+  Runs runs;
+  runs.fail_at = 1;
+  float us = 7.f;
+  std::string e = tr_test::error_of(tr_cuda_time_runs(counted_run, &runs, TR_CUDA_TUNE_WARMUPS, 20, nullptr, nullptr,
+                                                      nullptr, &us));
+  CHECK(e.find("run 1 failed") != std::string::npos);
+  CHECK(runs.reps == std::vector<int>{0, 1});  // counted from 0 over the warm-ups
+  CHECK(us == 0.f);
 }
 
 TEST_CASE("pools count on their own and over the process") {
