@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/cuda/timing.h"
+#include "kernels/cuda/toolkit.h"
 #include "platform/platform.h"
 
 typedef int lt_status; /* cublasStatus_t: 0 is success */
@@ -101,28 +102,7 @@ static int bind(tr_plat_lib *lib) {
 }
 
 static void load_once(void) {
-  char paths[2][1024];
-  const char *candidates[5];
-  size_t n = 0;
-  candidates[n++] = "libcublasLt.so.13";
-  candidates[n++] = "libcublasLt.so.12";
-  const char *cuda = tr_plat_getenv("TILERUN_CUDA_PATH");
-  if (cuda != NULL && cuda[0] != '\0' && strcmp(cuda, "none") != 0) {
-    snprintf(paths[0], sizeof(paths[0]), "%s/lib64/libcublasLt.so.13", cuda);
-    candidates[n++] = paths[0];
-  }
-  snprintf(paths[1], sizeof(paths[1]), "%s", "/usr/local/cuda/lib64/libcublasLt.so.13");
-  candidates[n++] = paths[1];
-  tr_plat_lib *lib = NULL;
-  for (size_t i = 0; i < n && lib == NULL; i++) {
-    tr_status *failed = tr_plat_lib_open(candidates[i], &lib);
-    if (failed != NULL) {
-      note(tr_status_message(failed));
-      tr_status_destroy(&failed);
-      continue;
-    }
-    if (!bind(lib)) tr_plat_lib_close(&lib);
-  }
+  tr_plat_lib *lib = tr_cuda_lib_open_first("libcublasLt", 0, bind, note);
   if (lib == NULL) return;
   tr_status *failed = tr_plat_mutex_init(&g.lock);
   if (failed != NULL) {

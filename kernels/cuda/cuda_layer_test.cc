@@ -10,6 +10,7 @@
 #include "kernels/cuda/modules.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/cuda/timing.h"
+#include "kernels/cuda/toolkit.h"
 
 TEST_CASE("a grid over rows covers every row, in x up to 2^30 blocks") {
   uint32_t gx = 7, gy = 7;
@@ -63,6 +64,57 @@ TEST_CASE("a timed run's failure in the warm-ups stops it with that error, befor
   CHECK(e.find("run 1 failed") != std::string::npos);
   CHECK(runs.reps == std::vector<int>{0, 1});  // counted from 0 over the warm-ups
   CHECK(us == 0.f);
+}
+
+namespace {
+
+// TILERUN_CUDA_PATH set (NULL: unset) for a scope, then as it was.
+struct CudaPath {
+  explicit CudaPath(const char *value) {
+    const char *was = tr_plat_getenv("TILERUN_CUDA_PATH");
+    had = was != nullptr;
+    if (had) saved = was;
+    tr_test::ok(tr_plat_setenv("TILERUN_CUDA_PATH", value));
+  }
+  ~CudaPath() { tr_test::ok(tr_plat_setenv("TILERUN_CUDA_PATH", had ? saved.c_str() : nullptr)); }
+  bool had = false;
+  std::string saved;
+};
+
+std::vector<std::string> places(const char *stem, int unversioned, const char *cuda_path) {
+  CudaPath set(cuda_path);
+  tr_cuda_lib_places p;
+  tr_cuda_lib_places_of(stem, unversioned, &p);
+  return std::vector<std::string>(p.at, p.at + p.n);
+}
+
+std::vector<std::string> g_notes;
+void take_note(const char *text) { g_notes.push_back(text); }
+int refuse(tr_plat_lib *) { return 0; }
+
+}  // namespace
+
+TEST_CASE("a toolkit library is looked for by soname, then under TILERUN_CUDA_PATH, then /usr/local/cuda") {
+  using v = std::vector<std::string>;
+  CHECK(places("libnvrtc", 1, "/opt/cuda") == v{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
+                                                "/opt/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.13"});
+  CHECK(places("libcublasLt", 0, nullptr) == v{"libcublasLt.so.13", "libcublasLt.so.12",
+                                                "/usr/local/cuda/lib64/libcublasLt.so.13"});
+  CHECK(places("libcublasLt", 0, "none") == places("libcublasLt", 0, ""));
+  CHECK(places("libcublasLt", 0, "none").size() == 3);
+}
+
+TEST_CASE("where no place serves, each is noted with the loader's text, and none is returned") {
+  g_notes.clear();
+  {
+    CudaPath set("/nonexistent-cuda");
+    CHECK(tr_cuda_lib_open_first("libtilerun-no-such-lib", 1, refuse, take_note) == nullptr);
+  }
+  REQUIRE(g_notes.size() == 5);
+  CHECK(g_notes[0].find("libtilerun-no-such-lib.so.13") != std::string::npos);
+  CHECK(g_notes[2].find("libtilerun-no-such-lib.so") != std::string::npos);
+  CHECK(g_notes[3].find("/nonexistent-cuda/lib64/libtilerun-no-such-lib.so.13") != std::string::npos);
+  CHECK(g_notes[4].find("/usr/local/cuda/lib64/libtilerun-no-such-lib.so.13") != std::string::npos);
 }
 
 TEST_CASE("pools count on their own and over the process") {
