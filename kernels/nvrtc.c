@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/toolkit.h"
 #include "platform/platform.h"
 
 /* The few NVRTC declarations used, as nvrtc.h (CUDA 12 and 13) has them: a program is an
@@ -72,36 +73,14 @@ static int find_symbols(tr_plat_lib *lib) {
   return 0;
 }
 
-/* Tries the library names in order; the first that loads and has every entry point wins. */
+/* Tries the places in order (kernels/cuda/toolkit.h); the first that loads and has every entry
+ * point wins. */
 static void load_nvrtc(void) {
-  char paths[2][1024];
-  const char *candidates[5];
-  size_t n = 0;
-  candidates[n++] = "libnvrtc.so.13";
-  candidates[n++] = "libnvrtc.so.12";
-  candidates[n++] = "libnvrtc.so";
-  const char *cuda = tr_plat_getenv("TILERUN_CUDA_PATH");
-  if (cuda != NULL && cuda[0] != '\0' && strcmp(cuda, "none") != 0) {
-    snprintf(paths[0], sizeof(paths[0]), "%s/lib64/libnvrtc.so.13", cuda);
-    candidates[n++] = paths[0];
-  }
-  snprintf(paths[1], sizeof(paths[1]), "%s", "/usr/local/cuda/lib64/libnvrtc.so.13");
-  candidates[n++] = paths[1];
-
-  for (size_t i = 0; i < n; i++) {
-    tr_plat_lib *lib = NULL;
-    tr_status *failed = tr_plat_lib_open(candidates[i], &lib);
-    if (failed != NULL) {
-      note_failure(tr_status_message(failed));
-      tr_status_destroy(&failed);
-      continue;
-    }
-    if (find_symbols(lib)) {
-      g_nvrtc.lib = lib;
-      g_nvrtc.error[0] = '\0';
-      return;
-    }
-    tr_plat_lib_close(&lib);
+  tr_plat_lib *lib = tr_cuda_lib_open_first("libnvrtc", 1, find_symbols, note_failure);
+  if (lib != NULL) {
+    g_nvrtc.lib = lib;
+    g_nvrtc.error[0] = '\0';
+    return;
   }
   /* Nothing usable: no entry point stays set, so every caller sees the failure. */
   char error[sizeof(g_nvrtc.error)];

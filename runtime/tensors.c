@@ -45,6 +45,34 @@ static void free_cuda_shared(int32_t index, void *data) {
   tr_status_destroy(&status);
 }
 
+/* One header of a pooled cuda output kept per thread for the next such output made there, so
+ * that a memo-hit tr_op_call makes and frees no host memory for its output (headers are plain
+ * host memory: whichever thread frees a tensor keeps its header). Freed as the thread ends; none
+ * is kept once that hook has run, or where the platform has no such hook. */
+static _Thread_local owned *t_spare;
+static _Thread_local int t_spare_hook; /* 0: not registered yet; 1: registered; 2: ran, or none */
+
+static void free_spare(void *unused) {
+  (void)unused;
+  free(t_spare);
+  t_spare = NULL;
+  t_spare_hook = 2;
+}
+
+/* A header for a pooled cuda output: this thread's spare, else a new one (NULL: out of memory). */
+static owned *cuda_header(void) {
+  owned *o = t_spare;
+  t_spare = NULL;
+  return o != NULL ? o : malloc(sizeof(owned));
+}
+
+/* Keeps a pooled cuda output's header as this thread's spare, or frees it. */
+static void drop_cuda_header(owned *o) {
+  if (t_spare_hook == 0) t_spare_hook = tr_plat_at_thread_exit(free_spare, NULL) ? 1 : 2;
+  if (t_spare == NULL && t_spare_hook == 1) t_spare = o;
+  else free(o);
+}
+
 static void delete_owned(DLManagedTensor *self) {
   owned *o = (owned *)self;
   if (o->shared) {
@@ -54,6 +82,8 @@ static void delete_owned(DLManagedTensor *self) {
   else if (o->cuda_bytes > 0) {
     tr_cuda_pool_free(o->device.index < 0 ? 0 : o->device.index, o->managed.dl_tensor.data, o->cuda_bytes,
                       &o->cuda_origin);
+    drop_cuda_header(o);
+    return;
   }
   free(o);
 }
@@ -86,8 +116,10 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
   }
   /* launch in another process: memory it can map (cpu and cuda only) */
   int shared = rt->launch_placement == TR_PLACE_PROCESS && (is_cpu || is_cuda);
-  /* CPU: one block holds the header and the data, the data aligned to CPU_ALIGN bytes. */
-  owned *o = malloc(is_cpu && !shared ? sizeof(owned) + CPU_ALIGN + bytes : sizeof(owned));
+  /* CPU: one block holds the header and the data, the data aligned to CPU_ALIGN bytes. A pooled
+   * cuda output: the thread's spare header where it has one. */
+  int pooled = is_cuda && !shared;
+  owned *o = pooled ? cuda_header() : malloc(is_cpu && !shared ? sizeof(owned) + CPU_ALIGN + bytes : sizeof(owned));
   if (o == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "allocating a tensor of %zu bytes on cpu", bytes);
   o->free_fn = NULL;
   o->cuda_bytes = 0;
@@ -110,7 +142,7 @@ tr_status *tr__alloc_tensor(const tr_runtime *rt, const tr_tensor_spec *spec, co
     tr_status *status = tr_cuda_pool_alloc(rt->cuda_pool, spec->device.index < 0 ? 0 : spec->device.index,
                                            bytes ? bytes : 1, &data, &o->cuda_origin);
     if (status != NULL) {
-      free(o);
+      drop_cuda_header(o);
       return status;
     }
     t->data = data;

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/timing.h"
+#include "kernels/cuda/toolkit.h"
 #include "platform/platform.h"
 
 typedef int lt_status; /* cublasStatus_t: 0 is success */
@@ -100,28 +102,7 @@ static int bind(tr_plat_lib *lib) {
 }
 
 static void load_once(void) {
-  char paths[2][1024];
-  const char *candidates[5];
-  size_t n = 0;
-  candidates[n++] = "libcublasLt.so.13";
-  candidates[n++] = "libcublasLt.so.12";
-  const char *cuda = tr_plat_getenv("TILERUN_CUDA_PATH");
-  if (cuda != NULL && cuda[0] != '\0' && strcmp(cuda, "none") != 0) {
-    snprintf(paths[0], sizeof(paths[0]), "%s/lib64/libcublasLt.so.13", cuda);
-    candidates[n++] = paths[0];
-  }
-  snprintf(paths[1], sizeof(paths[1]), "%s", "/usr/local/cuda/lib64/libcublasLt.so.13");
-  candidates[n++] = paths[1];
-  tr_plat_lib *lib = NULL;
-  for (size_t i = 0; i < n && lib == NULL; i++) {
-    tr_status *failed = tr_plat_lib_open(candidates[i], &lib);
-    if (failed != NULL) {
-      note(tr_status_message(failed));
-      tr_status_destroy(&failed);
-      continue;
-    }
-    if (!bind(lib)) tr_plat_lib_close(&lib);
-  }
+  tr_plat_lib *lib = tr_cuda_lib_open_first("libcublasLt", 0, bind, note);
   if (lib == NULL) return;
   tr_status *failed = tr_plat_mutex_init(&g.lock);
   if (failed != NULL) {
@@ -310,24 +291,24 @@ tr_status *tr_lt_gemm_run(tr_lt_gemm *g_, const void *a, const void *b, void *d,
 #define TUNE_SETS 8
 #define TUNE_BYTES ((size_t)128 << 20)
 
-/* Times algorithm `i` over `reps` runs (after two warm-up runs), rotating through the sets. */
-static tr_status *time_algo(tr_lt_gemm *g_, int i, const tr_cu_ptr *a, const tr_cu_ptr *b, tr_cu_ptr d, int sets,
-                            int reps, tr_cu_stream stream, tr_cu_event start, tr_cu_event end, float *us) {
+/* One timed run of an algorithm on tuning's operands: set `rep % sets`. */
+typedef struct timed_algo {
+  tr_lt_gemm *g;
+  const lt_heuristic *h;
+  const tr_cu_ptr *a, *b;
+  tr_cu_ptr d;
+  int sets;
+} timed_algo;
+
+static tr_status *run_algo(void *ctx, int rep, tr_cu_stream stream) {
   static const float kOne = 1.0f, kZero = 0.0f;
-  const lt_heuristic *h = &g_->algos[i];
-  for (int r = 0; r < reps + 2; r++) {
-    if (r == 2) TR_RETURN_IF_ERROR(tr_cu_event_record(start, stream));
-    int j = r % sets;
-    lt_status rc = g.matmul(g_->handle, g_->desc, &kOne, (void *)(uintptr_t)b[j], g_->la, (void *)(uintptr_t)a[j],
-                            g_->lb, &kZero, (void *)(uintptr_t)d, g_->ld, (void *)(uintptr_t)d, g_->ld, &h->algo,
-                            (void *)(uintptr_t)g_->ws, g_->ws_size, stream);
-    if (rc != 0) return lt_error(rc, "timing an algorithm");
-  }
-  TR_RETURN_IF_ERROR(tr_cu_event_record(end, stream));
-  float ms = 0.f;
-  TR_RETURN_IF_ERROR(tr_cu_event_elapsed(start, end, &ms));
-  *us = ms * 1000.f / (float)reps;
-  return NULL;
+  const timed_algo *t = ctx;
+  tr_lt_gemm *g_ = t->g;
+  int j = rep % t->sets;
+  lt_status rc = g.matmul(g_->handle, g_->desc, &kOne, (void *)(uintptr_t)t->b[j], g_->la, (void *)(uintptr_t)t->a[j],
+                          g_->lb, &kZero, (void *)(uintptr_t)t->d, g_->ld, (void *)(uintptr_t)t->d, g_->ld,
+                          &t->h->algo, (void *)(uintptr_t)g_->ws, g_->ws_size, stream);
+  return rc == 0 ? NULL : lt_error(rc, "timing an algorithm");
 }
 
 tr_status *tr_lt_gemm_tune(tr_lt_gemm *g_, int candidates, int reps, tr_cu_stream stream) {
@@ -338,6 +319,7 @@ tr_status *tr_lt_gemm_tune(tr_lt_gemm *g_, int candidates, int reps, tr_cu_strea
   }
   int n = candidates < g_->offered ? candidates : g_->offered;
   if (n < 1) n = 1;
+  if (reps < 1) reps = 1;
   size_t most = 0;
   for (int i = 0; i < n; i++) most = g_->algos[i].workspace > most ? g_->algos[i].workspace : most;
   const tr_lt_shape *s = &g_->shape;
@@ -362,7 +344,8 @@ tr_status *tr_lt_gemm_tune(tr_lt_gemm *g_, int candidates, int reps, tr_cu_strea
   float best_us = 0.f;
   for (int i = 0; i < n && status == NULL; i++) {
     float us = 0.f;
-    tr_status *failed = time_algo(g_, i, a, b, d, sets, reps, stream, start, end, &us);
+    timed_algo t = {g_, &g_->algos[i], a, b, d, sets};
+    tr_status *failed = tr_cuda_time_runs(run_algo, &t, TR_CUDA_TUNE_WARMUPS, reps, stream, start, end, &us);
     if (failed != NULL) { /* an algorithm that fails here is not chosen; the others still are */
       tr_status_destroy(&failed);
       continue;

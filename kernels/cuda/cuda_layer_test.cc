@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -13,6 +14,8 @@
 #include "kernels/cuda/map_cache.h"
 #include "kernels/cuda/modules.h"
 #include "kernels/cuda/pool.h"
+#include "kernels/cuda/timing.h"
+#include "kernels/cuda/toolkit.h"
 
 TEST_CASE("a grid over rows covers every row, in x up to 2^30 blocks") {
   uint32_t gx = 7, gy = 7;
@@ -39,6 +42,84 @@ TEST_CASE("a grid over elements rounds up and stops at its cap") {
 TEST_CASE("a launch over no rows launches nothing") {
   // no function, no driver needed: nothing is asked of the driver for zero rows
   CHECK(tr_cuda_launch_rows(nullptr, "none", 0, 1, 64, nullptr, nullptr, 0) == nullptr);
+}
+
+namespace {
+
+struct Runs {
+  std::vector<int> reps;
+  int fail_at = -1;
+};
+
+tr_status *counted_run(void *ctx, int rep, tr_cu_stream) {
+  Runs *r = static_cast<Runs *>(ctx);
+  r->reps.push_back(rep);
+  return rep == r->fail_at ? TR_STATUS(TR_BACKEND, "run %d failed", rep) : nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("a timed run's failure in the warm-ups stops it with that error, before any event") {
+  // no driver needed: the events are touched only from the first timed run on
+  Runs runs;
+  runs.fail_at = 1;
+  float us = 7.f;
+  std::string e = tr_test::error_of(tr_cuda_time_runs(counted_run, &runs, TR_CUDA_TUNE_WARMUPS, 20, nullptr, nullptr,
+                                                      nullptr, &us));
+  CHECK(e.find("run 1 failed") != std::string::npos);
+  CHECK(runs.reps == std::vector<int>{0, 1});  // counted from 0 over the warm-ups
+  CHECK(us == 0.f);
+}
+
+namespace {
+
+// TILERUN_CUDA_PATH set (NULL: unset) for a scope, then as it was.
+struct CudaPath {
+  explicit CudaPath(const char *value) {
+    const char *was = tr_plat_getenv("TILERUN_CUDA_PATH");
+    had = was != nullptr;
+    if (had) saved = was;
+    tr_test::ok(tr_plat_setenv("TILERUN_CUDA_PATH", value));
+  }
+  ~CudaPath() { tr_test::ok(tr_plat_setenv("TILERUN_CUDA_PATH", had ? saved.c_str() : nullptr)); }
+  bool had = false;
+  std::string saved;
+};
+
+std::vector<std::string> places(const char *stem, int unversioned, const char *cuda_path) {
+  CudaPath set(cuda_path);
+  tr_cuda_lib_places p;
+  tr_cuda_lib_places_of(stem, unversioned, &p);
+  return std::vector<std::string>(p.at, p.at + p.n);
+}
+
+std::vector<std::string> g_notes;
+void take_note(const char *text) { g_notes.push_back(text); }
+int refuse(tr_plat_lib *) { return 0; }
+
+}  // namespace
+
+TEST_CASE("a toolkit library is looked for by soname, then under TILERUN_CUDA_PATH, then /usr/local/cuda") {
+  using v = std::vector<std::string>;
+  CHECK(places("libnvrtc", 1, "/opt/cuda") == v{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
+                                                "/opt/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.13"});
+  CHECK(places("libcublasLt", 0, nullptr) == v{"libcublasLt.so.13", "libcublasLt.so.12",
+                                                "/usr/local/cuda/lib64/libcublasLt.so.13"});
+  CHECK(places("libcublasLt", 0, "none") == places("libcublasLt", 0, ""));
+  CHECK(places("libcublasLt", 0, "none").size() == 3);
+}
+
+TEST_CASE("where no place serves, each is noted with the loader's text, and none is returned") {
+  g_notes.clear();
+  {
+    CudaPath set("/nonexistent-cuda");
+    CHECK(tr_cuda_lib_open_first("libtilerun-no-such-lib", 1, refuse, take_note) == nullptr);
+  }
+  REQUIRE(g_notes.size() == 5);
+  CHECK(g_notes[0].find("libtilerun-no-such-lib.so.13") != std::string::npos);
+  CHECK(g_notes[2].find("libtilerun-no-such-lib.so") != std::string::npos);
+  CHECK(g_notes[3].find("/nonexistent-cuda/lib64/libtilerun-no-such-lib.so.13") != std::string::npos);
+  CHECK(g_notes[4].find("/usr/local/cuda/lib64/libtilerun-no-such-lib.so.13") != std::string::npos);
 }
 
 TEST_CASE("pools count on their own and over the process") {

@@ -256,12 +256,13 @@ tr_status *tr_cu_load(void) {
   return NULL;
 }
 
-tr_status *tr_cu_device_context(int32_t index, tr_cu_ctx *out) {
+/* tr_cu_device_context's first use of a device (and its errors): apart, so that the call that
+ * finds the context retained (every call after the first) is a bounds check and a load. */
+__attribute__((noinline)) static tr_status *retain_device_context(int32_t index, tr_cu_ctx *out) {
   *out = NULL;
   if (index < 0 || index >= TR_CUDA_MAX_DEVICES) {
     return TR_STATUS(TR_VALUE, "cuda device index %d is outside 0..%d", index, TR_CUDA_MAX_DEVICES - 1);
   }
-  if ((*out = atomic_load_explicit(&g.published[index], memory_order_acquire)) != NULL) return NULL;
   TR_RETURN_IF_ERROR(tr_cu_load());
   tr_plat_mutex_lock(&g.lock);
   tr_status *status = NULL;
@@ -279,6 +280,14 @@ tr_status *tr_cu_device_context(int32_t index, tr_cu_ctx *out) {
   if (*out != NULL) atomic_store_explicit(&g.published[index], *out, memory_order_release);
   tr_plat_mutex_unlock(&g.lock);
   return status;
+}
+
+tr_status *tr_cu_device_context(int32_t index, tr_cu_ctx *out) {
+  if (index >= 0 && index < TR_CUDA_MAX_DEVICES &&
+      (*out = atomic_load_explicit(&g.published[index], memory_order_acquire)) != NULL) {
+    return NULL;
+  }
+  return retain_device_context(index, out);
 }
 
 tr_cu_ctx tr_cu_retained_context(int32_t index) {

@@ -30,6 +30,7 @@ typedef struct parked_block {
 typedef struct device_pool {
   tr_plat_mutex lock;
   size_t n, held, n_parked;
+  uint64_t hits; /* allocations served here: counted under the lock the hit takes anyway */
   pool_block blocks[TR_CUDA_POOL_BLOCKS];
   parked_block *parked;
 } device_pool;
@@ -47,7 +48,8 @@ static int g_list_ok;
 static tr_cuda_pool *g_pools;
 static tr_plat_once g_once = TR_PLAT_ONCE_INIT;
 static int64_t g_pid; /* the process the pools are of (a forked child's are its parent's) */
-static atomic_uint_fast64_t g_hits, g_released, g_thread_ends, g_orphans_freed;
+static atomic_uint_fast64_t g_released, g_thread_ends, g_orphans_freed;
+static uint64_t g_ended_hits; /* the hits of pools that have ended (g_list_lock) */
 
 /* Blocks a pool's end could not free because this thread was capturing a graph then (the legacy
  * stream must not be used under a capture): freed by the next pool made, destroyed or trimmed
@@ -237,6 +239,13 @@ static void pool_unref(tr_cuda_pool *p) {
   if (p->prev != NULL) p->prev->next = p->next;
   else g_pools = p->next;
   if (p->next != NULL) p->next->prev = p->prev;
+  for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) { /* its hits still count for the process */
+    device_pool *d = atomic_load_explicit(&p->devices[i], memory_order_acquire);
+    if (d == NULL) continue;
+    tr_plat_mutex_lock(&d->lock);
+    g_ended_hits += d->hits;
+    tr_plat_mutex_unlock(&d->lock);
+  }
   tr_plat_mutex_unlock(&g_list_lock);
   for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) {
     trim_device(p, i, 1);
@@ -440,16 +449,17 @@ tr_status *tr_cuda_pool_alloc(tr_cuda_pool *pool, int32_t index, size_t bytes, v
     rearm_if_ended(stream, 1); /* exit-time code after the thread's hook ran */
   }
   if (poolable(stream) && d != NULL && !captured) {
+    const void *owner = (const void *)origin->thread;
     tr_plat_mutex_lock(&d->lock);
     for (size_t i = d->n; i-- > 0;) {
-      if (d->blocks[i].bytes == bytes && d->blocks[i].stream == stream && d->blocks[i].thread == stream_owner(stream)) {
+      if (d->blocks[i].bytes == bytes && d->blocks[i].stream == stream && d->blocks[i].thread == owner) {
         *out = take_locked(d, i);
+        d->hits++;
         break;
       }
     }
     tr_plat_mutex_unlock(&d->lock);
     if (*out != NULL) {
-      atomic_fetch_add_explicit(&g_hits, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(&pool->refs, 1, memory_order_relaxed);
       return NULL;
     }
@@ -570,27 +580,29 @@ void tr_cuda_pool_free(int32_t index, void *ptr, size_t bytes, const tr_cuda_ori
 
 /* ---- counts ---- */
 
-static void count_pool(const tr_cuda_pool *p, tr_cuda_pool_stats *s) {
+/* Adds p's hits to s, and its kept and parked blocks where `blocks`. */
+static void count_pool(const tr_cuda_pool *p, int blocks, tr_cuda_pool_stats *s) {
   for (int i = 0; i < TR_CUDA_MAX_DEVICES; i++) {
     device_pool *d = atomic_load_explicit(&p->devices[i], memory_order_acquire);
     if (d == NULL) continue;
     tr_plat_mutex_lock(&d->lock);
-    s->kept += d->n;
-    s->parked += d->n_parked;
+    s->hits += d->hits;
+    if (blocks) {
+      s->kept += d->n;
+      s->parked += d->n_parked;
+    }
     tr_plat_mutex_unlock(&d->lock);
   }
 }
 
 tr_cuda_pool_stats tr_cuda_pool_get_stats(const tr_cuda_pool *pool) {
   tr_plat_once_run(&g_once, init_once);
-  tr_cuda_pool_stats s = {atomic_load(&g_hits), 0, 0, atomic_load(&g_released), atomic_load(&g_thread_ends),
+  tr_cuda_pool_stats s = {0, 0, 0, atomic_load(&g_released), atomic_load(&g_thread_ends),
                           atomic_load(&g_orphans_freed)};
-  if (pool != NULL) {
-    count_pool(pool, &s);
-  } else if (g_list_ok) {
-    tr_plat_mutex_lock(&g_list_lock);
-    for (const tr_cuda_pool *p = g_pools; p != NULL; p = p->next) count_pool(p, &s);
-    tr_plat_mutex_unlock(&g_list_lock);
-  }
+  if (!g_list_ok) return s; /* no pool could be made */
+  tr_plat_mutex_lock(&g_list_lock); /* hits are the process's: the live pools' and the ended ones' */
+  s.hits = g_ended_hits;
+  for (const tr_cuda_pool *p = g_pools; p != NULL; p = p->next) count_pool(p, pool == NULL || p == pool, &s);
+  tr_plat_mutex_unlock(&g_list_lock);
   return s;
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/cublaslt.h"
+#include "kernels/cuda/timing.h"
 #include "kernels/intree/family.h"
 
 static const tr_call_field kGemmFields[] = {
@@ -287,6 +288,21 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   return tr_lt_gemm_run(k->state, a, b, d, stream);
 }
 
+/* One timed run of the skinny kernel at a split count: weight set `rep % sets`. */
+typedef struct timed_split {
+  const tr_intree_built *k;
+  const tr_cu_ptr *w;
+  tr_cu_ptr x, y;
+  int64_t split;
+  int sets;
+} timed_split;
+
+static tr_status *run_split(void *ctx, int rep, tr_cu_stream stream) {
+  const timed_split *t = ctx;
+  return skinny_launch(t->k, (void *)(uintptr_t)t->w[rep % t->sets], (void *)(uintptr_t)t->x, (void *)(uintptr_t)t->y,
+                       t->split, stream);
+}
+
 /* Times each split count (1, 2, 4, 8 where the split build loaded) on buffers of the kernel's
  * own (values spread over [-1, 1), weights in up to 8 sets rotated so that about 128 MB are read:
  * a model's layers each bring their own), keeping the fastest. */
@@ -314,17 +330,9 @@ static tr_status *tune_skinny(tr_intree_built *k, tr_cu_stream stream, tr_lt_typ
   float best_us = 0.f;
   /* x's strides as the call has them: the buffer is laid out alike (S * K elements) */
   for (int64_t split = 1; split <= (k->wide.function != NULL ? SKINNY_MAX_SPLIT : 1) && status == NULL; split *= 2) {
-    for (int r = 0; r < REPS + 2 && status == NULL; r++) {
-      if (r == 2) status = tr_cu_event_record(start, stream);
-      if (status == NULL) {
-        status = skinny_launch(k, (void *)(uintptr_t)w[r % sets], (void *)(uintptr_t)x, (void *)(uintptr_t)y, split,
-                               stream);
-      }
-    }
-    if (status == NULL) status = tr_cu_event_record(end, stream);
-    float ms = 0.f;
-    if (status == NULL) status = tr_cu_event_elapsed(start, end, &ms);
-    float us = ms * 1000.f / REPS;
+    timed_split t = {k, w, x, y, split, sets};
+    float us = 0.f;
+    status = tr_cuda_time_runs(run_split, &t, TR_CUDA_TUNE_WARMUPS, REPS, stream, start, end, &us);
     if (status == NULL && (best_us == 0.f || us < best_us)) {
       best_us = us;
       best = split;
