@@ -228,6 +228,17 @@ __device__ __forceinline__ float load_cluster(const float *p, unsigned rank) {
   return f;
 }
 
+// Four floats at p (16-byte aligned) in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ float4 load_cluster4(const float *p, unsigned rank) {
+  unsigned local, remote;
+  float4 f;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(f.x), "=f"(f.y), "=f"(f.z), "=f"(f.w)
+               : "r"(remote) : "memory");
+  return f;
+}
+
 // ---- Tensor cores and asynchronous copies (sm_80 and later) ----
 
 // d += a * b on the tensor cores: mma.sync m16n8k16, a 16x16 tile of A (row-major fragment: four

@@ -7,8 +7,8 @@
 // of k (two batches of TR_U chunks in flight each) and sum their partials in shared memory in a fixed order. The split build (-DTR_SPLIT,
 // sm_90 on) also splits k over the CTAs of a thread-block cluster (the split count is the launch's
 // cluster size, chosen at run time) and sums the CTAs' partials through distributed shared
-// memory, in rank order: the result does not depend on timing (deterministic), and no workspace
-// or second kernel is needed.
+// memory, in rank order, four partials a load with every rank's loads in flight at once: the
+// result does not depend on timing (deterministic), and no workspace or second kernel is needed.
 //
 // Macros: TR_T (f16 or bf16), TR_S (rows of x, 1..64), TR_K (the reduction length, a multiple of
 // 8), TR_RT (16-row tiles of w per warp, 1 or 2), TR_U (chunks loaded ahead per warp), TR_XK
@@ -104,6 +104,56 @@ __device__ __forceinline__ void mma_batch(float (&acc)[RT][NT][4], const unsigne
   }
 }
 
+// The CTA's partials red[s * STRIDE + row] (ROWS rows of w from lc, SP columns of x; every
+// thread's written, not yet synchronised) to y. The split build sums the cluster's CTAs' partials
+// in rank order (deterministic), each CTA a share of them, four at a time with every rank's
+// load in flight at once (a chain of remote loads a sum costs microseconds).
+template <int ROWS, int STRIDE>
+__device__ __forceinline__ void store_partials(float *red, T *y, i64 lc, i64 L, i64 ys, i64 yl) {
+  static_assert(ROWS % 4 == 0 && STRIDE % 4 == 0, "partials are read four at a time");
+  constexpr int QUADS = SP * ROWS / 4;
+#if defined(TR_SPLIT)
+  constexpr unsigned MAX_SPLIT = 8; /* the portable cluster size */
+  const unsigned rank = cluster_rank(), splits = cluster_ctas();
+  cluster_arrive();
+  cluster_wait();
+  const int share = (QUADS + (int)splits - 1) / (int)splits, e0 = (int)rank * share;
+  const int e1 = QUADS < e0 + share ? QUADS : e0 + share;
+  for (int e = e0 + threadIdx.x; e < e1; e += TR_BLOCK) {
+    const int s = 4 * e / ROWS, row = 4 * e % ROWS;
+    float4 part[MAX_SPLIT];
+#pragma unroll
+    for (unsigned q = 0; q < MAX_SPLIT; q++)
+      if (q < splits) part[q] = load_cluster4(&red[s * STRIDE + row], q);
+    float4 v = part[0];
+#pragma unroll
+    for (unsigned q = 1; q < MAX_SPLIT; q++) {
+      if (q < splits) {
+        v.x += part[q].x;
+        v.y += part[q].y;
+        v.z += part[q].z;
+        v.w += part[q].w;
+      }
+    }
+#else
+  __syncthreads();
+  for (int e = threadIdx.x; e < QUADS; e += TR_BLOCK) {
+    const int s = 4 * e / ROWS, row = 4 * e % ROWS;
+    const float4 v = *reinterpret_cast<const float4 *>(&red[s * STRIDE + row]);
+#endif
+    const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const i64 l = lc + row + i;
+      if (s < S && l < L) y[(i64)s * ys + l * yl] = from_f32<T>(vs[i]);
+    }
+  }
+#if defined(TR_SPLIT)
+  cluster_arrive(); /* no CTA leaves while another still reads its shared memory */
+  cluster_wait();
+#endif
+}
+
 template <bool ALIGNED>
 __device__ __forceinline__ void skinny(const T *w, const T *x, T *y, i64 L, i64 xs, i64 xk, i64 ys, i64 yl) {
   // the warps' partials, [warp][column][row]; then the CTA's sum in red[0]
@@ -183,27 +233,7 @@ __device__ __forceinline__ void skinny(const T *w, const T *x, T *y, i64 L, i64 
     for (int q = 1; q < WARPS; q++) v += red[q][e];
     red[0][e] = v;
   }
-#if defined(TR_SPLIT)
-  cluster_arrive();
-  cluster_wait();
-  const int share = (SP * BR + (int)splits - 1) / (int)splits, e0 = (int)rank * share;
-  const int e1 = SP * BR < e0 + share ? SP * BR : e0 + share;
-  for (int e = e0 + threadIdx.x; e < e1; e += TR_BLOCK) {
-    float v = 0.f;
-    for (unsigned q = 0; q < splits; q++) v += load_cluster(&red[0][e], q);
-#else
-  __syncthreads();
-  for (int e = threadIdx.x; e < SP * BR; e += TR_BLOCK) {
-    const float v = red[0][e];
-#endif
-    const int s = e / BR, row = e % BR;
-    const i64 l = l0 + row;
-    if (s < S && l < L) y[(i64)s * ys + l * yl] = from_f32<T>(v);
-  }
-#if defined(TR_SPLIT)
-  cluster_arrive(); /* no CTA leaves while another still reads its shared memory */
-  cluster_wait();
-#endif
+  store_partials<BR, BR>(red[0], y, l0, L, ys, yl);
 }
 
 extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_gemm_skinny(const T *w, const T *x, T *y, i64 L, i64 xs,

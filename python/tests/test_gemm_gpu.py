@@ -5,8 +5,9 @@
 
 GemmFwdOp cases: every dtype the manifest allows (float16, bfloat16, float32), both transposes
 (trans_a, trans_b: four combinations), m, n, k each in {1, 3, 64, 127, 4096} (125 shapes; --quick
-keeps those with at most one 4096), plus the manifest's workload rows (bfloat16) and the selection
-boundaries m = 64 / 65 and n = 64 / 65. Each case:
+keeps those with at most one 4096), plus the manifest's workload rows (bfloat16), the selection
+boundaries m = 64 / 65 and n = 64 / 65, and the skinny kernel's edges (m or n of 8, 9, 16, 33, 64
+with k of 8, 72, 200 and 4104: one vector, part of a batch, chunks with a remainder). Each case:
   into      Op.call_into into an output pre-filled with NaN (an unwritten element fails);
   call      Op(a, b), the output allocated by tilerun;
   strided   non-contiguous operands (a column slice of a wider tensor) give the same result;
@@ -63,6 +64,21 @@ def cases(quick):
                                 continue
                             out.append(("GemmFwdOp %s ta=%d tb=%d m=%d n=%d k=%d" % (dt, ta, tb, m, n, k),
                                         dt, m, n, k, ta, tb))
+    # the skinny kernel's edges: x of 8 and 9 rows (one 16-row tile a warp, or two), 16, 33, 64; k of
+    # one 16-byte vector, within one 32-wide chunk's batch, with a remainder past whole chunks, and
+    # long with a remainder (split over a cluster); x K-contiguous and K-strided; w rows not a whole
+    # tile
+    for dt in ("float16", "bfloat16"):
+        for k in (8, 72, 200, 4104):
+            for m in (8, 9, 16, 33, 64):
+                for n in (100, 4096):
+                    for ta in (False, True):
+                        out.append(("GemmFwdOp %s edges ta=%d tb=1 m=%d n=%d k=%d" % (dt, ta, m, n, k),
+                                    dt, m, n, k, ta, True))
+            for n in (9, 33, 64):
+                for tb in (False, True):
+                    out.append(("GemmFwdOp %s edges ta=0 tb=%d m=300 n=%d k=%d" % (dt, tb, n, k),
+                                dt, 300, n, k, False, tb))
     for label, m, n, k, tb in WORKLOADS:
         out.append(("GemmFwdOp bfloat16 workload %s m=%d n=%d k=%d" % (label, m, n, k), "bfloat16", m, n, k,
                     False, tb))
