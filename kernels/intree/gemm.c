@@ -188,6 +188,15 @@ static int64_t skinny_default_split(int64_t L, int64_t S, int64_t k, int32_t sms
   if (!have_split) return 1;
   int64_t rows = 16 * (int64_t)skinny_tiles(S), tiles = (L + rows - 1) / rows, chunks = (k + 31) / 32;
   int64_t split = 1;
+  if (skinny_tiles(S) == 2) {
+    /* two tiles a warp (x of more than 8 rows): a split of 2 where k allows, but none for more
+     * than 32 rows with two CTAs an SM already (measured on the H200, bench_gemm.py 2026-12-02:
+     * tuning picked 2 on five of the six m = 16 and m = 64 rows, where the rule below asked for 4
+     * at n = 4096 and 1 at n = 14336 and was 18-55% slower; on mlp up at m = 64, 14336 rows, it
+     * picked 1: 59.4 us against 63.5 at 2) */
+    if (S > 32 && tiles >= 2 * (int64_t)sms) return 1;
+    return chunks / 4 >= 8 ? 2 : 1;
+  }
   /* about two CTAs an SM (measured on the H200: tuning picked 1 or 2 at n = 4096, where four
    * an SM asked for 4), each warp (4 a CTA) with at least two 32-wide chunks of k */
   while (split < SKINNY_MAX_SPLIT && tiles * split < 2 * (int64_t)sms && chunks / (split * 2) >= 8) split *= 2;
