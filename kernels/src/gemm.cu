@@ -104,13 +104,13 @@ __device__ __forceinline__ void mma_batch(float (&acc)[RT][NT][4], const unsigne
   }
 }
 
-// The CTA's partials red[s * STRIDE + row] (ROWS rows of w from lc, SP columns of x; every
+// The CTA's partials red[s * ROWS + row] (ROWS rows of w from lc, SP columns of x; every
 // thread's written, not yet synchronised) to y. The split build sums the cluster's CTAs' partials
 // in rank order (deterministic), each CTA a share of them, four at a time with every rank's
 // load in flight at once (a chain of remote loads a sum costs microseconds).
-template <int ROWS, int STRIDE>
+template <int ROWS>
 __device__ __forceinline__ void store_partials(float *red, T *y, i64 lc, i64 L, i64 ys, i64 yl) {
-  static_assert(ROWS % 4 == 0 && STRIDE % 4 == 0, "partials are read four at a time");
+  static_assert(ROWS % 4 == 0, "partials are read four at a time");
   constexpr int QUADS = SP * ROWS / 4;
 #if defined(TR_SPLIT)
   constexpr unsigned MAX_SPLIT = 8; /* the portable cluster size */
@@ -124,7 +124,7 @@ __device__ __forceinline__ void store_partials(float *red, T *y, i64 lc, i64 L, 
     float4 part[MAX_SPLIT];
 #pragma unroll
     for (unsigned q = 0; q < MAX_SPLIT; q++)
-      if (q < splits) part[q] = load_cluster4(&red[s * STRIDE + row], q);
+      if (q < splits) part[q] = load_cluster4(&red[s * ROWS + row], q);
     float4 v = part[0];
 #pragma unroll
     for (unsigned q = 1; q < MAX_SPLIT; q++) {
@@ -139,7 +139,7 @@ __device__ __forceinline__ void store_partials(float *red, T *y, i64 lc, i64 L, 
   __syncthreads();
   for (int e = threadIdx.x; e < QUADS; e += TR_BLOCK) {
     const int s = 4 * e / ROWS, row = 4 * e % ROWS;
-    const float4 v = *reinterpret_cast<const float4 *>(&red[s * STRIDE + row]);
+    const float4 v = *reinterpret_cast<const float4 *>(&red[s * ROWS + row]);
 #endif
     const float vs[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -233,7 +233,7 @@ __device__ __forceinline__ void skinny(const T *w, const T *x, T *y, i64 L, i64 
     for (int q = 1; q < WARPS; q++) v += red[q][e];
     red[0][e] = v;
   }
-  store_partials<BR, BR>(red[0], y, l0, L, ys, yl);
+  store_partials<BR>(red[0], y, l0, L, ys, yl);
 }
 
 extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_gemm_skinny(const T *w, const T *x, T *y, i64 L, i64 xs,
