@@ -4,15 +4,18 @@
 // against a tile of 64 keys live in registers, through an online softmax in base 2.
 //
 // tr_gqa_prefill: a CTA of 4 warps per (tile of 64 query rows, batch row, query head); a warp owns
-// 16 query rows, its Q fragments loaded once into registers (ldmatrix). The key tiles of the
+// 16 query rows, its Q fragments read from shared memory (ldmatrix) at each key tile (kept in
+// registers they cost more in registers than they save: 5% slower on the H200). The key tiles of the
 // causal triangle (diagonal first, then back to 0; the tiles above the diagonal are never
 // touched) pass through shared memory by cp.async, K's next tile loading under softmax and P.V,
 // V's under Q.K^T. Shared rows are 16-byte chunks XOR-swizzled by row % 8, so ldmatrix of 8 rows
 // at one chunk hits 8 distinct bank groups. S = Q.K^T and O += P.V on the tensor cores
 // (mma.m16n8k16, float32 accumulators); P goes from S's accumulator fragments to the A
-// fragments of P.V in registers. Only the diagonal tile is masked. Grid: x = batch row * heads +
-// head (a KV head's query heads adjacent, so they share its tiles in L2), y = query tiles, the
-// last (longest) first.
+// fragments of P.V in registers. Only the diagonal tile is masked. With a positive scale (FOLD)
+// the scores stay unscaled until their exponent, exp2(s * scale - max * scale), one FFMA each;
+// the exponent is ex2.approx.ftz (weights below 2^-126 of the row's largest flush to zero).
+// Grid: x = batch row * heads + head (a KV head's query heads adjacent, so they share its tiles
+// in L2), y = query tiles, the last (longest) first.
 // Entry: tr_gqa_prefill(const T *q, const T *k, const T *v, T *o, int L, int heads, int heads_kv,
 //                       float scale)
 // Pointers 16-byte aligned take cp.async and 16-byte stores; others (2-byte aligned) go through
@@ -30,6 +33,14 @@ constexpr int DT = DIM / 8;      // n8 tiles of O
 constexpr float LOG2E = 1.4426950408889634f;
 #define NEG_INF (-__int_as_float(0x7f800000))
 
+// 2^x on the special-function unit, subnormal results flushed to zero (a weight below 2^-126 of
+// the row's largest adds nothing a 16-bit output can hold): one instruction, where exp2f adds the
+// subnormal range's scaling around it.
+__device__ __forceinline__ float ex2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
 static_assert(DIM == 64 || DIM == 128, "head dims 64 and 128");
 static_assert(BM == BN, "the diagonal tile is the one key tile with the query tile's index");
 static_assert(sizeof(T) == 2, "16-bit elements");
@@ -61,7 +72,7 @@ __device__ __forceinline__ void load_tile(T *tile, const T *g, i64 stride, int r
 
 // The kernel's work. ALIGNED: q, k, v and o 16-byte aligned (cp.async loads, 16-byte stores);
 // otherwise loads and stores through registers, 16 bits at a time (a view starting mid-vector).
-template <bool ALIGNED>
+template <bool ALIGNED, bool FOLD>
 __device__ __forceinline__ void prefill(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                                         T *__restrict__ o, int L, int heads, int heads_kv, float scale, T *sq, T *sk,
                                         T *sv) {
@@ -84,11 +95,8 @@ __device__ __forceinline__ void prefill(const T *__restrict__ q, const T *__rest
   cp_async_wait<0>();
   __syncthreads();
 
-  // Q's A fragments, one per k16 step of DIM: lane l gives row l % 16 of the warp's 16 at chunk
-  // 2 * step + l / 16 (matrices: rows 0-7 | rows 8-15) x (columns 0-7 | 8-15).
-  unsigned qf[DIM / 16][4];
-#pragma unroll
-  for (int s = 0; s < DIM / 16; s++) ldmatrix_x4(qf[s], smem_addr(sq + swz(warp * 16 + (lane & 15), 2 * s + (lane >> 4))));
+  // FOLD (scale > 0): scores stay raw until exp2(s * scale - max * scale), one FFMA each
+  const float sl = FOLD ? scale_log2 : 1.f;
 
   float acc[DT][4];
 #pragma unroll
@@ -106,12 +114,16 @@ __device__ __forceinline__ void prefill(const T *__restrict__ q, const T *__rest
     for (int j = 0; j < NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
     for (int st = 0; st < DIM / 16; st++) {
+      // Q's A fragment of this k16 step: lane l gives row l % 16 of the warp's 16 at chunk
+      // 2 * st + l / 16 (matrices: rows 0-7 | rows 8-15) x (columns 0-7 | 8-15)
+      unsigned qf[4];
+      ldmatrix_x4(qf, smem_addr(sq + swz(warp * 16 + (lane & 15), 2 * st + (lane >> 4))));
 #pragma unroll
       for (int np = 0; np < NT / 2; np++) {
         unsigned kf[4];
         ldmatrix_x4(kf, smem_addr(sk + swz(np * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * st + ((lane >> 3) & 1))));
-        mma16816<T>(s[2 * np], qf[st][0], qf[st][1], qf[st][2], qf[st][3], kf[0], kf[1]);
-        mma16816<T>(s[2 * np + 1], qf[st][0], qf[st][1], qf[st][2], qf[st][3], kf[2], kf[3]);
+        mma16816<T>(s[2 * np], qf[0], qf[1], qf[2], qf[3], kf[0], kf[1]);
+        mma16816<T>(s[2 * np + 1], qf[0], qf[1], qf[2], qf[3], kf[2], kf[3]);
       }
     }
     cp_async_wait<0>();
@@ -126,7 +138,7 @@ __device__ __forceinline__ void prefill(const T *__restrict__ q, const T *__rest
     for (int j = 0; j < NT; j++) {
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        float x = s[j][e] * scale_log2;
+        float x = FOLD ? s[j][e] : s[j][e] * scale_log2;
         if (nt == mt && 8 * j + 2 * (lane % 4) + (e & 1) > warp * 16 + lane / 4 + 8 * (e >> 1)) x = NEG_INF;
         s[j][e] = x;
       }
@@ -138,13 +150,13 @@ __device__ __forceinline__ void prefill(const T *__restrict__ q, const T *__rest
       for (int j = 0; j < NT; j++) m = fmaxf(m, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const float alpha = m == NEG_INF ? 1.f : exp2f(mx[r] - m);  // mx[r] = -inf: 0
-      const float base = m == NEG_INF ? 0.f : m;
+      const float alpha = m == NEG_INF ? 1.f : ex2((mx[r] - m) * sl);  // mx[r] = -inf: 0
+      const float base = m == NEG_INF ? 0.f : m * sl;
       float rs = 0.f;
 #pragma unroll
       for (int j = 0; j < NT; j++) {
-        s[j][2 * r] = exp2f(s[j][2 * r] - base);
-        s[j][2 * r + 1] = exp2f(s[j][2 * r + 1] - base);
+        s[j][2 * r] = ex2(fmaf(s[j][2 * r], sl, -base));
+        s[j][2 * r + 1] = ex2(fmaf(s[j][2 * r + 1], sl, -base));
         rs += s[j][2 * r] + s[j][2 * r + 1];
       }
       sum[r] = sum[r] * alpha + rs;  // this lane's part of the row; the quad's summed at the end
@@ -221,9 +233,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa_prefill(const T *__re
   __shared__ __align__(128) T sq[BM * DIM];  // Q, then the warps' output rows
   __shared__ __align__(128) T sk[BN * DIM];
   __shared__ __align__(128) T sv[BN * DIM];
-  if (aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o)) {
-    prefill<true>(q, k, v, o, L, heads, heads_kv, scale, sq, sk, sv);
+  const bool aligned = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o);
+  if (scale > 0.f) {  // the same arithmetic either way of loading: aligned and not give the same bits
+    if (aligned) prefill<true, true>(q, k, v, o, L, heads, heads_kv, scale, sq, sk, sv);
+    else prefill<false, true>(q, k, v, o, L, heads, heads_kv, scale, sq, sk, sv);
   } else {
-    prefill<false>(q, k, v, o, L, heads, heads_kv, scale, sq, sk, sv);
+    if (aligned) prefill<true, false>(q, k, v, o, L, heads, heads_kv, scale, sq, sk, sv);
+    else prefill<false, false>(q, k, v, o, L, heads, heads_kv, scale, sq, sk, sv);
   }
 }
