@@ -402,7 +402,7 @@ tr_status *tr_cu_launch_ex(tr_cu_function function, const char *what, uint32_t g
 }
 
 tr_status *tr_cu_launch_cluster(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t cluster_x,
-                                uint32_t block_x, tr_cu_stream stream, void **args, int overlap) {
+                                uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args, int overlap) {
   if (g.launch_ex == NULL) {
     return TR_STATUS(TR_BACKEND, "launching kernel '%s' in clusters of %u: the driver has no cuLaunchKernelEx", what,
                      cluster_x);
@@ -413,9 +413,9 @@ tr_status *tr_cu_launch_cluster(tr_cu_function function, const char *what, uint3
   attrs[0].value.dim[0] = cluster_x;
   attrs[0].value.dim[1] = 1;
   attrs[0].value.dim[2] = 1;
-  launch_config config = {grid_x, 1, 1, block_x, 1, 1, 0, stream, attrs, 1};
+  launch_config config = {grid_x, 1, 1, block_x, 1, 1, smem, stream, attrs, 1};
   int rc = launch_config_overlapped(&config, function, args, overlap);
-  return rc == 0 ? NULL : launch_error(rc, what, grid_x, 1, cluster_x, block_x, 0);
+  return rc == 0 ? NULL : launch_error(rc, what, grid_x, 1, cluster_x, block_x, smem);
 }
 
 tr_status *tr_cu_alloc_async(size_t bytes, tr_cu_stream stream, tr_cu_ptr *out) {

@@ -64,10 +64,12 @@ tr_status *tr_cu_launch_ex(tr_cu_function function, const char *what, uint32_t g
                            uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args, int overlap) TR_MUST_USE;
 
 /* Launches `grid_x` blocks in thread-block clusters of `cluster_x` (sm_90 and later; grid_x a
- * multiple of it), overlapped as tr_cu_launch_ex when `overlap` is nonzero. A driver without
- * cuLaunchKernelEx, or a device without clusters, gives a BackendError. */
+ * multiple of it) with `smem` bytes of dynamic shared memory a block, overlapped as
+ * tr_cu_launch_ex when `overlap` is nonzero. A driver without cuLaunchKernelEx, or a device
+ * without clusters, gives a BackendError. */
 tr_status *tr_cu_launch_cluster(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t cluster_x,
-                                uint32_t block_x, tr_cu_stream stream, void **args, int overlap) TR_MUST_USE;
+                                uint32_t block_x, uint32_t smem, tr_cu_stream stream, void **args,
+                                int overlap) TR_MUST_USE;
 
 /* Stream-ordered memory on `stream` (current context must be the device's). The free returns 1
  * when the driver took it (a 0 pointer included), else 0. */

@@ -6,11 +6,17 @@
  *   gemm_skinny    decode (kernels/src/gemm.cu): m, or n, at most 64, float16 and bfloat16; the
  *                  large operand (the weight) streamed once into tensor-core fragments, k split
  *                  over the CTAs of a cluster on sm_90 (the split count a run-time choice that
- *                  request_tune times); preferred over gemm_cublaslt where both apply. */
+ *                  request_tune times); preferred over gemm_cublaslt where both apply. On sm_90
+ *                  its split build is the wgmma one (TMA copies into a shared-memory ring,
+ *                  warpgroup MMA) where x is K-contiguous with at least TR_SKINNY_WGMMA_MIN_ROWS
+ *                  rows; the mma.sync kernels serve the rest, and unaligned operands, and devices
+ *                  or drivers without clusters or tensor maps. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/cublaslt.h"
+#include "kernels/cuda/map_cache.h"
 #include "kernels/cuda/timing.h"
 #include "kernels/intree/family.h"
 
@@ -41,8 +47,27 @@ static const tr_intree_impl kImpls[] = {
 };
 
 /* The skinny kernel: at most this many rows of the small operand; CTAs of SKINNY_BLOCK threads;
- * at most SKINNY_MAX_SPLIT CTAs a cluster (the portable cluster size). */
-enum { SKINNY_MAX_ROWS = 64, SKINNY_BLOCK = 128, SKINNY_MAX_SPLIT = 8, SKINNY_SPLIT_MIN_ARCH = 90 };
+ * at most SKINNY_MAX_SPLIT CTAs a cluster (the portable cluster size). The wgmma build: CTAs of
+ * SKINNY_WG_BLOCK threads (a consumer warpgroup and a producer warp) taking SKINNY_WG_ROWS rows
+ * of w, a ring of as many stages as fit in SKINNY_WG_SMEM bytes (two CTAs an SM), on sm_90. */
+enum {
+  SKINNY_MAX_ROWS = 64,
+  SKINNY_BLOCK = 128,
+  SKINNY_MAX_SPLIT = 8,
+  SKINNY_SPLIT_MIN_ARCH = 90,
+  SKINNY_WG_BLOCK = 160,
+  SKINNY_WG_ROWS = 128,
+  SKINNY_WG_SMEM = 112 * 1024,
+  SKINNY_WG_MAX_STAGES = 8,
+  SKINNY_WG_ARCH = 90,
+};
+
+/* Rows of x from which the wgmma build serves a call (where x is K-contiguous): the A/B switch
+ * (-DTR_SKINNY_WGMMA_MIN_ROWS=65 turns it off). Up to 8 rows the mma.sync kernel keeps the call
+ * (one 16-row tile a warp, 8 chunks ahead: 68-88% of copy at m = 1 on the H200). */
+#ifndef TR_SKINNY_WGMMA_MIN_ROWS
+#define TR_SKINNY_WGMMA_MIN_ROWS 9
+#endif
 
 static int call_bool(const tr_call_spec *call, const char *name) {
   const tr_value *v = tr_call_spec_get(call, name);
@@ -149,6 +174,29 @@ static tr_status *gemm_spec(const tr_tensor_spec *const *in, size_t n_in, const 
 
 /* ---- the skinny kernel ---- */
 
+/* 1 where the split build is the wgmma one (on sm_90; x K-contiguous, enough rows). */
+static int skinny_wgmma_build(const skinny_view *v) {
+  return v->xk == 1 && v->S >= 1 && v->S >= (int64_t)TR_SKINNY_WGMMA_MIN_ROWS;
+}
+
+/* The wgmma build's state on a device (k->ints[7]): none (the split build is mma.sync), off (its
+ * module's split kernel is the wgmma one, but no maps: the driver has none, or the ring does not
+ * fit), on. */
+enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
+
+/* The wgmma build's ring: bytes a stage (128 rows of w and x's rows rounded up to 8, 64 k of 2
+ * bytes each), stages, and the dynamic shared memory a CTA (the ring, 1 KiB to align it, a full
+ * and an empty mbarrier a stage): kernels/src/gemm.cu's RING_BYTES + 1024 + 16 * WG_STAGES. */
+static int64_t skinny_wg_stage_bytes(int64_t S) { return (int64_t)SKINNY_WG_ROWS * 128 + (S + 7) / 8 * 8 * 128; }
+static int64_t skinny_wg_stages(int64_t S) {
+  int64_t stages = (SKINNY_WG_SMEM - 2048) / skinny_wg_stage_bytes(S);
+  return stages > SKINNY_WG_MAX_STAGES ? SKINNY_WG_MAX_STAGES : stages < 2 ? 2 : stages;
+}
+static int64_t skinny_wg_smem(int64_t S) {
+  int64_t stages = skinny_wg_stages(S);
+  return stages * skinny_wg_stage_bytes(S) + 1024 + 16 * stages;
+}
+
 /* rows of w per CTA: 16 per warp tile, two tiles a warp where x has more than 8 rows (x's
  * fragments then serve twice the weight; measured on the H200, bench_gemm.py 2026-12-01: m = 16
  * on the 14336x4096 and 4096x14336 rows went from 66-73% of copy to 75-77%; one tile for m = 64
@@ -177,10 +225,24 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   tr_intree_add_int(out, "-DTR_U=%lld", S <= 8 ? 8 : 2);
   tr_intree_add_int(out, "-DTR_XK=%lld", v.xk == 1 ? 1 : 0);
   out->wide_block = SKINNY_BLOCK; /* the split build: k over a cluster's CTAs */
+  if (skinny_wgmma_build(&v)) { /* the split build on sm_90a: wgmma (gemm.cu) */
+    tr_intree_add_int(out, "-DTR_WGMMA=%lld", 1);
+    tr_intree_add_int(out, "-DTR_STAGES=%lld", (long long)skinny_wg_stages(S));
+    out->wide_block = SKINNY_WG_BLOCK;
+  }
   out->wide_split = 1;
   out->wide_min_arch = SKINNY_SPLIT_MIN_ARCH;
   tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
   return NULL;
+}
+
+/* The wgmma build's split before tuning: the fewest CTAs a cluster (a power of two, at most
+ * SKINNY_MAX_SPLIT) that put a CTA on nine SMs in ten, each with at least two 64-wide k tiles
+ * (a guess: not yet measured on the H200). */
+static int64_t skinny_wg_default_split(int64_t L, int64_t k, int32_t sms) {
+  int64_t tiles = (L + SKINNY_WG_ROWS - 1) / SKINNY_WG_ROWS, k_tiles = (k + 63) / 64, split = 1;
+  while (split < SKINNY_MAX_SPLIT && tiles * split * 10 < 9 * (int64_t)sms && k_tiles / (split * 2) >= 2) split *= 2;
+  return split;
 }
 
 /* The split count before tuning. */
@@ -220,7 +282,9 @@ static size_t describe(tr_intree_built *k) {
     set_config_int(k, 4, "split", k->ints[3]);
     k->config[5].name = "tuned";
     k->config[5].value = tr_value_bool(k->ints[4] != 0);
-    return 2;
+    k->config[6].name = "wgmma"; /* the wgmma build runs (16-byte aligned operands); else mma.sync */
+    k->config[6].value = tr_value_bool(k->ints[7] == SKINNY_WG_ON);
+    return 3;
   }
   tr_lt_gemm *g = k->state;
   tr_lt_choice c = g != NULL ? tr_lt_gemm_choice(g) : (tr_lt_choice){0, 0, 0, 0, 0.f};
@@ -233,8 +297,10 @@ static size_t describe(tr_intree_built *k) {
 }
 
 /* The skinny kernel's launch values: ints[0] x_is_a, [1] S, [2] L, [3] the split count, [4]
- * tuned, [5] k, [6] the tr_lt_type of the dtype (tuning's data); reals[0..3] xs, xk, ys, yl (exact: strides below 2^53). cuBLASLt's: ints[0..2]
- * m, n, k and its GEMM in k->state (none where m, n or k is 0). */
+ * tuned, [5] k, [6] the tr_lt_type of the dtype (tuning's data), [7] the wgmma build's state
+ * (SKINNY_WG_*); reals[0..3] xs, xk, ys, yl (exact: strides below 2^53); with the wgmma build on,
+ * k->state is the cache of its last two tensor maps (w's, x's). cuBLASLt's: ints[0..2] m, n, k
+ * and its GEMM in k->state (none where m, n or k is 0). */
 static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   int64_t m = tr_call_spec_int(call, "m"), n = tr_call_spec_int(call, "n"), kk = tr_call_spec_int(call, "k");
   if (k->impl->kind == SKINNY) {
@@ -247,10 +313,23 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
     k->ints[4] = 0;
     k->ints[5] = kk;
     k->ints[6] = lt_type_of(tr_call_spec_get(call, "dtype")->as.dtype);
+    k->ints[7] = SKINNY_WG_NONE;
     k->reals[0] = (double)v.xs;
     k->reals[1] = (double)v.xk;
     k->reals[2] = (double)v.ys;
     k->reals[3] = (double)v.yl;
+    if (skinny_wgmma_build(&v) && call->facts.arch == SKINNY_WG_ARCH && k->wide.function != NULL) {
+      k->ints[7] = SKINNY_WG_OFF; /* wide.function is the wgmma kernel: never launched without maps */
+      int64_t smem = skinny_wg_smem(v.S), budget = call->facts.smem_budget;
+      if (tr_cu_has_tensor_maps() && (budget <= 0 || smem <= budget)) {
+        tr_cuda_map_cache *maps = NULL;
+        TR_RETURN_IF_ERROR(tr_cuda_map_cache_new(&maps));
+        k->state = maps;
+        TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->wide.function, (int)smem));
+        k->ints[7] = SKINNY_WG_ON;
+        k->ints[3] = skinny_wg_default_split(v.L, kk, k->sm_count);
+      }
+    }
     return NULL;
   }
   k->ints[0] = m;
@@ -265,17 +344,58 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   return NULL;
 }
 
+/* The wgmma build's maps for w [L][K] (box 64 k x 128 rows) and x [S][K] (box 64 k x the rows
+ * rounded up to 8), both swizzled by 128 bytes: the kernel's last ones where its operands are
+ * these (k->state; the key's dims are K, L, S and its strides w's and x's rows), else encoded
+ * and kept. The driver's refusal as its status. */
+static tr_cuda_map_key skinny_map_key(const tr_intree_built *k, const void *w, const void *x) {
+  uint64_t K = (uint64_t)k->ints[5], L = (uint64_t)k->ints[2], S = (uint64_t)k->ints[1];
+  const tr_cuda_map_key key = {{w, x}, {K, L, S}, {K * 2, (uint64_t)k->reals[0] * 2}};
+  return key;
+}
+static tr_status *skinny_encode(const tr_cuda_map_key *key, tr_cu_tensor_map maps[2]) {
+  const uint64_t w_dims[2] = {key->dims[0], key->dims[1]}, x_dims[2] = {key->dims[0], key->dims[2]};
+  const uint32_t w_box[2] = {64, SKINNY_WG_ROWS}, x_box[2] = {64, (uint32_t)((key->dims[2] + 7) / 8 * 8)};
+  TR_RETURN_IF_ERROR(tr_cu_tensor_map_u16(&maps[0], key->base[0], 2, w_dims, &key->strides[0], w_box, 1));
+  return tr_cu_tensor_map_u16(&maps[1], key->base[1], 2, x_dims, &key->strides[1], x_box, 1);
+}
+static tr_status *skinny_maps(const tr_intree_built *k, const void *w, const void *x, tr_cu_tensor_map maps[2]) {
+  const tr_cuda_map_key key = skinny_map_key(k, w, x);
+  if (tr_cuda_map_cache_get(k->state, &key, maps)) return NULL;
+  TR_RETURN_IF_ERROR(skinny_encode(&key, maps));
+  tr_cuda_map_cache_put(k->state, &key, maps);
+  return NULL;
+}
+
+/* One skinny launch at `split` CTAs a cluster: the wgmma build where it is on and w and x are
+ * 16-byte aligned (`given`: their maps, else skinny_maps'), else the mma.sync kernels (split
+ * where split > 1; in a wgmma build's module its "any" entry, which checks the alignment itself).
+ * A layout the driver encodes no map of, and a device that launches no clusters, take the
+ * mma.sync path. */
 static tr_status *skinny_launch(const tr_intree_built *k, const void *w, const void *x, void *y, int64_t split,
-                                tr_cu_stream stream) {
+                                const tr_cu_tensor_map *given, tr_cu_stream stream) {
   int64_t L = k->ints[2], S = k->ints[1];
   int64_t xs = (int64_t)k->reals[0], xk = (int64_t)k->reals[1], ys = (int64_t)k->reals[2], yl = (int64_t)k->reals[3];
-  int64_t rows = 16 * (int64_t)skinny_tiles(S), tiles = (L + rows - 1) / rows;
   int aligned = ((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0;
-  void *args[] = {(void *)&w, (void *)&x, &y, &L, &xs, &xk, &ys, &yl};
+  tr_cu_tensor_map maps[2];
+  void *args[] = {(void *)&w, (void *)&x, &y, &L, &xs, &xk, &ys, &yl, &maps[0], &maps[1]};
+  if (k->ints[7] == SKINNY_WG_ON && aligned && L <= INT32_MAX) {
+    tr_status *status = NULL;
+    if (given != NULL) memcpy(maps, given, sizeof(maps));
+    else status = skinny_maps(k, w, x, maps);
+    if (status == NULL) {
+      int64_t tiles = (L + SKINNY_WG_ROWS - 1) / SKINNY_WG_ROWS;
+      status = tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)(tiles * split), (uint32_t)split,
+                                    k->wide_threads, (uint32_t)skinny_wg_smem(S), stream, args, k->overlap);
+      if (status == NULL) return NULL;
+    }
+    tr_status_destroy(&status); /* no map of this layout, or no clusters here: mma.sync */
+  }
+  int64_t rows = 16 * (int64_t)skinny_tiles(S), tiles = (L + rows - 1) / rows;
   if (split > 1 && k->wide.function != NULL) {
-    tr_cu_function f = aligned ? k->wide.function : k->wide.any;
+    tr_cu_function f = k->ints[7] != SKINNY_WG_NONE ? k->wide.any : aligned ? k->wide.function : k->wide.any;
     tr_status *clustered = tr_cu_launch_cluster(f, k->key, (uint32_t)(tiles * split), (uint32_t)split, k->wide_threads,
-                                                stream, args, k->overlap);
+                                                0, stream, args, k->overlap);
     if (clustered == NULL) return NULL;
     tr_status_destroy(&clustered); /* no clusters here (MPS, a partitioned GPU): unsplit */
   }
@@ -288,7 +408,8 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   (void)n_in;
   void *a = tr_intree_data(in[0]), *b = tr_intree_data(in[1]), *d = tr_intree_data(out[0]);
   if (k->impl->kind == SKINNY) {
-    return k->ints[0] ? skinny_launch(k, b, a, d, k->ints[3], stream) : skinny_launch(k, a, b, d, k->ints[3], stream);
+    return k->ints[0] ? skinny_launch(k, b, a, d, k->ints[3], NULL, stream)
+                      : skinny_launch(k, a, b, d, k->ints[3], NULL, stream);
   }
   if (k->state == NULL) { /* k = 0: d is zeros (m or n of 0: no elements, never launched) */
     size_t bytes = (size_t)tr_intree_numel(out[0]) * (size_t)(out[0]->dtype.bits / 8);
@@ -297,19 +418,22 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   return tr_lt_gemm_run(k->state, a, b, d, stream);
 }
 
-/* One timed run of the skinny kernel at a split count: weight set `rep % sets`. */
+/* One timed run of the skinny kernel at a split count: weight set `rep % sets` (with the wgmma
+ * build, its maps: maps[2 * set], or NULL where none were made). */
 typedef struct timed_split {
   const tr_intree_built *k;
   const tr_cu_ptr *w;
   tr_cu_ptr x, y;
   int64_t split;
   int sets;
+  const tr_cu_tensor_map *maps;
 } timed_split;
 
 static tr_status *run_split(void *ctx, int rep, tr_cu_stream stream) {
   const timed_split *t = ctx;
-  return skinny_launch(t->k, (void *)(uintptr_t)t->w[rep % t->sets], (void *)(uintptr_t)t->x, (void *)(uintptr_t)t->y,
-                       t->split, stream);
+  int set = rep % t->sets;
+  return skinny_launch(t->k, (void *)(uintptr_t)t->w[set], (void *)(uintptr_t)t->x, (void *)(uintptr_t)t->y,
+                       t->split, t->maps != NULL ? &t->maps[2 * set] : NULL, stream);
 }
 
 /* Times each split count (1, 2, 4, 8 where the split build loaded) on buffers of the kernel's
@@ -335,11 +459,20 @@ static tr_status *tune_skinny(tr_intree_built *k, tr_cu_stream stream, tr_lt_typ
   if (status == NULL) status = tr_cu_alloc(y_bytes, &y);
   if (status == NULL) status = tr_cu_event_new(&start);
   if (status == NULL) status = tr_cu_event_new(&end);
+  /* the wgmma build's maps, made before the timing (the launches then encode none) */
+  tr_cu_tensor_map maps[2 * SETS];
+  int have_maps = status == NULL && k->ints[7] == SKINNY_WG_ON;
+  for (int j = 0; j < sets && have_maps; j++) {
+    const tr_cuda_map_key key = skinny_map_key(k, (void *)(uintptr_t)w[j], (void *)(uintptr_t)x);
+    tr_status *made = skinny_encode(&key, &maps[2 * j]);
+    have_maps = made == NULL; /* else each launch tries, and takes the mma.sync path */
+    tr_status_destroy(&made);
+  }
   int64_t best = k->ints[3];
   float best_us = 0.f;
   /* x's strides as the call has them: the buffer is laid out alike (S * K elements) */
   for (int64_t split = 1; split <= (k->wide.function != NULL ? SKINNY_MAX_SPLIT : 1) && status == NULL; split *= 2) {
-    timed_split t = {k, w, x, y, split, sets};
+    timed_split t = {k, w, x, y, split, sets, have_maps ? maps : NULL};
     float us = 0.f;
     status = tr_cuda_time_runs(run_split, &t, TR_CUDA_TUNE_WARMUPS, REPS, stream, start, end, &us);
     if (status == NULL && (best_us == 0.f || us < best_us)) {
@@ -379,6 +512,11 @@ static void destroy_lt(tr_intree_built *k) { tr_lt_gemm_destroy(k->state); }
 static void release(tr_intree_built *k) {
   if (k->impl->kind == CUBLASLT && k->state != NULL) {
     tr__intree_with_context(k, destroy_lt); /* no context to free it in: the workspace stays */
+    k->state = NULL;
+  }
+  if (k->impl->kind == SKINNY) { /* the wgmma build's maps (or NULL) */
+    tr_cuda_map_cache *maps = k->state;
+    tr_cuda_map_cache_destroy(&maps);
     k->state = NULL;
   }
 }

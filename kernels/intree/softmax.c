@@ -170,7 +170,7 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
     uint32_t ctas = 1;
     while (ctas < SPLIT_MAX_CTAS && outer * (int64_t)ctas < k->sm_count) ctas *= 2;
     tr_status *clustered = tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)outer * ctas, ctas,
-                                                k->wide_threads, stream, args, k->overlap);
+                                                k->wide_threads, 0, stream, args, k->overlap);
     if (clustered == NULL) {
       tr__intree_count_split();
       return NULL;

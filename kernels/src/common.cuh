@@ -306,3 +306,87 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
+
+// ---- Hopper's bulk tensor copies (TMA), mbarriers and warpgroup MMA (sm_90 and later) ----
+
+// A TMA tensor map (CUtensorMap, the host's tr_cu_tensor_map), passed to a kernel by value
+// (__grid_constant__, so its address is the parameter's own).
+struct __align__(64) tensor_map {
+  u64 opaque[16];
+};
+
+// mbarriers in shared memory (shared addresses): init with the arrivals a phase counts; an
+// arrival that also expects `bytes` of copies (the phase completes when both are in); a wait for
+// the phase of parity `parity` to complete (a fresh barrier's phase 0 is incomplete, and a wait
+// for parity 1 returns at once).
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_arrive(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  }
+}
+// The barriers' initialisation made visible to the other threads and to the copy unit (then a
+// barrier of the threads that use them).
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+// The box at (c0, c1, c2) of the map (innermost first) to shared `dst`, counted on `bar`
+// (elements outside the tensor arrive as zeros, and count).
+__device__ __forceinline__ void tensor_copy(unsigned dst, const tensor_map *map, int c0, int c1, int c2, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+// The same for a map of rank 2, with an L2 eviction policy (l2_policy_*).
+__device__ __forceinline__ void tensor_copy_2d(unsigned dst, const tensor_map *map, int c0, int c1, unsigned bar,
+                                               u64 policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, "
+      "{%2, %3}], [%4], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(bar), "l"(policy)
+      : "memory");
+}
+// L2 policies for copies: data read once (evicted first), data many CTAs read (evicted last).
+__device__ __forceinline__ u64 l2_policy_stream() {
+  u64 p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ u64 l2_policy_keep() {
+  u64 p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+// Generic-proxy accesses to shared memory ordered with the async proxy's (tensor copies, wgmma).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// wgmma (sm_90a): the shared-memory matrix descriptor of a K-major tile laid out as a tensor copy
+// with the 128-byte swizzle writes it: rows of 128 bytes (64 16-bit elements of k), 16-byte chunks
+// XORed by the row (mod 8), groups of 8 rows 1024 bytes apart, the tile 1024-byte aligned. Bits
+// (PTX ISA, "Matrix Descriptor Format"): 0-13 the start address >> 4; 16-29 the leading byte
+// offset >> 4 (unused by swizzled K-major layouts: 1); 32-45 the stride byte offset >> 4 (1024:
+// the next 8 rows); 49-51 the base offset (0: the tile is 1024-byte aligned); 62-63 the swizzle
+// (1: 128 bytes). The k16 step kk of a row starts kk * 32 bytes in: `addr` may be such an address.
+__device__ __forceinline__ u64 wgmma_desc_sw128(unsigned addr) {
+  return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+// Orders register accesses before the wgmma that follow (their accumulators included).
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+// Closes the group of the wgmma issued since the last; wait<N>: at most N groups still pending.
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}

@@ -10,18 +10,41 @@
 // memory, in rank order, four partials a load with every rank's loads in flight at once: the
 // result does not depend on timing (deterministic), and no workspace or second kernel is needed.
 //
+// The wgmma build (the split build with -DTR_WGMMA, compiled for sm_90a: x K-contiguous) computes
+// the transposed product y^T = w . x^T on Hopper's warpgroup MMA instead: a CTA takes 128 rows of
+// w and its cluster rank's share of the 64-wide k tiles; a producer warp copies each k tile of w
+// (128 rows) and of x (S rows, zero-padded to N = SP, the wgmma's N) with the TMA unit into a ring
+// of TR_STAGES stages (full/empty mbarriers, 128-byte swizzle), and one consumer warpgroup runs
+// wgmma m64nNk16 with both operands read from shared memory by descriptor (w as A, x as B, both
+// K-major), float32 accumulators in registers. So x is read once a 128-row tile (the mma.sync
+// kernel reads it once a warp's 16 or 32 rows), and the copies need no registers. Rows of w past
+// L, k past K and rows of x past S arrive as zeros (the maps' bounds); the partials are summed
+// over the cluster as above. Its module's tr_gemm_skinny_any is the mma.sync split kernel (any
+// alignment, and the fallback where the maps cannot be made). For other architectures the same
+// options build the mma.sync split kernel.
+//
 // Macros: TR_T (f16 or bf16), TR_S (rows of x, 1..64), TR_K (the reduction length, a multiple of
 // 8), TR_RT (16-row tiles of w per warp, 1 or 2), TR_U (chunks loaded ahead per warp), TR_XK
-// (1: x is K-contiguous, rows xs apart; 0: x[s, k] at x + s * xs + k * xk), TR_BLOCK.
+// (1: x is K-contiguous, rows xs apart; 0: x[s, k] at x + s * xs + k * xk), TR_WGMMA and
+// TR_STAGES (the wgmma build and its ring's stages; TR_BLOCK is then 160), TR_BLOCK.
 // Entries: tr_gemm_skinny (16-byte aligned pointers and row strides) and tr_gemm_skinny_any
 // (any alignment), both (const T *w, const T *x, T *y, i64 L, i64 xs, i64 xk, i64 ys, i64 yl):
-// y[s, l] is at y + s * ys + l * yl.
+// y[s, l] is at y + s * ys + l * yl. The wgmma build's tr_gemm_skinny takes two tensor maps
+// more (see its entry below).
 typedef TR_T T;
 
 constexpr int S = TR_S, K = TR_K, RT = TR_RT, U = TR_U, WARPS = TR_BLOCK / 32;
 constexpr int NT = (S + 7) / 8, SP = NT * 8, BR = 16 * RT, CHUNKS = (K + 31) / 32;
 static_assert(S >= 1 && S <= 64, "x has 1 to 64 rows");
 static_assert(K % 8 == 0, "k spans whole 16-byte vectors");
+#if defined(TR_SPLIT) && defined(TR_WGMMA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "the wgmma build is compiled for sm_90a"
+#endif
+#define TR_WG 1
+#else
+#define TR_WG 0
+#endif
 
 // Eight elements of T at p as four 32-bit words; zeros where !valid. STREAM: the weight, read
 // once (no L1 allocation; the L2 fetches the whole 256-byte segment, which the CTA's other warps
@@ -154,10 +177,12 @@ __device__ __forceinline__ void store_partials(float *red, T *y, i64 lc, i64 L, 
 #endif
 }
 
+// The warps' partials, [warp][column][row]; then the CTA's sum in red[0] (the entry's).
+typedef float Partials[WARPS][SP * BR];
+
 template <bool ALIGNED>
-__device__ __forceinline__ void skinny(const T *w, const T *x, T *y, i64 L, i64 xs, i64 xk, i64 ys, i64 yl) {
-  // the warps' partials, [warp][column][row]; then the CTA's sum in red[0]
-  __shared__ float red[WARPS][SP * BR];
+__device__ __forceinline__ void skinny(const T *w, const T *x, T *y, i64 L, i64 xs, i64 xk, i64 ys, i64 yl,
+                                       Partials &red) {
   await_previous_kernel();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 #if defined(TR_SPLIT)
@@ -236,12 +261,183 @@ __device__ __forceinline__ void skinny(const T *w, const T *x, T *y, i64 L, i64 
   store_partials<BR>(red[0], y, l0, L, ys, yl);
 }
 
-extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_gemm_skinny(const T *w, const T *x, T *y, i64 L, i64 xs,
-                                                                      i64 xk, i64 ys, i64 yl) {
-  skinny<true>(w, x, y, L, xs, xk, ys, yl);
+#if TR_WG
+// ---- the wgmma build ----
+
+// The element type's name in wgmma's type suffix (TR_T is the token bf16 or f16).
+#define WG_NAME_bf16 "bf16"
+#define WG_NAME_f16 "f16"
+#define WG_NAME_OF(t) WG_NAME_OF2(t)
+#define WG_NAME_OF2(t) WG_NAME_##t
+#define WG_T WG_NAME_OF(TR_T)
+
+// d (a 64 x N tile of float32 accumulators, N / 2 a thread) += A (64 x 16, the descriptor a) times
+// B (16 x N, the descriptor b), both K-major in shared memory: wgmma.mma_async m64nNk16 (scale-d
+// 1: accumulate; A and B unscaled and not transposed). Warp q of the warpgroup holds rows 16q..;
+// its lane l, register i: row 16q + l / 4 + 8 * ((i / 2) % 2), column 8 * (i / 4) + 2 * (l % 4) +
+// i % 2 (PTX ISA, "Register Fragments: wgmma .m64nNk16", accumulator D).
+#define WG_ASM(N, REGS, IA, IB, IS)                                                                        \
+  "{ .reg .pred p; setp.ne.b32 p, %" IS ", 0; wgmma.mma_async.sync.aligned.m64n" N "k16.f32." WG_T "." WG_T \
+  " {" REGS "}, %" IA ", %" IB ", p, 1, 1, 0, 0; }"
+#define F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+template <int N> __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], u64 a, u64 b);
+template <> __device__ __forceinline__ void wgmma_m64k16<8>(float (&d)[4], u64 a, u64 b) {
+  asm volatile(WG_ASM("8", "%0, %1, %2, %3", "4", "5", "6") : F4(0) : "l"(a), "l"(b), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<16>(float (&d)[8], u64 a, u64 b) {
+  asm volatile(WG_ASM("16", "%0, %1, %2, %3, %4, %5, %6, %7", "8", "9", "10") : F4(0), F4(4) : "l"(a), "l"(b), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<24>(float (&d)[12], u64 a, u64 b) {
+  asm volatile(WG_ASM("24", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11", "12", "13", "14") : F4(0), F4(4), F4(8) : "l"(a), "l"(b), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<32>(float (&d)[16], u64 a, u64 b) {
+  asm volatile(WG_ASM("32", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15", "16", "17", "18") : F4(0), F4(4), F4(8), F4(12) : "l"(a), "l"(b), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<40>(float (&d)[20], u64 a, u64 b) {
+  asm volatile(WG_ASM("40", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19", "20", "21", "22") : F4(0), F4(4), F4(8), F4(12), F4(16) : "l"(a), "l"(b), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<48>(float (&d)[24], u64 a, u64 b) {
+  asm volatile(WG_ASM("48", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23", "24", "25", "26") : F4(0), F4(4), F4(8), F4(12), F4(16), F4(20) : "l"(a), "l"(b), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<56>(float (&d)[28], u64 a, u64 b) {
+  asm volatile(WG_ASM("56", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27", "28", "29", "30") : F4(0), F4(4), F4(8), F4(12), F4(16), F4(20), F4(24) : "l"(a), "l"(b), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<64>(float (&d)[32], u64 a, u64 b) {
+  asm volatile(WG_ASM("64", "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31", "32", "33", "34") : F4(0), F4(4), F4(8), F4(12), F4(16), F4(20), F4(24), F4(28) : "l"(a), "l"(b), "r"(1));
+}
+#undef F4
+#undef WG_ASM
+
+constexpr int WG_ROWS = 128;                       // rows of w a CTA: two m64 wgmmas a k16 step
+constexpr int WG_N = SP;                           // x's rows rounded up to 8: the wgmma's N
+constexpr int WG_KT = (K + 63) / 64;               // k tiles of 64 (a 128-byte row each)
+constexpr int WG_STAGES = TR_STAGES;
+constexpr int W_TILE = WG_ROWS * 128, X_TILE = WG_N * 128;  // bytes
+constexpr int STAGE_BYTES = W_TILE + X_TILE;                // a multiple of 1024: every tile aligned
+constexpr int RING_BYTES = WG_STAGES * STAGE_BYTES;
+constexpr int CONSUMERS = 128;  // the warpgroup; the fifth warp produces
+static_assert(TR_BLOCK == CONSUMERS + 32, "a consumer warpgroup and a producer warp");
+static_assert(WG_STAGES >= 2, "a ring of at least two stages");
+static_assert(WG_ROWS * SP * 4 <= RING_BYTES, "the partials fit in the ring");
+
+// y[s, l0 + row] for the CTA's 128 rows of w, its share of k: the producer warp's lane 0 copies
+// k tile after k tile of w (128 rows x 64 k) and of x (WG_N rows x 64 k) into the ring's stages
+// (rows and k past the tensors arrive as zeros), each stage's bytes counted on its full mbarrier;
+// the warpgroup waits for a stage, issues its 8 wgmmas (4 k16 steps x 2 halves of the rows) and
+// hands the stage before back on its empty mbarrier once those products are done (one group in
+// flight while the next stage is waited for). Then the accumulators go to the ring's memory as
+// partials [column][row] and store_partials sums the cluster's in rank order.
+__device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const tensor_map *wm, const tensor_map *xm,
+                                             char *smem) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned rank = cluster_rank(), splits = cluster_ctas();
+  const i64 l0 = (i64)cluster_index() * WG_ROWS;
+  const int per = (WG_KT + (int)splits - 1) / (int)splits, t0 = (int)rank * per;
+  const int n = WG_KT - t0 < per ? (WG_KT - t0 > 0 ? WG_KT - t0 : 0) : per;  // this CTA's k tiles
+  // the ring 1024-byte aligned (the swizzle's period; the host gives 1 KiB more): the same offset
+  // in every CTA of the cluster, as store_partials reads the others' partials at its own
+  const unsigned base = smem_addr(smem), ring = (base + 1023u) & ~1023u;
+  const unsigned full = ring + RING_BYTES, empty = full + 8 * WG_STAGES;
+  float *const red = reinterpret_cast<float *>(smem + (ring - base));
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < WG_STAGES; s++) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, CONSUMERS / 32);  // a consumer warp's lane 0 each
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  float acc[2][WG_N / 2];
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+#pragma unroll
+    for (int i = 0; i < WG_N / 2; i++) acc[h][i] = 0.f;
+
+  if (warp == CONSUMERS / 32) {  // the producer
+    if (lane == 0) {
+      const u64 stream = l2_policy_stream(), keep = l2_policy_keep();
+      for (int it = 0; it < n; it++) {
+        const int s = it % WG_STAGES;
+        if (it >= WG_STAGES) mbar_wait(empty + 8 * s, ((it / WG_STAGES) & 1) ^ 1);
+        mbar_expect_arrive(full + 8 * s, STAGE_BYTES);
+        const unsigned st = ring + s * STAGE_BYTES;
+        const int k0 = (t0 + it) * 64;
+        tensor_copy_2d(st, wm, k0, (int)l0, full + 8 * s, stream);
+        tensor_copy_2d(st + W_TILE, xm, k0, 0, full + 8 * s, keep);
+      }
+    }
+    __syncwarp();
+  } else {
+    for (int it = 0; it < n; it++) {
+      const int s = it % WG_STAGES;
+      mbar_wait(full + 8 * s, (it / WG_STAGES) & 1);
+      const unsigned st = ring + s * STAGE_BYTES;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) {
+        const u64 b = wgmma_desc_sw128(st + W_TILE + 32 * kk);
+        wgmma_m64k16<WG_N>(acc[0], wgmma_desc_sw128(st + 32 * kk), b);
+        wgmma_m64k16<WG_N>(acc[1], wgmma_desc_sw128(st + 64 * 128 + 32 * kk), b);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the stage before is read: back to the producer
+      if (it > 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + 8 * ((it - 1) % WG_STAGES));
+      }
+    }
+    wgmma_wait<0>();
+  }
+  fence_proxy_async();  // the products' reads of the ring before the partials' writes there
+  __syncthreads();
+  if (warp < CONSUMERS / 32) {
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int i = 0; i < WG_N / 2; i++) {
+        const int row = 64 * h + 16 * warp + lane / 4 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+        red[col * WG_ROWS + row] = acc[h][i];
+      }
+  }
+  store_partials<WG_ROWS>(red, y, l0, L, ys, yl);
+}
+
+// The wgmma build's entries: tr_gemm_skinny (w and x 16-byte aligned, their maps wm: [L][K], box
+// 64 k x 128 rows; xm: [S][K], box 64 k x WG_N rows; both swizzled by 128 bytes; launched in
+// clusters of the split count, with RING_BYTES + 1024 + 16 * WG_STAGES bytes of dynamic shared
+// memory) and tr_gemm_skinny_any (the mma.sync split kernel, any alignment).
+extern "C" __global__ void __launch_bounds__(TR_BLOCK)
+    tr_gemm_skinny(const T *w, const T *x, T *y, i64 L, i64 xs, i64 xk, i64 ys, i64 yl,
+                   const __grid_constant__ tensor_map wm, const __grid_constant__ tensor_map xm) {
+  (void)w;
+  (void)x;
+  (void)xs;
+  (void)xk;
+  await_previous_kernel();
+  extern __shared__ __align__(1024) char smem[];
+  skinny_wgmma(y, L, ys, yl, &wm, &xm, smem);
 }
 
 extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_gemm_skinny_any(const T *w, const T *x, T *y, i64 L,
                                                                           i64 xs, i64 xk, i64 ys, i64 yl) {
-  skinny<false>(w, x, y, L, xs, xk, ys, yl);
+  __shared__ Partials red;
+  if (aligned16(w) && aligned16(x)) {
+    skinny<true>(w, x, y, L, xs, xk, ys, yl, red);
+  } else {
+    skinny<false>(w, x, y, L, xs, xk, ys, yl, red);
+  }
 }
+#else
+extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_gemm_skinny(const T *w, const T *x, T *y, i64 L, i64 xs,
+                                                                      i64 xk, i64 ys, i64 yl) {
+  __shared__ Partials red;
+  skinny<true>(w, x, y, L, xs, xk, ys, yl, red);
+}
+
+extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_gemm_skinny_any(const T *w, const T *x, T *y, i64 L,
+                                                                          i64 xs, i64 xk, i64 ys, i64 yl) {
+  __shared__ Partials red;
+  skinny<false>(w, x, y, L, xs, xk, ys, yl, red);
+}
+#endif

@@ -324,11 +324,6 @@ __device__ __forceinline__ void warp_rings(const Unit &u, const unsigned (&qa)[K
   if constexpr (ALIGNED) cp_async_wait<0>();
 }
 
-// A TMA tensor map (CUtensorMap), passed by value.
-struct __align__(64) tensor_map {
-  u64 opaque[16];
-};
-
 #if TR_BULK
 constexpr int SLOT_ROWS = WARPS * KW;  // cache rows a slot: 16 for each consumer warp
 constexpr int BOXES = DIM / 64;        // 64-dim boxes a row (128 bytes each)
@@ -343,33 +338,6 @@ struct Boxed {
     return (unsigned)((chunk >> 3) * BOX_BYTES + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
   }
 };
-
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_arrive(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-  unsigned done = 0;
-  while (!done) {
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  }
-}
-// The box at (c0, c1, c2) of the map (innermost first) to shared `dst`, counted on `bar`.
-__device__ __forceinline__ void tensor_copy(unsigned dst, const tensor_map *map, int c0, int c1, int c2, unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];" ::"r"(dst),
-      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
 
 // The CTA's ring of slots filled by the producer warp's tensor copies (batch 1: the maps view
 // the caches as [S][heads_kv][DIM], boxes of 64 rows x 64 dims of one KV head; rows past S are
@@ -388,7 +356,7 @@ __device__ __forceinline__ void bulk_ring(const Unit &u, const unsigned (&qa)[KS
       mbar_init(full + 8 * s, 1);
       mbar_init(empty + 8 * s, WARPS);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
   if (warp == WARPS) {  // the producer: one lane issues
@@ -423,7 +391,7 @@ __device__ __forceinline__ void bulk_ring(const Unit &u, const unsigned (&qa)[KS
             w[0] = w[1] = w[2] = w[3] = 0u;
           }
         }
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // before the next tensor copy there
+        fence_proxy_async();  // before the next tensor copy there
         __syncwarp();
       }
       attend16<Boxed>(a, qa, kt, vt, key0, u.end, qk_scale, softcap, lane);
