@@ -237,11 +237,17 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
 }
 
 /* The wgmma build's split before tuning: the fewest CTAs a cluster (a power of two, at most
- * SKINNY_MAX_SPLIT) that put a CTA on nine SMs in ten, each with at least two 64-wide k tiles
- * (a guess: not yet measured on the H200). */
-static int64_t skinny_wg_default_split(int64_t L, int64_t k, int32_t sms) {
+ * SKINNY_MAX_SPLIT) that put a CTA on four SMs in five (on two in five for x of at most 32 rows,
+ * where less compute hides under the stream), each with at least two 64-wide k tiles. That is
+ * the choice tuning made on all six m = 16 and m = 64 Llama rows on the H200 (bench_gemm.py
+ * 2026-12-02: 2, 1, 2 at m = 16 and 4, 1, 4 at m = 64 for q/o, mlp up, mlp down); the first guess
+ * (nine SMs in ten for every x) was 3-21% slower untuned at m = 16. */
+static int64_t skinny_wg_default_split(int64_t L, int64_t S, int64_t k, int32_t sms) {
   int64_t tiles = (L + SKINNY_WG_ROWS - 1) / SKINNY_WG_ROWS, k_tiles = (k + 63) / 64, split = 1;
-  while (split < SKINNY_MAX_SPLIT && tiles * split * 10 < 9 * (int64_t)sms && k_tiles / (split * 2) >= 2) split *= 2;
+  int64_t fifths = S > 32 ? 4 : 2;
+  while (split < SKINNY_MAX_SPLIT && tiles * split * 5 < fifths * (int64_t)sms && k_tiles / (split * 2) >= 2) {
+    split *= 2;
+  }
   return split;
 }
 
@@ -327,7 +333,7 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
         k->state = maps;
         TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->wide.function, (int)smem));
         k->ints[7] = SKINNY_WG_ON;
-        k->ints[3] = skinny_wg_default_split(v.L, kk, k->sm_count);
+        k->ints[3] = skinny_wg_default_split(v.L, v.S, kk, k->sm_count);
       }
     }
     return NULL;
