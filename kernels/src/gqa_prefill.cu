@@ -4,10 +4,10 @@
 // against a tile of 64 keys live in registers, through an online softmax in base 2.
 //
 // tr_gqa_prefill: a CTA of 4 warps per (tile of 64 query rows, batch row, query head); a warp owns
-// 16 query rows, its Q fragments read from shared memory (ldmatrix) at each key tile (kept in
-// registers they cost more in registers than they save: 5% slower on the H200). The key tiles of the
-// causal triangle (diagonal first, then back to 0; the tiles above the diagonal are never
-// touched) pass through shared memory by cp.async, K's next tile loading under softmax and P.V,
+// 16 query rows, its Q fragments read from shared memory (ldmatrix) at each key tile (held in
+// registers instead, the kernel was 5-12% slower on the H200: bench_prefill.py, 2026-12-02). The
+// key tiles of the causal triangle (diagonal first, then back to 0; the tiles above the diagonal
+// are never touched) pass through shared memory by cp.async, K's next tile loading under softmax and P.V,
 // V's under Q.K^T. Shared rows are 16-byte chunks XOR-swizzled by row % 8, so ldmatrix of 8 rows
 // at one chunk hits 8 distinct bank groups. S = Q.K^T and O += P.V on the tensor cores
 // (mma.m16n8k16, float32 accumulators); P goes from S's accumulator fragments to the A
