@@ -1,8 +1,8 @@
 /* attention_prefill.c: the attention_prefill family: GQAPrefillFwdOp on cuda
  * (kernels/src/gqa_prefill.cu), its general implementation `gqa_prefill_flash`: causal GQA over a
- * prompt, flash-attention-2 style (online softmax over 64-key tiles, tensor cores, the tiles
- * above the diagonal skipped). The dtype and head dim are compiled in; the batch, the length, the
- * heads and the group size are launch values, so one build serves every prompt. */
+ * prompt, flash-attention-2 style (online softmax over tiles of keys, tensor cores, the tiles
+ * above the diagonal skipped). The dtype, head dim and tile shape are compiled in; the batch, the
+ * length, the heads and the group size are launch values, so one build serves every prompt. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +29,14 @@ static const tr_kernel_interface kPrefillIface = {
     "h / (heads / heads_kv); nothing written in place"};
 
 enum { FLASH };
-enum { PREFILL_BLOCK = 128, PREFILL_ROWS = 64 }; /* 4 warps; query rows a CTA (gqa_prefill.cu's BM) */
+enum { PREFILL_BLOCK = 128 }; /* 4 warps */
+/* Query rows a CTA: 64 * PREFILL_WM (gqa_prefill.cu's TR_WM, m16 tiles a warp); keys a tile: 64.
+ * Two m16 tiles a warp halve the shared-memory reads a tensor-core op takes: 0.90-0.92x sdpa at
+ * batch 4 where one tile a warp gave 0.86-0.89x (bench_prefill.py, H200, 2026-12-03). */
+#ifndef PREFILL_WM
+#define PREFILL_WM 2
+#endif
+enum { PREFILL_BN = 64 };
 static const tr_intree_impl kImpls[] = {{&tr_intree_attention_prefill_family, FLASH, 0}};
 
 static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
@@ -75,18 +82,37 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   out->entry = "tr_gqa_prefill";
   out->block = PREFILL_BLOCK;
   tr_intree_add_text(out, "-DTR_T=%s", t);
-  tr_intree_add_int(out, "-DTR_DIM=%lld", (long long)tr_call_spec_int(call, "dim"));
+  int64_t dim = tr_call_spec_int(call, "dim");
+  tr_intree_add_int(out, "-DTR_DIM=%lld", (long long)dim);
   tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
+  tr_intree_add_int(out, "-DTR_WM=%lld", (long long)PREFILL_WM);
   return NULL;
 }
 
-/* ints[0]: dim; ints[1]: heads; ints[2]: heads_kv; reals[0]: scale. */
+/* Where prepare keeps the launch values. ROWS: query rows a CTA; SMEM: its dynamic shared memory
+ * (Q's rows, then a tile of K and one of V). */
+enum { DIM_AT, HEADS_AT, HEADS_KV_AT, ROWS_AT, SMEM_AT }; /* k->ints */
+enum { SCALE_AT };                                        /* k->reals */
+
 static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
-  k->ints[0] = tr_call_spec_int(call, "dim");
-  k->ints[1] = tr_call_spec_int(call, "heads");
-  k->ints[2] = tr_call_spec_int(call, "heads_kv");
-  k->reals[0] = tr_call_spec_float(call, "scale");
-  return NULL;
+  int64_t dim = tr_call_spec_int(call, "dim"), rows = 64 * (int64_t)PREFILL_WM;
+  int64_t smem = (rows + 2 * PREFILL_BN) * dim * 2; /* 16-bit elements */
+  k->ints[DIM_AT] = dim;
+  k->ints[HEADS_AT] = tr_call_spec_int(call, "heads");
+  k->ints[HEADS_KV_AT] = tr_call_spec_int(call, "heads_kv");
+  k->ints[ROWS_AT] = rows;
+  k->ints[SMEM_AT] = smem;
+  k->reals[SCALE_AT] = tr_call_spec_float(call, "scale");
+  if (k->narrow.any == NULL) {
+    return TR_STATUS(TR_BACKEND, "kernel '%s' has no entry 'tr_gqa_prefill_any' for unaligned tensors", k->key);
+  }
+  int64_t budget = call->facts.smem_budget;
+  if (budget > 0 && smem > budget) {
+    return TR_STATUS(TR_BACKEND, "kernel '%s' needs %lld bytes of shared memory a block; the device allows %lld",
+                     k->key, (long long)smem, (long long)budget);
+  }
+  TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->narrow.function, (int)smem));
+  return tr_cu_function_set_smem(k->narrow.any, (int)smem);
 }
 
 static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n_in, DLTensor *const *out,
@@ -94,24 +120,25 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   (void)n_in;
   void *q = tr_intree_data(in[0]), *kk = tr_intree_data(in[1]), *v = tr_intree_data(in[2]);
   void *o = tr_intree_data(out[0]);
-  int64_t B = in[0]->shape[0], L = in[0]->shape[1], heads = k->ints[1], heads_kv = k->ints[2];
-  int64_t tiles = (L + PREFILL_ROWS - 1) / PREFILL_ROWS;
+  int64_t B = in[0]->shape[0], L = in[0]->shape[1], heads = k->ints[HEADS_AT], heads_kv = k->ints[HEADS_KV_AT];
+  int64_t rows = k->ints[ROWS_AT], tiles = (L + rows - 1) / rows;
   /* grid x: batch rows x heads (at most 2^31 - 1); y: query tiles (at most 65535); L an int */
   if (B * heads > 0x7fffffffLL || tiles > 65535) {
     return TR_STATUS(TR_VALUE, "GQAPrefillFwdOp: %lld batch rows of %lld heads and %lld tokens are more than one "
                      "launch covers (at most 2^31 - 1 rows x heads, %d tokens)",
-                     (long long)B, (long long)heads, (long long)L, 65535 * PREFILL_ROWS);
+                     (long long)B, (long long)heads, (long long)L, (int)(65535 * rows));
   }
   int L_i = (int)L, heads_i = (int)heads, heads_kv_i = (int)heads_kv;
-  float scale = (float)k->reals[0];
+  float scale = (float)k->reals[SCALE_AT];
   void *args[] = {&q, &kk, &v, &o, &L_i, &heads_i, &heads_kv_i, &scale};
-  return tr_cu_launch_ex(k->narrow.function, k->key, (uint32_t)(B * heads), (uint32_t)tiles, k->block, 0, stream,
-                         args, k->overlap);
+  int aligned = (((uintptr_t)q | (uintptr_t)kk | (uintptr_t)v | (uintptr_t)o) & 15) == 0;
+  return tr_cu_launch_ex(aligned ? k->narrow.function : k->narrow.any, k->key, (uint32_t)(B * heads),
+                         (uint32_t)tiles, k->block, (uint32_t)k->ints[SMEM_AT], stream, args, k->overlap);
 }
 
 static const tr_kernel_interface *const kIfaces[] = {&kPrefillIface};
 static const tr_kernel_type *const kTypes[] = {&kFlash};
 static const tr_intree_op kOps[] = {{"GQAPrefillFwdOp", 1, kIfaces, 1, kTypes, prefill_spec, 0}};
 
-const tr_intree_family tr_intree_attention_prefill_family = {"attention_prefill", 1, kOps, 0, source_for, prepare,
+const tr_intree_family tr_intree_attention_prefill_family = {"attention_prefill", 1, kOps, 1, source_for, prepare,
                                                              launch, NULL, NULL, NULL, NULL};

@@ -7,9 +7,10 @@ on the GPU machine.
 The reference is causal scaled dot-product attention with GQA in float64 (query head h reads KV
 head h // (heads / heads_kv)), itself checked against
 torch.nn.functional.scaled_dot_product_attention(is_causal=True, enable_gqa=True) in sdpa's
-[B, heads, L, dim] layout. Checked: the manifest's workload rows; L in 1, 7, 64, 127, 128, 1000,
-2048 (tile edges and ragged tails); B up to 4; float16 and bfloat16; head dims 64 and 128; query
-heads a KV head 1, 4 and 8; the default and a given scale; outputs poisoned with NaN first; the
+[B, heads, L, dim] layout. Checked: the manifest's workload rows; L in 1, 7, 64, 127, 128, 129,
+1000, 2048 (tile edges and ragged tails); B up to 4; float16 and bfloat16; head dims 64 and 128;
+query heads a KV head 1, 4 and 8; the default, a given and a negative scale (the kernel's path
+that scales before the maximum); outputs poisoned with NaN first; the
 implementation's key; one captured call replayed against eager; inputs and output not 16-byte
 aligned (the same results as aligned).
 """
@@ -26,7 +27,7 @@ import tilerun  # noqa: E402
 
 DEV = torch.device("cuda", 0)
 TOL = {torch.bfloat16: 2e-2, torch.float16: 4e-3}
-LENGTHS = (1, 7, 64, 127, 128, 1000, 2048)
+LENGTHS = (1, 7, 64, 127, 128, 129, 1000, 2048)
 
 
 def reference(q, k, v, scale=None):
@@ -102,6 +103,8 @@ class GqaPrefillGpuTest(unittest.TestCase):
             self.run_case(4, 1000, 32, 8, 128, dtype, what="B=4 L=1000 %s" % dtype)
             self.run_case(4, 127, 16, 2, 64, dtype, scale=0.05, what="B=4 L=127 scale=0.05 %s" % dtype)
             self.run_case(3, 130, 8, 8, 128, dtype, scale=0.3, what="B=3 L=130 scale=0.3 %s" % dtype)
+            for dim in (64, 128):
+                self.run_case(2, 300, 8, 2, dim, dtype, scale=-0.08, what="B=2 L=300 dim=%d scale=-0.08 %s" % (dim, dtype))
 
     def test_workload_rows(self):
         rt = tilerun.default_runtime()
