@@ -1,12 +1,14 @@
 /* _ext.c: the binding's call path in C (tilerun._ext): an op's call and call_into read their
  * tensors through the DLPack C exchange API (torch), the buffer protocol (NumPy on cpu) or, for
  * any other producer, the package's own __dlpack__ route, and run tr_op_call / tr_op_call_into.
+ * For benchmarks, _bench_call and _bench_call_into run the same calls in a loop timed in C.
  *
  * Built against CPython's limited API (3.11), so one build loads in every later CPython. It
  * links nothing: the package hands it the addresses of the libtilerun functions it calls (from
- * the library ctypes loaded, so both sides use one library) and its Python helpers (errors,
- * outputs for non-torch callers, the __dlpack__ route) through setup(). The exchange API's
- * structs are declared here from DLPack's published ABI (1.x; Debian's dlpack.h is 0.6). */
+ * the library ctypes loaded, so both sides use one library; tr_plat_now_ns, the platform layer's
+ * clock, for the benchmarks) and its Python helpers (errors, outputs for non-torch callers, the
+ * __dlpack__ route) through setup(). The exchange API's structs are declared here from DLPack's
+ * published ABI (1.x; Debian's dlpack.h is 0.6). */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -57,11 +59,13 @@ typedef void *(*call_into_fn)(void *op, const DLTensor *const *inputs, size_t n_
                               DLTensor *const *outputs, size_t n_outputs);
 typedef void *(*set_stream_fn)(int32_t device_index, void *stream);
 typedef void (*op_destroy_fn)(void **op);
+typedef uint64_t (*now_ns_fn)(void);
 
 static call_fn g_call;
 static call_into_fn g_call_into;
 static set_stream_fn g_set_stream;
 static op_destroy_fn g_op_destroy;
+static now_ns_fn g_now_ns;       /* tr_plat_now_ns, for _bench_call*; NULL in an older library */
 static PyObject *g_error_from;   /* (status address) -> the exception, freeing the status */
 static PyObject *g_borrow;       /* (tensor, keep list) -> DLTensor address (__dlpack__ route) */
 static PyObject *g_sync_streams; /* (tuple of inputs) -> None: torch's stream for that route */
@@ -758,6 +762,165 @@ static PyType_Spec op_spec = {
     .slots = op_slots,
 };
 
+/* ---- benchmarks: the same memo-hit calls from C, in this process -------------------------------- */
+
+static PyTypeObject *g_op_type; /* OpBase, for the benchmarks' argument check */
+
+/* The name of `obj`'s type, for an error message (a new reference; NULL with an error set). */
+static PyObject *type_name_of(PyObject *obj) { return PyType_GetName(Py_TYPE(obj)); }
+
+static int bench_type_error(const char *fn, const char *what, const char *want, PyObject *got) {
+  PyObject *name = type_name_of(got);
+  if (name == NULL) return -1;
+  PyErr_Format(PyExc_TypeError, "tilerun._ext.%s: %s must be %s, got %U", fn, what, want, name);
+  Py_DECREF(name);
+  return -1;
+}
+
+/* Checks a benchmark's op, inputs and call count; 0, or -1 with a TypeError or ValueError set. */
+static int bench_check(const char *fn, PyObject *op, PyObject *inputs, PyObject *n_obj, Py_ssize_t *n) {
+  if (g_op_type == NULL || !PyObject_TypeCheck(op, g_op_type)) {
+    return bench_type_error(fn, "op", "a tilerun.Op", op);
+  }
+  if (!PyList_Check(inputs) && !PyTuple_Check(inputs)) {
+    return bench_type_error(fn, "inputs", "a list or tuple of tensors", inputs);
+  }
+  if (!PyLong_Check(n_obj)) return bench_type_error(fn, "n", "an int", n_obj);
+  *n = PyLong_AsSsize_t(n_obj);
+  if (*n == -1 && PyErr_Occurred()) return -1;
+  if (*n < 1) {
+    PyErr_Format(PyExc_ValueError, "tilerun._ext.%s: n must be at least 1, got %zd", fn, *n);
+    return -1;
+  }
+  if (g_now_ns == NULL) {
+    PyErr_Format(PyExc_RuntimeError, "tilerun._ext.%s: the loaded libtilerun exports no tr_plat_now_ns "
+                 "(rebuild //python:libtilerun.so)", fn);
+    return -1;
+  }
+  return 0;
+}
+
+/* One memo-hit call as a C caller makes it: tr_op_call_into with `into`, else tr_op_call, whose
+ * outputs it frees through their deleters. */
+static void *bench_one(void *op, const DLTensor *const *ins, size_t n_in, DLTensor *const *outs,
+                       size_t n_out, int into) {
+  if (into) return g_call_into(op, ins, n_in, outs, n_out);
+  DLManagedTensor *made[EXT_MAX_TENSORS] = {0};
+  void *status = g_call(op, ins, n_in, made, n_out);
+  for (size_t j = 0; j < n_out; j++) {
+    if (made[j] != NULL && made[j]->deleter != NULL) made[j]->deleter(made[j]);
+  }
+  return status;
+}
+
+/* Runs `n` calls (bench_one) on tensors borrowed once, after one untimed call that builds the
+ * kernel if needed (so the `n` are memo hits) and raises the runtime's error for a refused call.
+ * The GIL goes for the loop as a whole, outside the clock (a C caller has none to release per
+ * call). Returns the `n` calls' nanoseconds (tr_plat_now_ns), or -1 with the call's error set. */
+static long long bench_loop(ext_op *self, const DLTensor *const *ins, size_t n_in, DLTensor *const *outs,
+                            size_t n_out, int into, Py_ssize_t n) {
+  self->in_flight++;
+  PyThreadState *saved = PyEval_SaveThread();
+  void *status = bench_one(self->op, ins, n_in, outs, n_out, into);
+  uint64_t t0 = g_now_ns();
+  for (Py_ssize_t i = 0; i < n && status == NULL; i++) {
+    status = bench_one(self->op, ins, n_in, outs, n_out, into);
+  }
+  uint64_t elapsed = g_now_ns() - t0;
+  PyEval_RestoreThread(saved);
+  self->in_flight--;
+  if (status != NULL) {
+    raise_status(status);
+    return -1;
+  }
+  return (long long)elapsed;
+}
+
+static PyObject *ext_bench_call_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  (void)module;
+  static const char fn[] = "_bench_call_into";
+  if (nargs != 4) {
+    PyErr_Format(PyExc_TypeError, "tilerun._ext.%s(op, inputs, outputs, n): 4 arguments, got %zd", fn, nargs);
+    return NULL;
+  }
+  Py_ssize_t n;
+  if (bench_check(fn, args[0], args[1], args[3], &n) != 0) return NULL;
+  ext_op *self = (ext_op *)args[0];
+  if (op_enter(self) != 0) return NULL;
+  PyObject *outputs = args[2];
+  int single = !PyList_Check(outputs) && !PyTuple_Check(outputs);
+  PyObject *ins_t = as_tuple(args[1]);
+  if (ins_t == NULL) return NULL;
+  PyObject *outs_t = single ? PyTuple_Pack(1, outputs) : as_tuple(outputs);
+  if (outs_t == NULL) {
+    Py_DECREF(ins_t);
+    return NULL;
+  }
+  Py_ssize_t n_in = PyTuple_Size(ins_t), n_given = PyTuple_Size(outs_t);
+  Py_ssize_t n_out = n_given > self->n_outputs ? n_given : self->n_outputs;
+  PyObject *result = NULL;
+  borrowed b;
+  borrowed_init(&b, ins_t);
+  if (n_in + n_out > EXT_MAX_TENSORS) {
+    PyErr_Format(PyExc_ValueError, "tilerun: at most %d tensors a call, got %zd inputs and %zd "
+                 "outputs", EXT_MAX_TENSORS, n_in, n_out);
+    goto done;
+  }
+  const DLTensor *ins[EXT_MAX_TENSORS];
+  DLTensor *outs[EXT_MAX_TENSORS] = {0};
+  for (Py_ssize_t i = 0; i < n_in; i++) {
+    if (borrow(&b, PyTuple_GetItem(ins_t, i), 0, &ins[i], NULL) != 0) goto done;
+  }
+  for (Py_ssize_t i = 0; i < n_given; i++) {
+    const DLTensor *t;
+    if (borrow(&b, PyTuple_GetItem(outs_t, i), 1, &t, NULL) != 0) goto done;
+    outs[i] = (DLTensor *)t;
+  }
+  long long ns = bench_loop(self, ins, (size_t)n_in, outs, (size_t)n_out, 1, n);
+  if (ns >= 0) result = PyLong_FromLongLong(ns);
+done:
+  borrowed_release(&b);
+  op_leave(self);
+  Py_DECREF(ins_t);
+  Py_DECREF(outs_t);
+  return result;
+}
+
+static PyObject *ext_bench_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  (void)module;
+  static const char fn[] = "_bench_call";
+  if (nargs != 3) {
+    PyErr_Format(PyExc_TypeError, "tilerun._ext.%s(op, inputs, n): 3 arguments, got %zd", fn, nargs);
+    return NULL;
+  }
+  Py_ssize_t n;
+  if (bench_check(fn, args[0], args[1], args[2], &n) != 0) return NULL;
+  ext_op *self = (ext_op *)args[0];
+  if (op_enter(self) != 0) return NULL;
+  PyObject *ins_t = as_tuple(args[1]);
+  if (ins_t == NULL) return NULL;
+  Py_ssize_t n_in = PyTuple_Size(ins_t);
+  PyObject *result = NULL;
+  borrowed b;
+  borrowed_init(&b, ins_t);
+  if (n_in > EXT_MAX_TENSORS) {
+    PyErr_Format(PyExc_ValueError, "tilerun: at most %d tensors a call, got %zd inputs", EXT_MAX_TENSORS,
+                 n_in);
+    goto done;
+  }
+  const DLTensor *ins[EXT_MAX_TENSORS];
+  for (Py_ssize_t i = 0; i < n_in; i++) {
+    if (borrow(&b, PyTuple_GetItem(ins_t, i), 0, &ins[i], NULL) != 0) goto done;
+  }
+  long long ns = bench_loop(self, ins, (size_t)n_in, NULL, (size_t)self->n_outputs, 0, n);
+  if (ns >= 0) result = PyLong_FromLongLong(ns);
+done:
+  borrowed_release(&b);
+  op_leave(self);
+  Py_DECREF(ins_t);
+  return result;
+}
+
 /* ---- module ------------------------------------------------------------------------------------ */
 
 static void *address_of(PyObject *dict, const char *key) {
@@ -793,6 +956,10 @@ static PyObject *ext_setup(PyObject *module, PyObject *dict) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "tilerun._ext.setup: a NULL entry");
     return NULL;
   }
+  /* optional: a library older than its export leaves the benchmarks (_bench_call*) unable to run */
+  PyObject *now = PyDict_GetItemString(dict, "tr_plat_now_ns");
+  void *now_ns = (now != NULL && now != Py_None) ? PyLong_AsVoidPtr(now) : NULL;
+  if (now_ns == NULL && PyErr_Occurred()) return NULL;
   PyObject *immortal = PyDict_GetItemString(dict, "immortal");
   if (immortal == NULL || !PySet_Check(immortal)) {
     PyErr_SetString(PyExc_TypeError, "tilerun._ext.setup: 'immortal' must be a set");
@@ -812,6 +979,7 @@ static PyObject *ext_setup(PyObject *module, PyObject *dict) {
   g_call_into = (call_into_fn)call_into;
   g_set_stream = (set_stream_fn)set_stream;
   g_op_destroy = (op_destroy_fn)destroy;
+  g_now_ns = (now_ns_fn)now_ns;
   EXT_SETREF(g_error_from, error_from);
   EXT_SETREF(g_borrow, borrow_fn);
   EXT_SETREF(g_sync_streams, sync);
@@ -845,6 +1013,13 @@ static PyMethodDef ext_methods[] = {
     {"route_of", ext_route_of, METH_O,
      "route_of(tensor): 'exchange' (DLPack C exchange API), 'buffer' (NumPy's buffer), "
      "'dlpack' (__dlpack__) or 'none'."},
+    {"_bench_call_into", (PyCFunction)(void (*)(void))ext_bench_call_into, METH_FASTCALL,
+     "_bench_call_into(op, inputs, outputs, n): for benchmarks only. Borrows the tensors as "
+     "op.call_into does, makes one untimed call, then n memo-hit tr_op_call_into calls straight "
+     "from C with the GIL released; returns their nanoseconds (tr_plat_now_ns)."},
+    {"_bench_call", (PyCFunction)(void (*)(void))ext_bench_call, METH_FASTCALL,
+     "_bench_call(op, inputs, n): for benchmarks only. As _bench_call_into, with tr_op_call, "
+     "each call's outputs freed through their deleters; returns the n calls' nanoseconds."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -852,6 +1027,9 @@ static int ext_exec(PyObject *module) {
   if (g_owner_type == NULL && (g_owner_type = (PyTypeObject *)PyType_FromSpec(&owner_spec)) == NULL) return -1;
   PyObject *type = PyType_FromSpec(&op_spec);
   if (type == NULL) return -1;
+  Py_XDECREF((PyObject *)g_op_type); /* the benchmarks check against the last module made's */
+  Py_INCREF(type);
+  g_op_type = (PyTypeObject *)type;
   int rc = PyModule_AddObjectRef(module, "OpBase", type);
   Py_DECREF(type);
   if (rc != 0) return -1;
