@@ -634,6 +634,45 @@ class ExtensionCpuTest(unittest.TestCase):
             add.output_specs(((3,), "float32", "nodevice:x"), ((3,), "float32", "cpu"))
         self.assertIn("nodevice:x", str(caught.exception))
 
+    def test_the_base_type_is_called_through_vectorcall_alike(self):
+        # OpBase itself takes vectorcall on every CPython (tilerun.Op, a Python subclass, from
+        # 3.12 on; on 3.11 through tp_call): the same results and the same errors
+        import ctypes
+        from tilerun import _ext
+        self.assertTrue(_ext.OpBase.__flags__ & (1 << 11))
+        if sys.version_info >= (3, 12):
+            self.assertTrue(tilerun.Op.__flags__ & (1 << 11))
+        rt = tilerun.default_runtime()
+        handle = ctypes.c_void_p()
+        tilerun._check(tilerun._tr_op_new(rt._handle(), b"AddFwdOp", (tilerun._NamedValue * 1)(), 0,
+                                          None, ctypes.byref(handle)))
+        base = _ext.OpBase()
+        with self.assertRaisesRegex(ValueError, "closed"):  # not bound yet
+            base(np.ones(3, np.float32), np.ones(3, np.float32))
+        base._bind(handle.value, 1, rt, False)  # base owns the tr_op * from here
+        a = self.rng.standard_normal((2, 5)).astype(np.float32)
+        b = self.rng.standard_normal((2, 5)).astype(np.float32)
+        np.testing.assert_array_equal(base(a, b), a + b)
+        np.testing.assert_array_equal(base(*[a, b]), tilerun.op("AddFwdOp")(a, b))
+        # the __dlpack__ route's stream sync gets the inputs as a tuple made for it
+        np.testing.assert_array_equal(np.from_dlpack(base(Producer(a), Producer(b))), a + b)
+        out = np.zeros_like(a)
+        base.call_into([Producer(a), Producer(b)], out)
+        np.testing.assert_array_equal(out, a + b)
+        with self.assertRaisesRegex(TypeError, "an op takes its tensors by position only"):
+            base(a, b, out=a)
+        with self.assertRaisesRegex(ValueError, r"at most 16 tensors a call, got 17 inputs"):
+            base(*([a] * 17))
+        with self.assertRaises(tilerun.SignatureShapeError):
+            base(a, np.ones((3, 5), np.float32))
+        before = [sys.getrefcount(o) for o in (a, b, base)]
+        for _ in range(100):
+            base(a, b)
+        self.assertEqual(before, [sys.getrefcount(o) for o in (a, b, base)])
+        base._close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            base(a, b)
+
     def test_a_closed_op_says_so(self):
         add = tilerun.op("AddFwdOp")
         a = np.ones(3, np.float32)
