@@ -634,6 +634,45 @@ class ExtensionCpuTest(unittest.TestCase):
             add.output_specs(((3,), "float32", "nodevice:x"), ((3,), "float32", "cpu"))
         self.assertIn("nodevice:x", str(caught.exception))
 
+    def test_the_base_type_is_called_through_vectorcall_alike(self):
+        # OpBase itself takes vectorcall on every CPython (tilerun.Op, a Python subclass, from
+        # 3.12 on; on 3.11 through tp_call): the same results and the same errors
+        import ctypes
+        from tilerun import _ext
+        self.assertTrue(_ext.OpBase.__flags__ & (1 << 11))
+        if sys.version_info >= (3, 12):
+            self.assertTrue(tilerun.Op.__flags__ & (1 << 11))
+        rt = tilerun.default_runtime()
+        handle = ctypes.c_void_p()
+        tilerun._check(tilerun._tr_op_new(rt._handle(), b"AddFwdOp", (tilerun._NamedValue * 1)(), 0,
+                                          None, ctypes.byref(handle)))
+        base = _ext.OpBase()
+        with self.assertRaisesRegex(ValueError, "closed"):  # not bound yet
+            base(np.ones(3, np.float32), np.ones(3, np.float32))
+        base._bind(handle.value, 1, rt, False)  # base owns the tr_op * from here
+        a = self.rng.standard_normal((2, 5)).astype(np.float32)
+        b = self.rng.standard_normal((2, 5)).astype(np.float32)
+        np.testing.assert_array_equal(base(a, b), a + b)
+        np.testing.assert_array_equal(base(*[a, b]), tilerun.op("AddFwdOp")(a, b))
+        # the __dlpack__ route's stream sync gets the inputs as a tuple made for it
+        np.testing.assert_array_equal(np.from_dlpack(base(Producer(a), Producer(b))), a + b)
+        out = np.zeros_like(a)
+        base.call_into([Producer(a), Producer(b)], out)
+        np.testing.assert_array_equal(out, a + b)
+        with self.assertRaisesRegex(TypeError, "an op takes its tensors by position only"):
+            base(a, b, out=a)
+        with self.assertRaisesRegex(ValueError, r"at most 16 tensors a call, got 17 inputs"):
+            base(*([a] * 17))
+        with self.assertRaises(tilerun.SignatureShapeError):
+            base(a, np.ones((3, 5), np.float32))
+        before = [sys.getrefcount(o) for o in (a, b, base)]
+        for _ in range(100):
+            base(a, b)
+        self.assertEqual(before, [sys.getrefcount(o) for o in (a, b, base)])
+        base._close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            base(a, b)
+
     def test_a_closed_op_says_so(self):
         add = tilerun.op("AddFwdOp")
         a = np.ones(3, np.float32)
@@ -677,6 +716,99 @@ class ExtensionCpuTest(unittest.TestCase):
             sys.setswitchinterval(interval)
         self.assertGreater(during, 5, "the sleeping thread ticked %d times during 20 GEMMs (%.0f ms)"
                            % (during, took * 1e3))
+
+
+class CBaselineCpuTest(unittest.TestCase):
+    """The benchmarks' loop in C (_ext._bench_call_into, _bench_call): bench_host.py's "over C"."""
+
+    def setUp(self):
+        from tilerun import _ext
+        self.ext = _ext
+        self.rng = np.random.default_rng(5)
+
+    def test_it_times_calls_that_write_what_call_into_writes(self):
+        add = tilerun.op("AddFwdOp")
+        rms = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
+        a, b = (self.rng.standard_normal((3, 64)).astype(np.float32) for _ in range(2))
+        w = self.rng.standard_normal(64).astype(np.float32)
+        for op, ins in ((add, (a, b)), (rms, [a, w])):
+            want, got = np.zeros_like(a), np.zeros_like(a)
+            op.call_into(ins, want)
+            ns = self.ext._bench_call_into(op, ins, got, 50)
+            self.assertIsInstance(ns, int)
+            self.assertGreater(ns, 0)
+            np.testing.assert_array_equal(got, want)
+            got[...] = 0
+            self.ext._bench_call_into(op, ins, [got], 1)  # outputs as a list, as call_into takes
+            np.testing.assert_array_equal(got, want)
+            ns = self.ext._bench_call(op, ins, 50)  # tr_op_call, its outputs freed
+            self.assertIsInstance(ns, int)
+            self.assertGreater(ns, 0)
+        self.assertEqual(add.memo_count, 1)  # one build: the timed calls were memo hits
+
+    def test_it_keeps_no_reference(self):
+        add = tilerun.op("AddFwdOp")
+        a, b, c = (np.ones((2, 4), np.float32) for _ in range(3))
+        ins = (a, b)
+        before = [sys.getrefcount(o) for o in (a, b, c, ins, add)]
+        for _ in range(200):
+            self.ext._bench_call_into(add, ins, c, 5)
+            self.ext._bench_call(add, ins, 5)
+            with self.assertRaises(tilerun.SignatureShapeError):
+                self.ext._bench_call_into(add, ins, np.empty((1,), np.float32), 5)
+        self.assertEqual(before, [sys.getrefcount(o) for o in (a, b, c, ins, add)])
+
+    @unittest.skipIf(os.environ.get("TILERUN_TEST_SANITIZED"),
+                     "AddressSanitizer's quarantine holds freed memory, so RSS grows anyway")
+    def test_the_outputs_of_its_tr_op_call_are_freed(self):
+        # 32x64 float32 outputs (8 KiB): 10000 leaked would be 80 MiB
+        op = tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=1e-6)
+        x = np.ones((32, 64), np.float32)
+        self.ext._bench_call(op, (x, None), 200)
+        gc.collect()
+        before = rss_bytes()
+        self.ext._bench_call(op, (x, None), 10000)
+        grown = rss_bytes() - before
+        self.assertLess(grown, 8 << 20, "RSS grew by %d bytes" % grown)
+
+    def test_bad_arguments_say_what_was_wrong_and_what_came(self):
+        add = tilerun.op("AddFwdOp")
+        a = np.ones((2, 3), np.float32)
+        ext = self.ext
+        cases = [
+            (lambda: ext._bench_call_into(add, (a, a), a), TypeError,
+             r"_bench_call_into\(op, inputs, outputs, n\): 4 arguments, got 3"),
+            (lambda: ext._bench_call(add, (a, a)), TypeError,
+             r"_bench_call\(op, inputs, n\): 3 arguments, got 2"),
+            (lambda: ext._bench_call_into("AddFwdOp", (a, a), a, 1), TypeError,
+             "op must be a tilerun.Op, got str"),
+            (lambda: ext._bench_call(None, (a, a), 1), TypeError,
+             "op must be a tilerun.Op, got NoneType"),
+            (lambda: ext._bench_call_into(add, a, a, 1), TypeError,
+             "inputs must be a list or tuple of tensors, got ndarray"),
+            (lambda: ext._bench_call_into(add, (a, a), a, 2.0), TypeError,
+             "n must be an int, got float"),
+            (lambda: ext._bench_call(add, (a, a), 0), ValueError, "n must be at least 1, got 0"),
+            (lambda: ext._bench_call_into(add, (a, a), a, -3), ValueError,
+             "n must be at least 1, got -3"),
+            (lambda: ext._bench_call_into(add, [a] * 16, a, 1), ValueError,
+             "at most 16 tensors a call, got 16 inputs and 1 outputs"),
+            (lambda: ext._bench_call(add, [a] * 17, 1), ValueError,
+             "at most 16 tensors a call, got 17 inputs"),
+            (lambda: ext._bench_call_into(add, (a, [1, 2]), a, 1), TypeError,
+             "a tensor must be None or support DLPack"),
+        ]
+        for run, exc, text in cases:
+            with self.assertRaisesRegex(exc, text):
+                run()
+        # a call the runtime refuses raises its error, from the untimed first call
+        with self.assertRaisesRegex(tilerun.SignatureShapeError, "input 'b' is required"):
+            ext._bench_call_into(add, (a,), a, 1)
+        with self.assertRaises(tilerun.SignatureDtypeError):
+            ext._bench_call_into(add, (a, a), np.empty((2, 3), np.float64), 1)
+        add.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            ext._bench_call_into(add, (a, a), a, 1)
 
 
 def _tilerun_binary():
@@ -815,6 +947,21 @@ class BenchScript(unittest.TestCase):
             self.assertEqual(done.returncode, 1)
             self.assertIn("bench_gpu.py: needs PyTorch with a CUDA device", done.stderr)
 
+
+
+class HostBenchScript(unittest.TestCase):
+    """bench_host.py's cpu rows run, with the loop in C as their "over C"."""
+
+    SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "bench_host.py")
+
+    def test_a_tiny_cpu_run(self):
+        import subprocess
+        done = subprocess.run([sys.executable, self.SCRIPT, "--cpu-only", "--rounds", "3", "--calls",
+                               "10"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertRegex(done.stdout, r"\| Add 1x64 float32, call_into \| [0-9.]+ \| .* \| [+-][0-9.]+ "
+                                      r"over tr_op_call_into \|")
+        self.assertRegex(done.stdout, r"C, in this process: tr_op_call [0-9.]+ us, tr_op_call_into")
 
 
 class CpuGemmBenchScript(unittest.TestCase):

@@ -1,18 +1,22 @@
 /* _ext.c: the binding's call path in C (tilerun._ext): an op's call and call_into read their
  * tensors through the DLPack C exchange API (torch), the buffer protocol (NumPy on cpu) or, for
  * any other producer, the package's own __dlpack__ route, and run tr_op_call / tr_op_call_into.
+ * For benchmarks, _bench_call and _bench_call_into run the same calls in a loop timed in C.
  *
  * Built against CPython's limited API (3.11), so one build loads in every later CPython. It
  * links nothing: the package hands it the addresses of the libtilerun functions it calls (from
- * the library ctypes loaded, so both sides use one library) and its Python helpers (errors,
- * outputs for non-torch callers, the __dlpack__ route) through setup(). The exchange API's
- * structs are declared here from DLPack's published ABI (1.x; Debian's dlpack.h is 0.6). */
+ * the library ctypes loaded, so both sides use one library; tr_plat_now_ns, the platform layer's
+ * clock, for the benchmarks) and its Python helpers (errors, outputs for non-torch callers, the
+ * __dlpack__ route) through setup(). The exchange API's structs are declared here from DLPack's
+ * published ABI (1.x; Debian's dlpack.h is 0.6). */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <structmember.h> /* PyMemberDef's T_PYSSIZET and READONLY */
+
+#include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,11 +61,13 @@ typedef void *(*call_into_fn)(void *op, const DLTensor *const *inputs, size_t n_
                               DLTensor *const *outputs, size_t n_outputs);
 typedef void *(*set_stream_fn)(int32_t device_index, void *stream);
 typedef void (*op_destroy_fn)(void **op);
+typedef uint64_t (*now_ns_fn)(void);
 
 static call_fn g_call;
 static call_into_fn g_call_into;
 static set_stream_fn g_set_stream;
 static op_destroy_fn g_op_destroy;
+static now_ns_fn g_now_ns;       /* tr_plat_now_ns, for _bench_call*; NULL in an older library */
 static PyObject *g_error_from;   /* (status address) -> the exception, freeing the status */
 static PyObject *g_borrow;       /* (tensor, keep list) -> DLTensor address (__dlpack__ route) */
 static PyObject *g_sync_streams; /* (tuple of inputs) -> None: torch's stream for that route */
@@ -79,6 +85,14 @@ static int g_force_python_route; /* tests: every tensor through the __dlpack__ r
     Py_XDECREF(old_);         \
   } while (0)
 #define EXT_MAX_DIMS 8
+
+/* Vectorcall (PEP 590) as CPython 3.8 on defines it; the limited API of 3.11 leaves it out (3.12
+ * adds it, with the same values). CPython 3.11 calls tilerun.Op, a mutable subclass of OpBase,
+ * through tp_call all the same; 3.12 on lets it inherit vectorcall. */
+typedef PyObject *(*ext_vectorcallfunc)(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                        PyObject *kwnames);
+#define EXT_TPFLAGS_HAVE_VECTORCALL (1UL << 11)
+#define EXT_VECTORCALL_ARGUMENTS_OFFSET ((size_t)1 << (8 * sizeof(size_t) - 1))
 
 /* ---- how a tensor's type is read: a small cache per type -------------------------------------- */
 
@@ -163,7 +177,11 @@ static const route_entry *route_of(PyObject *obj) {
 /* ---- one call's borrowed tensors -------------------------------------------------------------- */
 
 typedef struct {
-  PyObject *inputs;                  /* the call's inputs (a tuple), for the torch stream sync */
+  PyObject *const *inputs;           /* the call's inputs, for the torch stream sync */
+  Py_ssize_t n_inputs;
+  PyObject *inputs_tuple;            /* the same as a tuple (borrowed), or NULL: made if needed */
+  PyTypeObject *last_type;           /* the type of the tensor borrowed last, and its route */
+  const route_entry *last_route;
   DLTensor dl[EXT_MAX_TENSORS];      /* filled by the exchange API or from a buffer */
   int n_dl;
   int64_t dims[EXT_MAX_TENSORS][2 * EXT_MAX_DIMS];
@@ -187,8 +205,15 @@ static void borrowed_release(borrowed *b) {
   Py_CLEAR(b->keep);
 }
 
-static void borrowed_init(borrowed *b, PyObject *inputs) {
+/* `inputs`: the call's `n_inputs` inputs, living through the call; `inputs_tuple` the tuple they
+ * are the items of, or NULL. */
+static void borrowed_init(borrowed *b, PyObject *const *inputs, Py_ssize_t n_inputs,
+                          PyObject *inputs_tuple) {
   b->inputs = inputs;
+  b->n_inputs = n_inputs;
+  b->inputs_tuple = inputs_tuple;
+  b->last_type = NULL;
+  b->last_route = NULL;
   b->n_dl = b->n_bufs = b->n_owned = b->synced = b->any_cuda = 0;
   b->keep = NULL;
   b->streams_set = 0;
@@ -302,7 +327,18 @@ static int borrow_exchange(borrowed *b, PyObject *obj, const ext_exchange_api *a
  * format); it raises the binding's errors for what is not a tensor. */
 static int borrow_python(borrowed *b, PyObject *obj, const DLTensor **out) {
   if (!b->synced) {
-    PyObject *r = PyObject_CallFunctionObjArgs(g_sync_streams, b->inputs, NULL);
+    PyObject *inputs = b->inputs_tuple;
+    if (inputs != NULL) {
+      Py_INCREF(inputs);
+    } else { /* the inputs came as an array: the helper takes a tuple */
+      if ((inputs = PyTuple_New(b->n_inputs)) == NULL) return -1;
+      for (Py_ssize_t i = 0; i < b->n_inputs; i++) {
+        Py_INCREF(b->inputs[i]);
+        PyTuple_SetItem(inputs, i, b->inputs[i]);
+      }
+    }
+    PyObject *r = PyObject_CallFunctionObjArgs(g_sync_streams, inputs, NULL);
+    Py_DECREF(inputs);
     if (r == NULL) return -1;
     Py_DECREF(r);
     b->synced = 1;
@@ -323,7 +359,10 @@ static int borrow(borrowed *b, PyObject *obj, int writable, const DLTensor **out
   if (route_out) *route_out = NULL;
   if (obj == Py_None) return 0;
   if (g_force_python_route) return borrow_python(b, obj, out);
-  const route_entry *r = route_of(obj);
+  /* a call's tensors are mostly of one type: the last one's route first */
+  const route_entry *r = Py_TYPE(obj) == b->last_type ? b->last_route : route_of(obj);
+  b->last_type = Py_TYPE(obj);
+  b->last_route = r;
   if (route_out) *route_out = r;
   if (r->route == ROUTE_EXCHANGE) return borrow_exchange(b, obj, r->api, out);
   if (r->route == ROUTE_BUFFER && borrow_buffer(b, obj, writable, out)) return 0;
@@ -440,7 +479,7 @@ static PyObject *numpy_output(DLManagedTensor *m) {
   o->m = NULL;
   o->ndim = t->ndim;
   o->itemsize = t->dtype.bits / 8;
-  snprintf(o->format, sizeof(o->format), "%s", format);
+  memcpy(o->format, format, strlen(format) + 1); /* one character and its NUL */
   Py_ssize_t step = o->itemsize;
   for (int d = t->ndim - 1; d >= 0; d--) {
     o->shape[d] = (Py_ssize_t)t->shape[d];
@@ -461,6 +500,7 @@ static PyObject *numpy_output(DLManagedTensor *m) {
 
 typedef struct {
   PyObject_HEAD
+  ext_vectorcallfunc vectorcall; /* op_vectorcall, set by op_new */
   void *op;           /* tr_op *; NULL until _bind and after _close */
   Py_ssize_t n_outputs;
   PyObject *runtime;  /* the Runtime it was made in: kept alive while the op is */
@@ -514,35 +554,116 @@ static void *run_call(ext_op *self, const borrowed *b, const DLTensor *const *in
   return status;
 }
 
-/* The sequence `seq` as a new tuple (a tuple: a new reference to it). */
-static PyObject *as_tuple(PyObject *seq) {
-  if (PyTuple_Check(seq)) {
-    Py_INCREF(seq);
-    return seq;
-  }
-  return PySequence_Tuple(seq);
+/* ---- a call's tensor arguments -------------------------------------------------------------------- */
+
+/* One argument of call_into (its inputs or its outputs) as an array of tensors, with no tuple made
+ * for a tuple, a list or one tensor: a tuple's items are borrowed (it lives through the call), a
+ * list's are held (the GIL may go during the call, and another thread could change the list), any
+ * other sequence is read through a tuple made of it. The first EXT_MAX_TENSORS are kept; `n`
+ * counts them all, for the caller's check. */
+typedef struct {
+  PyObject *items[EXT_MAX_TENSORS];
+  Py_ssize_t n;      /* how many the argument has */
+  Py_ssize_t n_held; /* items[0 .. n_held) are strong references */
+  PyObject *tuple;   /* the tuple the items are in (the argument itself or `made`), or NULL */
+  PyObject *made;    /* a tuple made of another sequence (strong), or NULL */
+} tensor_seq;
+
+static void tensor_seq_init(tensor_seq *q) {
+  q->n = q->n_held = 0;
+  q->tuple = q->made = NULL;
 }
 
-static PyObject *op_call(PyObject *pyself, PyObject *args, PyObject *kwargs) {
-  ext_op *self = (ext_op *)pyself;
-  if (kwargs != NULL && PyDict_Size(kwargs) > 0) {
-    PyErr_SetString(PyExc_TypeError, "tilerun: an op takes its tensors by position only");
-    return NULL;
+/* Reads `obj` (`single`: one tensor, not a sequence); 0, or -1 with the error tuple(obj) raises. */
+static int tensor_seq_open(tensor_seq *q, PyObject *obj, int single) {
+  tensor_seq_init(q);
+  if (single) {
+    q->items[0] = obj;
+    q->n = 1;
+    return 0;
   }
-  if (op_enter(self) != 0) return NULL;
-  Py_ssize_t n_in = PyTuple_Size(args);
-  if (n_in > EXT_MAX_TENSORS || self->n_outputs > EXT_MAX_TENSORS) {
-    PyErr_Format(PyExc_ValueError, "tilerun: at most %d tensors a call, got %zd inputs",
-                 EXT_MAX_TENSORS, n_in);
-    return NULL;
+  const int list = PyList_Check(obj);
+  if (!list) {
+    if (!PyTuple_Check(obj) && (q->made = PySequence_Tuple(obj)) == NULL) return -1;
+    q->tuple = q->made != NULL ? q->made : obj;
   }
+  q->n = list ? PyList_Size(obj) : PyTuple_Size(q->tuple);
+  const Py_ssize_t kept = q->n < EXT_MAX_TENSORS ? q->n : EXT_MAX_TENSORS;
+  for (Py_ssize_t i = 0; i < kept; i++) {
+    q->items[i] = list ? PyList_GetItem(obj, i) : PyTuple_GetItem(q->tuple, i);
+  }
+  if (list) {
+    for (Py_ssize_t i = 0; i < kept; i++) Py_INCREF(q->items[i]);
+    q->n_held = kept;
+  }
+  return 0;
+}
+
+static void tensor_seq_close(tensor_seq *q) {
+  for (Py_ssize_t i = 0; i < q->n_held; i++) Py_DECREF(q->items[i]);
+  q->n_held = 0;
+  Py_CLEAR(q->made);
+}
+
+/* call_into's tensors, read and borrowed: `outs` has n_out slots (the op's outputs or as many as
+ * given, whichever is more), NULL past those given. */
+typedef struct {
+  tensor_seq in, out;
   borrowed b;
-  borrowed_init(&b, args);
+  const DLTensor *ins[EXT_MAX_TENSORS];
+  DLTensor *outs[EXT_MAX_TENSORS];
+  Py_ssize_t n_in, n_out;
+} into_call;
+
+/* Reads and borrows call_into's `inputs` and `outputs`; 0, or -1 with an error set. Either way
+ * into_call_close releases what it holds. */
+static int into_call_open(into_call *c, const ext_op *self, PyObject *inputs, PyObject *outputs) {
+  tensor_seq_init(&c->out);
+  borrowed_init(&c->b, NULL, 0, NULL);
+  if (tensor_seq_open(&c->in, inputs, 0) != 0) return -1;
+  const int single = !PyList_Check(outputs) && !PyTuple_Check(outputs);
+  if (tensor_seq_open(&c->out, outputs, single) != 0) return -1;
+  c->n_in = c->in.n;
+  c->n_out = c->out.n > self->n_outputs ? c->out.n : self->n_outputs;
+  if (c->n_in + c->n_out > EXT_MAX_TENSORS) { /* the borrowed slots hold inputs and outputs */
+    PyErr_Format(PyExc_ValueError, "tilerun: at most %d tensors a call, got %zd inputs and %zd "
+                 "outputs", EXT_MAX_TENSORS, c->n_in, c->n_out);
+    return -1;
+  }
+  borrowed_init(&c->b, c->in.items, c->n_in, c->in.tuple);
+  memset(c->outs, 0, sizeof(c->outs));
+  for (Py_ssize_t i = 0; i < c->n_in; i++) {
+    if (borrow(&c->b, c->in.items[i], 0, &c->ins[i], NULL) != 0) return -1;
+  }
+  for (Py_ssize_t i = 0; i < c->out.n; i++) {
+    const DLTensor *t;
+    if (borrow(&c->b, c->out.items[i], 1, &t, NULL) != 0) return -1;
+    c->outs[i] = (DLTensor *)t;
+  }
+  return 0;
+}
+
+static void into_call_close(into_call *c) {
+  borrowed_release(&c->b);
+  tensor_seq_close(&c->in);
+  tensor_seq_close(&c->out);
+}
+
+/* ---- op(...) and op.call_into(...) ------------------------------------------------------------------ */
+
+/* op(*tensors) once the op is entered and the count checked: `args` are the call's `n_in`
+ * inputs, the items of `args_tuple` where the call came with a tuple (else NULL). */
+static PyObject *op_run(ext_op *self, PyObject *const *args, Py_ssize_t n_in, PyObject *args_tuple) {
+  borrowed b;
+  borrowed_init(&b, args, n_in, args_tuple);
   const DLTensor *ins[EXT_MAX_TENSORS];
   PyObject *first = NULL;
-  const route_entry *first_route = NULL;
+  /* the first given input's route, copied (an entry outside the full cache is overwritten by the
+   * next lookup) */
+  int first_route = ROUTE_PYTHON;
+  const ext_exchange_api *api = NULL;
   for (Py_ssize_t i = 0; i < n_in; i++) {
-    PyObject *t = PyTuple_GetItem(args, i); /* borrowed */
+    PyObject *t = args[i];
     const route_entry *r;
     if (borrow(&b, t, 0, &ins[i], &r) != 0) {
       borrowed_release(&b);
@@ -550,7 +671,10 @@ static PyObject *op_call(PyObject *pyself, PyObject *args, PyObject *kwargs) {
     }
     if (first == NULL && t != Py_None) {
       first = t;
-      first_route = r;
+      if (r != NULL) {
+        first_route = r->route;
+        api = r->route == ROUTE_EXCHANGE ? r->api : NULL;
+      }
     }
   }
   DLManagedTensor *outs[EXT_MAX_TENSORS] = {0};
@@ -565,8 +689,6 @@ static PyObject *op_call(PyObject *pyself, PyObject *args, PyObject *kwargs) {
     raise_status(status);
     return NULL;
   }
-  const ext_exchange_api *api =
-      (first_route && first_route->route == ROUTE_EXCHANGE) ? first_route->api : NULL;
   PyObject *results[EXT_MAX_TENSORS] = {0};
   size_t i = 0;
   for (; i < n_out; i++) {
@@ -601,8 +723,7 @@ static PyObject *op_call(PyObject *pyself, PyObject *args, PyObject *kwargs) {
       void *obj = NULL;
       if (api->managed_tensor_to_py_object_no_sync(&w->v, &obj) != 0) break;
       results[i] = obj;
-    } else if (first_route != NULL && first_route->route == ROUTE_BUFFER &&
-               (results[i] = numpy_output(m)) != NULL) {
+    } else if (first_route == ROUTE_BUFFER && (results[i] = numpy_output(m)) != NULL) {
       /* a NumPy array over tilerun's cpu output, no Python on the way */
     } else {
       PyObject *addr = PyLong_FromVoidPtr(m);
@@ -633,6 +754,46 @@ static PyObject *op_call(PyObject *pyself, PyObject *args, PyObject *kwargs) {
   return tuple;
 }
 
+static int op_check_count(const ext_op *self, Py_ssize_t n_in) {
+  if (n_in > EXT_MAX_TENSORS || self->n_outputs > EXT_MAX_TENSORS) {
+    PyErr_Format(PyExc_ValueError, "tilerun: at most %d tensors a call, got %zd inputs",
+                 EXT_MAX_TENSORS, n_in);
+    return -1;
+  }
+  return 0;
+}
+
+static const char k_by_position[] = "tilerun: an op takes its tensors by position only";
+
+/* op(*tensors) through tp_call (what CPython 3.11 uses for tilerun.Op, a subclass) */
+static PyObject *op_call(PyObject *pyself, PyObject *args, PyObject *kwargs) {
+  ext_op *self = (ext_op *)pyself;
+  if (kwargs != NULL && PyDict_Size(kwargs) > 0) {
+    PyErr_SetString(PyExc_TypeError, k_by_position);
+    return NULL;
+  }
+  if (op_enter(self) != 0) return NULL;
+  Py_ssize_t n_in = PyTuple_Size(args);
+  if (op_check_count(self, n_in) != 0) return NULL;
+  PyObject *items[EXT_MAX_TENSORS];
+  for (Py_ssize_t i = 0; i < n_in; i++) items[i] = PyTuple_GetItem(args, i); /* borrowed */
+  return op_run(self, items, n_in, args);
+}
+
+/* op(*tensors) through vectorcall: no tuple of arguments made (CPython 3.12 on) */
+static PyObject *op_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames) {
+  ext_op *self = (ext_op *)callable;
+  if (kwnames != NULL && PyTuple_Size(kwnames) > 0) {
+    PyErr_SetString(PyExc_TypeError, k_by_position);
+    return NULL;
+  }
+  if (op_enter(self) != 0) return NULL;
+  Py_ssize_t n_in = (Py_ssize_t)(nargsf & ~EXT_VECTORCALL_ARGUMENTS_OFFSET);
+  if (op_check_count(self, n_in) != 0) return NULL;
+  return op_run(self, args, n_in, NULL);
+}
+
 static PyObject *op_call_into(PyObject *pyself, PyObject *const *args, Py_ssize_t nargs) {
   ext_op *self = (ext_op *)pyself;
   if (nargs != 2) {
@@ -640,48 +801,26 @@ static PyObject *op_call_into(PyObject *pyself, PyObject *const *args, Py_ssize_
     return NULL;
   }
   if (op_enter(self) != 0) return NULL;
-  PyObject *outputs = args[1];
-  int single = !PyList_Check(outputs) && !PyTuple_Check(outputs);
-  PyObject *ins_t = as_tuple(args[0]);
-  if (ins_t == NULL) return NULL;
-  PyObject *outs_t = single ? PyTuple_Pack(1, outputs) : as_tuple(outputs);
-  if (outs_t == NULL) {
-    Py_DECREF(ins_t);
-    return NULL;
-  }
-  Py_ssize_t n_in = PyTuple_Size(ins_t), n_given = PyTuple_Size(outs_t);
-  Py_ssize_t n_out = n_given > self->n_outputs ? n_given : self->n_outputs;
   PyObject *result = NULL;
-  borrowed b;
-  borrowed_init(&b, ins_t);
-  if (n_in + n_out > EXT_MAX_TENSORS) { /* the borrowed slots hold inputs and outputs */
-    PyErr_Format(PyExc_ValueError, "tilerun: at most %d tensors a call, got %zd inputs and %zd "
-                 "outputs", EXT_MAX_TENSORS, n_in, n_out);
-    goto done;
+  into_call c;
+  if (into_call_open(&c, self, args[0], args[1]) == 0) {
+    void *status = run_call(self, &c.b, c.ins, (size_t)c.n_in, c.outs, (size_t)c.n_out, 1);
+    if (status != NULL) {
+      raise_status(status);
+    } else {
+      Py_INCREF(args[1]);
+      result = args[1];
+    }
   }
-  const DLTensor *ins[EXT_MAX_TENSORS];
-  DLTensor *outs[EXT_MAX_TENSORS] = {0};
-  for (Py_ssize_t i = 0; i < n_in; i++) {
-    if (borrow(&b, PyTuple_GetItem(ins_t, i), 0, &ins[i], NULL) != 0) goto done;
-  }
-  for (Py_ssize_t i = 0; i < n_given; i++) {
-    const DLTensor *t;
-    if (borrow(&b, PyTuple_GetItem(outs_t, i), 1, &t, NULL) != 0) goto done;
-    outs[i] = (DLTensor *)t;
-  }
-  void *status = run_call(self, &b, ins, (size_t)n_in, outs, (size_t)n_out, 1);
-  if (status != NULL) {
-    raise_status(status);
-    goto done;
-  }
-  Py_INCREF(outputs);
-  result = outputs;
-done:
-  borrowed_release(&b);
+  into_call_close(&c);
   op_leave(self);
-  Py_DECREF(ins_t);
-  Py_DECREF(outs_t);
   return result;
+}
+
+static PyObject *op_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  PyObject *self = PyType_GenericNew(type, args, kwargs);
+  if (self != NULL) ((ext_op *)self)->vectorcall = op_vectorcall;
+  return self;
 }
 
 static PyObject *op_bind(PyObject *pyself, PyObject *args) {
@@ -742,11 +881,17 @@ static PyMethodDef op_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef op_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(ext_op, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot op_slots[] = {
     {Py_tp_call, (void *)op_call},
     {Py_tp_dealloc, (void *)op_dealloc},
     {Py_tp_methods, op_methods},
-    {Py_tp_new, (void *)PyType_GenericNew},
+    {Py_tp_members, op_members},
+    {Py_tp_new, (void *)op_new},
     {Py_tp_doc, "The call path of tilerun.Op (a tr_op * and its call, in C)."},
     {0, NULL},
 };
@@ -754,9 +899,135 @@ static PyType_Slot op_slots[] = {
 static PyType_Spec op_spec = {
     .name = "tilerun._ext.OpBase",
     .basicsize = sizeof(ext_op),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | EXT_TPFLAGS_HAVE_VECTORCALL,
     .slots = op_slots,
 };
+
+/* ---- benchmarks: the same memo-hit calls from C, in this process -------------------------------- */
+
+static PyTypeObject *g_op_type; /* OpBase, for the benchmarks' argument check */
+
+/* The name of `obj`'s type, for an error message (a new reference; NULL with an error set). */
+static PyObject *type_name_of(PyObject *obj) { return PyType_GetName(Py_TYPE(obj)); }
+
+static int bench_type_error(const char *fn, const char *what, const char *want, PyObject *got) {
+  PyObject *name = type_name_of(got);
+  if (name == NULL) return -1;
+  PyErr_Format(PyExc_TypeError, "tilerun._ext.%s: %s must be %s, got %U", fn, what, want, name);
+  Py_DECREF(name);
+  return -1;
+}
+
+/* Checks a benchmark's op, inputs and call count; 0, or -1 with a TypeError or ValueError set. */
+static int bench_check(const char *fn, PyObject *op, PyObject *inputs, PyObject *n_obj, Py_ssize_t *n) {
+  if (g_op_type == NULL || !PyObject_TypeCheck(op, g_op_type)) {
+    return bench_type_error(fn, "op", "a tilerun.Op", op);
+  }
+  if (!PyList_Check(inputs) && !PyTuple_Check(inputs)) {
+    return bench_type_error(fn, "inputs", "a list or tuple of tensors", inputs);
+  }
+  if (!PyLong_Check(n_obj)) return bench_type_error(fn, "n", "an int", n_obj);
+  *n = PyLong_AsSsize_t(n_obj);
+  if (*n == -1 && PyErr_Occurred()) return -1;
+  if (*n < 1) {
+    PyErr_Format(PyExc_ValueError, "tilerun._ext.%s: n must be at least 1, got %zd", fn, *n);
+    return -1;
+  }
+  if (g_now_ns == NULL) {
+    PyErr_Format(PyExc_RuntimeError, "tilerun._ext.%s: the loaded libtilerun exports no tr_plat_now_ns "
+                 "(rebuild //python:libtilerun.so)", fn);
+    return -1;
+  }
+  return 0;
+}
+
+/* One memo-hit call as a C caller makes it: tr_op_call_into with `into`, else tr_op_call, whose
+ * outputs it frees through their deleters. */
+static void *bench_one(void *op, const DLTensor *const *ins, size_t n_in, DLTensor *const *outs,
+                       size_t n_out, int into) {
+  if (into) return g_call_into(op, ins, n_in, outs, n_out);
+  DLManagedTensor *made[EXT_MAX_TENSORS] = {0};
+  void *status = g_call(op, ins, n_in, made, n_out);
+  for (size_t j = 0; j < n_out; j++) {
+    if (made[j] != NULL && made[j]->deleter != NULL) made[j]->deleter(made[j]);
+  }
+  return status;
+}
+
+/* Runs `n` calls (bench_one) on tensors borrowed once, after one untimed call that builds the
+ * kernel if needed (so the `n` are memo hits) and raises the runtime's error for a refused call.
+ * The GIL goes for the loop as a whole, outside the clock (a C caller has none to release per
+ * call). Returns the `n` calls' nanoseconds (tr_plat_now_ns), or -1 with the call's error set. */
+static long long bench_loop(ext_op *self, const DLTensor *const *ins, size_t n_in, DLTensor *const *outs,
+                            size_t n_out, int into, Py_ssize_t n) {
+  self->in_flight++;
+  PyThreadState *saved = PyEval_SaveThread();
+  void *status = bench_one(self->op, ins, n_in, outs, n_out, into);
+  uint64_t t0 = g_now_ns();
+  for (Py_ssize_t i = 0; i < n && status == NULL; i++) {
+    status = bench_one(self->op, ins, n_in, outs, n_out, into);
+  }
+  uint64_t elapsed = g_now_ns() - t0;
+  PyEval_RestoreThread(saved);
+  self->in_flight--;
+  if (status != NULL) {
+    raise_status(status);
+    return -1;
+  }
+  return (long long)elapsed;
+}
+
+static PyObject *ext_bench_call_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  (void)module;
+  static const char fn[] = "_bench_call_into";
+  if (nargs != 4) {
+    PyErr_Format(PyExc_TypeError, "tilerun._ext.%s(op, inputs, outputs, n): 4 arguments, got %zd", fn, nargs);
+    return NULL;
+  }
+  Py_ssize_t n;
+  if (bench_check(fn, args[0], args[1], args[3], &n) != 0) return NULL;
+  ext_op *self = (ext_op *)args[0];
+  if (op_enter(self) != 0) return NULL;
+  PyObject *result = NULL;
+  into_call c;
+  if (into_call_open(&c, self, args[1], args[2]) == 0) {
+    long long ns = bench_loop(self, c.ins, (size_t)c.n_in, c.outs, (size_t)c.n_out, 1, n);
+    if (ns >= 0) result = PyLong_FromLongLong(ns);
+  }
+  into_call_close(&c);
+  op_leave(self);
+  return result;
+}
+
+static PyObject *ext_bench_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  (void)module;
+  static const char fn[] = "_bench_call";
+  if (nargs != 3) {
+    PyErr_Format(PyExc_TypeError, "tilerun._ext.%s(op, inputs, n): 3 arguments, got %zd", fn, nargs);
+    return NULL;
+  }
+  Py_ssize_t n;
+  if (bench_check(fn, args[0], args[1], args[2], &n) != 0) return NULL;
+  ext_op *self = (ext_op *)args[0];
+  if (op_enter(self) != 0) return NULL;
+  PyObject *result = NULL;
+  tensor_seq in;
+  borrowed b;
+  borrowed_init(&b, NULL, 0, NULL);
+  if (tensor_seq_open(&in, args[1], 0) != 0 || op_check_count(self, in.n) != 0) goto done;
+  borrowed_init(&b, in.items, in.n, in.tuple);
+  const DLTensor *ins[EXT_MAX_TENSORS];
+  for (Py_ssize_t i = 0; i < in.n; i++) {
+    if (borrow(&b, in.items[i], 0, &ins[i], NULL) != 0) goto done;
+  }
+  long long ns = bench_loop(self, ins, (size_t)in.n, NULL, (size_t)self->n_outputs, 0, n);
+  if (ns >= 0) result = PyLong_FromLongLong(ns);
+done:
+  borrowed_release(&b);
+  tensor_seq_close(&in);
+  op_leave(self);
+  return result;
+}
 
 /* ---- module ------------------------------------------------------------------------------------ */
 
@@ -793,6 +1064,10 @@ static PyObject *ext_setup(PyObject *module, PyObject *dict) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "tilerun._ext.setup: a NULL entry");
     return NULL;
   }
+  /* optional: a library older than its export leaves the benchmarks (_bench_call*) unable to run */
+  PyObject *now = PyDict_GetItemString(dict, "tr_plat_now_ns");
+  void *now_ns = (now != NULL && now != Py_None) ? PyLong_AsVoidPtr(now) : NULL;
+  if (now_ns == NULL && PyErr_Occurred()) return NULL;
   PyObject *immortal = PyDict_GetItemString(dict, "immortal");
   if (immortal == NULL || !PySet_Check(immortal)) {
     PyErr_SetString(PyExc_TypeError, "tilerun._ext.setup: 'immortal' must be a set");
@@ -812,6 +1087,7 @@ static PyObject *ext_setup(PyObject *module, PyObject *dict) {
   g_call_into = (call_into_fn)call_into;
   g_set_stream = (set_stream_fn)set_stream;
   g_op_destroy = (op_destroy_fn)destroy;
+  g_now_ns = (now_ns_fn)now_ns;
   EXT_SETREF(g_error_from, error_from);
   EXT_SETREF(g_borrow, borrow_fn);
   EXT_SETREF(g_sync_streams, sync);
@@ -845,6 +1121,13 @@ static PyMethodDef ext_methods[] = {
     {"route_of", ext_route_of, METH_O,
      "route_of(tensor): 'exchange' (DLPack C exchange API), 'buffer' (NumPy's buffer), "
      "'dlpack' (__dlpack__) or 'none'."},
+    {"_bench_call_into", (PyCFunction)(void (*)(void))ext_bench_call_into, METH_FASTCALL,
+     "_bench_call_into(op, inputs, outputs, n): for benchmarks only. Borrows the tensors as "
+     "op.call_into does, makes one untimed call, then n memo-hit tr_op_call_into calls straight "
+     "from C with the GIL released; returns their nanoseconds (tr_plat_now_ns)."},
+    {"_bench_call", (PyCFunction)(void (*)(void))ext_bench_call, METH_FASTCALL,
+     "_bench_call(op, inputs, n): for benchmarks only. As _bench_call_into, with tr_op_call, "
+     "each call's outputs freed through their deleters; returns the n calls' nanoseconds."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -852,6 +1135,9 @@ static int ext_exec(PyObject *module) {
   if (g_owner_type == NULL && (g_owner_type = (PyTypeObject *)PyType_FromSpec(&owner_spec)) == NULL) return -1;
   PyObject *type = PyType_FromSpec(&op_spec);
   if (type == NULL) return -1;
+  Py_XDECREF((PyObject *)g_op_type); /* the benchmarks check against the last module made's */
+  Py_INCREF(type);
+  g_op_type = (PyTypeObject *)type;
   int rc = PyModule_AddObjectRef(module, "OpBase", type);
   Py_DECREF(type);
   if (rc != 0) return -1;
