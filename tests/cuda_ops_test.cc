@@ -1071,3 +1071,76 @@ TEST_CASE("GemmFwdOp on cuda in float32 matches float64, both layouts of b; tuni
   }
   tr_runtime_destroy(&rt);
 }
+
+namespace {
+
+// A contiguous cuda view of `shape` at `data`: shapes past any allocation, for the refusals made
+// before a kernel reads anything (the runtime never touches a cuda tensor's memory on the host).
+struct View {
+  std::vector<int64_t> shape;
+  DLTensor t{};
+  View(void *data, std::vector<int64_t> s, tr_dtype dt) : shape(std::move(s)) {
+    t.data = data;
+    t.device = {kDLCUDA, 0};
+    t.ndim = (int32_t)shape.size();
+    t.dtype = dt;
+    t.shape = shape.data();
+  }
+};
+
+// The message of the call's error, with its code checked to be a ValueError ("" if it succeeded).
+std::string value_error(tr_op *op, const DLTensor *const *in, size_t n_in, DLTensor *out) {
+  DLTensor *outs[] = {out};
+  tr_status *status = tr_op_call_into(op, in, n_in, outs, 1);
+  std::string msg = status ? tr_status_message(status) : "";
+  if (status != nullptr) CHECK(tr_status_code(status) == TR_VALUE);
+  tr_status_destroy(&status);
+  return msg;
+}
+
+}  // namespace
+
+TEST_CASE("attention calls past one launch's grid are refused with the sizes, before any kernel runs") {
+  tr_runtime *rt = cuda_runtime();
+  CudaTensor buf({64}, values(64, 5));  // where every view points: never read
+  void *d = buf.dev;
+  SECTION("prefill: more query tiles than a grid's 65535 rows") {
+    tr_named_value p[3] = {{"heads", tr_value_int(1)}, {"heads_kv", tr_value_int(1)}, {"dim", tr_value_int(64)}};
+    tr_op *op = nullptr;
+    ok(tr_op_new(rt, "GQAPrefillFwdOp", p, 3, nullptr, &op));
+    const int64_t L = 65535LL * 128 + 1;  // one token past 65535 tiles of 128 query rows
+    View q(d, {1, L, 1, 64}, TR_BFLOAT16), k(d, {1, L, 1, 64}, TR_BFLOAT16), v(d, {1, L, 1, 64}, TR_BFLOAT16);
+    View o(d, {1, L, 1, 64}, TR_BFLOAT16);
+    const DLTensor *in[] = {&q.t, &k.t, &v.t};
+    CHECK(value_error(op, in, 3, &o.t) ==
+          "GQAPrefillFwdOp: 1 batch rows of 1 heads and 8388481 tokens are more than one launch covers (at most "
+          "2^31 - 1 rows x heads, 8388480 tokens)");
+    tr_op_destroy(&op);
+  }
+  SECTION("prefill: more batch rows x heads than 2^31 - 1") {
+    tr_named_value p[3] = {{"heads", tr_value_int(64)}, {"heads_kv", tr_value_int(8)}, {"dim", tr_value_int(64)}};
+    tr_op *op = nullptr;
+    ok(tr_op_new(rt, "GQAPrefillFwdOp", p, 3, nullptr, &op));
+    const int64_t B = (1LL << 31) / 64;  // B x 64 heads = 2^31
+    View q(d, {B, 1, 64, 64}, TR_BFLOAT16), k(d, {B, 1, 8, 64}, TR_BFLOAT16), v(d, {B, 1, 8, 64}, TR_BFLOAT16);
+    View o(d, {B, 1, 64, 64}, TR_BFLOAT16);
+    const DLTensor *in[] = {&q.t, &k.t, &v.t};
+    CHECK(value_error(op, in, 3, &o.t) ==
+          "GQAPrefillFwdOp: 33554432 batch rows of 64 heads and 1 tokens are more than one launch covers (at most "
+          "2^31 - 1 rows x heads, 8388480 tokens)");
+    tr_op_destroy(&op);
+  }
+  SECTION("decode: more batch rows x heads than 2^31 - 1") {
+    tr_named_value p[3] = {{"heads", tr_value_int(32)}, {"heads_kv", tr_value_int(8)}, {"dim", tr_value_int(128)}};
+    tr_op *op = nullptr;
+    ok(tr_op_new(rt, "GQADecodeFwdOp", p, 3, nullptr, &op));
+    const int64_t B = (1LL << 31) / 32;
+    View q(d, {B, 32, 128}, TR_BFLOAT16), kc(d, {B, 16, 8, 128}, TR_BFLOAT16), vc(d, {B, 16, 8, 128}, TR_BFLOAT16);
+    View lens(d, {B}, TR_INT32), o(d, {B, 32, 128}, TR_BFLOAT16);
+    const DLTensor *in[] = {&q.t, &kc.t, &vc.t, &lens.t};
+    CHECK(value_error(op, in, 4, &o.t) ==
+          "GQADecodeFwdOp: 67108864 batch rows of 32 heads are more than one launch covers");
+    tr_op_destroy(&op);
+  }
+  tr_runtime_destroy(&rt);
+}
