@@ -244,6 +244,44 @@ TEST_CASE("a map cache gives back the maps kept for its key only, and keeps the 
   tr_cuda_map_cache_destroy(nullptr);
 }
 
+namespace {
+
+// An encoder for fetch: counts its calls (ctx: an int), fills the maps with 0x5a, or fails where
+// the key's cache is g_other
+tr_status *counting_encoder(const void *ctx, const tr_cuda_map_key *key, tr_cu_tensor_map out[2]) {
+  ++*static_cast<int *>(const_cast<void *>(ctx));
+  if (key->base[0] == g_other) return TR_STATUS(TR_BACKEND, "no map of this cache");
+  fill_maps(out, 0x5a);
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("fetch encodes a key the cache lacks once, keeps it, and keeps nothing when encoding fails") {
+  tr_cuda_map_cache *c = nullptr;
+  tr_test::ok(tr_cuda_map_cache_new(&c));
+  const tr_cuda_map_key a = key_of(g_k, g_v, 4096), bad = key_of(g_other, g_v, 4096);
+  int calls = 0;
+  tr_cu_tensor_map got[2];
+  fill_maps(got, 0x11);
+  tr_test::ok(tr_cuda_map_cache_fetch(c, &a, counting_encoder, &calls, got));
+  CHECK(calls == 1);
+  CHECK(maps_are(got, 0x5a));
+  fill_maps(got, 0x11);
+  tr_test::ok(tr_cuda_map_cache_fetch(c, &a, counting_encoder, &calls, got));  // kept: no encoding
+  CHECK(calls == 1);
+  CHECK(maps_are(got, 0x5a));
+  tr_status *s = tr_cuda_map_cache_fetch(c, &bad, counting_encoder, &calls, got);
+  REQUIRE(s != nullptr);
+  CHECK(std::string(tr_status_message(s)) == "no map of this cache");
+  tr_status_destroy(&s);
+  CHECK(calls == 2);
+  fill_maps(got, 0x11);
+  CHECK(tr_cuda_map_cache_get(c, &a, got));  // the failure kept nothing in a's place
+  CHECK(maps_are(got, 0x5a));
+  tr_cuda_map_cache_destroy(&c);
+}
+
 TEST_CASE("threads sharing a map cache never get another key's maps, nor half of two") {
   tr_cuda_map_cache *c = nullptr;
   tr_test::ok(tr_cuda_map_cache_new(&c));

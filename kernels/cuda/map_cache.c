@@ -63,3 +63,11 @@ void tr_cuda_map_cache_put(tr_cuda_map_cache *c, const tr_cuda_map_key *key, con
   c->filled = 1;
   tr_plat_mutex_unlock(&c->lock);
 }
+
+tr_status *tr_cuda_map_cache_fetch(tr_cuda_map_cache *c, const tr_cuda_map_key *key, tr_cuda_map_encoder encode,
+                                   const void *ctx, tr_cu_tensor_map out[2]) {
+  if (tr_cuda_map_cache_get(c, key, out)) return NULL;
+  TR_RETURN_IF_ERROR(encode(ctx, key, out));
+  tr_cuda_map_cache_put(c, key, out);
+  return NULL;
+}

@@ -41,6 +41,13 @@ int tr_cuda_map_cache_get(tr_cuda_map_cache *cache, const tr_cuda_map_key *key, 
 /* Keeps copies of maps[0] and maps[1] for `key`, in place of what was kept. Cannot fail. */
 void tr_cuda_map_cache_put(tr_cuda_map_cache *cache, const tr_cuda_map_key *key, const tr_cu_tensor_map maps[2]);
 
+/* How a kernel encodes the pair of maps of `key` (`ctx`: the kernel's own, for its errors). */
+typedef tr_status *(*tr_cuda_map_encoder)(const void *ctx, const tr_cuda_map_key *key, tr_cu_tensor_map out[2]);
+/* The maps of `key` in out[0] and out[1]: the kept ones where the cache holds that key, else
+ * `encode`'s, kept from now on. The encoder's error, with nothing kept and the cache as it was. */
+tr_status *tr_cuda_map_cache_fetch(tr_cuda_map_cache *cache, const tr_cuda_map_key *key, tr_cuda_map_encoder encode,
+                                   const void *ctx, tr_cu_tensor_map out[2]) TR_MUST_USE;
+
 #ifdef __cplusplus
 }
 #endif

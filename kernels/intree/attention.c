@@ -246,6 +246,13 @@ static tr_status *cache_map(const tr_intree_built *k, const char *which, const v
   return named;
 }
 
+/* Both caches' maps for the map cache (`ctx`: the kernel). */
+static tr_status *bs1_encode(const void *ctx, const tr_cuda_map_key *key, tr_cu_tensor_map maps[2]) {
+  const tr_intree_built *k = ctx;
+  TR_RETURN_IF_ERROR(cache_map(k, "k_cache", key->base[0], key->dims, key->strides, &maps[0]));
+  return cache_map(k, "v_cache", key->base[1], key->dims, key->strides, &maps[1]);
+}
+
 /* BS1's checks and its caches' two maps, made before the launch allocates anything: the maps of
  * the kernel's last call where its caches were these (pointers, length, layout: k->state, shared
  * by the threads calling the kernel), else encoded and kept. maps is left as given (zeros: the
@@ -264,11 +271,7 @@ static tr_status *bs1_maps(const tr_intree_built *k, int64_t B, int64_t S, const
   }
   uint64_t dim = (uint64_t)k->ints[DIM_AT], heads_kv = (uint64_t)k->ints[HEADS_KV_AT];
   const tr_cuda_map_key key = {{kc, vc}, {dim, heads_kv, (uint64_t)S}, {dim * 2, heads_kv * dim * 2}};
-  if (tr_cuda_map_cache_get(k->state, &key, maps)) return NULL;
-  TR_RETURN_IF_ERROR(cache_map(k, "k_cache", kc, key.dims, key.strides, &maps[0]));
-  TR_RETURN_IF_ERROR(cache_map(k, "v_cache", vc, key.dims, key.strides, &maps[1]));
-  tr_cuda_map_cache_put(k->state, &key, maps);
-  return NULL;
+  return tr_cuda_map_cache_fetch(k->state, &key, bs1_encode, k, maps);
 }
 
 static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n_in, DLTensor *const *out,

@@ -359,7 +359,8 @@ static tr_cuda_map_key skinny_map_key(const tr_intree_built *k, const void *w, c
   const tr_cuda_map_key key = {{w, x}, {K, L, S}, {K * 2, (uint64_t)k->reals[0] * 2}};
   return key;
 }
-static tr_status *skinny_encode(const tr_cuda_map_key *key, tr_cu_tensor_map maps[2]) {
+static tr_status *skinny_encode(const void *ctx, const tr_cuda_map_key *key, tr_cu_tensor_map maps[2]) {
+  (void)ctx;
   const uint64_t w_dims[2] = {key->dims[0], key->dims[1]}, x_dims[2] = {key->dims[0], key->dims[2]};
   const uint32_t w_box[2] = {64, SKINNY_WG_ROWS}, x_box[2] = {64, (uint32_t)((key->dims[2] + 7) / 8 * 8)};
   TR_RETURN_IF_ERROR(tr_cu_tensor_map_u16(&maps[0], key->base[0], 2, w_dims, &key->strides[0], w_box, 1));
@@ -367,10 +368,7 @@ static tr_status *skinny_encode(const tr_cuda_map_key *key, tr_cu_tensor_map map
 }
 static tr_status *skinny_maps(const tr_intree_built *k, const void *w, const void *x, tr_cu_tensor_map maps[2]) {
   const tr_cuda_map_key key = skinny_map_key(k, w, x);
-  if (tr_cuda_map_cache_get(k->state, &key, maps)) return NULL;
-  TR_RETURN_IF_ERROR(skinny_encode(&key, maps));
-  tr_cuda_map_cache_put(k->state, &key, maps);
-  return NULL;
+  return tr_cuda_map_cache_fetch(k->state, &key, skinny_encode, NULL, maps);
 }
 
 /* One skinny launch at `split` CTAs a cluster: the wgmma build where it is on and w and x are
@@ -470,7 +468,7 @@ static tr_status *tune_skinny(tr_intree_built *k, tr_cu_stream stream, tr_lt_typ
   int have_maps = status == NULL && k->ints[7] == SKINNY_WG_ON;
   for (int j = 0; j < sets && have_maps; j++) {
     const tr_cuda_map_key key = skinny_map_key(k, (void *)(uintptr_t)w[j], (void *)(uintptr_t)x);
-    tr_status *made = skinny_encode(&key, &maps[2 * j]);
+    tr_status *made = skinny_encode(NULL, &key, &maps[2 * j]);
     have_maps = made == NULL; /* else each launch tries, and takes the mma.sync path */
     tr_status_destroy(&made);
   }
