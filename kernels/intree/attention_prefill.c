@@ -104,7 +104,7 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   k->ints[SMEM_AT] = smem;
   k->reals[SCALE_AT] = tr_call_spec_float(call, "scale");
   if (k->narrow.any == NULL) {
-    return TR_STATUS(TR_BACKEND, "kernel '%s' has no entry 'tr_gqa_prefill_any' for unaligned tensors and scales not positive", k->key);
+    return TR_STATUS(TR_BACKEND, "kernel '%s' has no entry 'tr_gqa_prefill_any' for unaligned tensors", k->key);
   }
   int64_t budget = call->facts.smem_budget;
   if (budget > 0 && smem > budget) {
@@ -131,9 +131,8 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   int L_i = (int)L, heads_i = (int)heads, heads_kv_i = (int)heads_kv;
   float scale = (float)k->reals[SCALE_AT];
   void *args[] = {&q, &kk, &v, &o, &L_i, &heads_i, &heads_kv_i, &scale};
-  /* the common entry: 16-byte aligned and a positive scale; the other serves the rest */
-  int common = (((uintptr_t)q | (uintptr_t)kk | (uintptr_t)v | (uintptr_t)o) & 15) == 0 && scale > 0.f;
-  return tr_cu_launch_ex(common ? k->narrow.function : k->narrow.any, k->key, (uint32_t)(B * heads),
+  int aligned = (((uintptr_t)q | (uintptr_t)kk | (uintptr_t)v | (uintptr_t)o) & 15) == 0;
+  return tr_cu_launch_ex(aligned ? k->narrow.function : k->narrow.any, k->key, (uint32_t)(B * heads),
                          (uint32_t)tiles, k->block, (uint32_t)k->ints[SMEM_AT], stream, args, k->overlap);
 }
 

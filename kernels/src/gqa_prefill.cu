@@ -21,9 +21,8 @@
 // Grid: x = batch row * heads + head (a KV head's query heads adjacent, so they share its tiles
 // in L2), y = query tiles, the last (longest) first. Dynamic shared memory: (64 * WM + 128) rows
 // of DIM elements.
-// Entries: tr_gqa_prefill (q, k, v and o 16-byte aligned: cp.async and 16-byte stores; a positive
-// scale) and tr_gqa_prefill_any (any scale; 2-byte aligned pointers load and store through
-// registers), both
+// Entries: tr_gqa_prefill (q, k, v and o 16-byte aligned: cp.async and 16-byte stores) and
+// tr_gqa_prefill_any (2-byte aligned: loads and stores through registers), both
 // (const T *q, const T *k, const T *v, T *o, int L, int heads, int heads_kv, float scale).
 typedef TR_T T;
 
@@ -161,7 +160,6 @@ __device__ __forceinline__ void prefill(const T *__restrict__ q, const T *__rest
       cp_async_commit();
     }
 
-    unsigned pf[WM][BN / 16][4];  // P, 16-bit, as P.V's A fragments
     // Online softmax in base 2. s[i][j][e]: row lane / 4 + 8 * (e / 2) of m16 tile i, key
     // 8 * j + 2 * (lane % 4) + e % 2. A row with every key masked keeps weights 0.
 #pragma unroll
@@ -200,29 +198,29 @@ __device__ __forceinline__ void prefill(const T *__restrict__ q, const T *__rest
           acc[i][j][2 * r + 1] *= alpha;
         }
       }
-      // P as 16-bit pairs now (the C fragments of S's n8 tiles 2t and 2t + 1 are the A fragment
-      // of P.V's k16 step t), so m16 tile i's scores are dead before the next tile's softmax
-#pragma unroll
-      for (int t = 0; t < BN / 16; t++) {
-        pf[i][t][0] = pack2<T>(s[i][2 * t][0], s[i][2 * t][1]);
-        pf[i][t][1] = pack2<T>(s[i][2 * t][2], s[i][2 * t][3]);
-        pf[i][t][2] = pack2<T>(s[i][2 * t + 1][0], s[i][2 * t + 1][1]);
-        pf[i][t][3] = pack2<T>(s[i][2 * t + 1][2], s[i][2 * t + 1][3]);
-      }
     }
 
-    // O += P.V. V by ldmatrix.trans: lane l gives key row 16 t + l % 16 at chunk 2 * pair + l / 16,
-    // so registers 0, 1 are dim tile 2 * pair's B fragment, 2, 3 the next one's.
+    // O += P.V. The C fragments of S's n8 tiles 2t and 2t + 1 are the A fragment of k16 step t.
+    // V by ldmatrix.trans: lane l gives key row 16 t + l % 16 at chunk 2 * pair + l / 16, so
+    // registers 0, 1 are dim tile 2 * pair's B fragment, 2, 3 the next one's.
 #pragma unroll
     for (int t = 0; t < BN / 16; t++) {
+      unsigned a[WM][4];
+#pragma unroll
+      for (int i = 0; i < WM; i++) {
+        a[i][0] = pack2<T>(s[i][2 * t][0], s[i][2 * t][1]);
+        a[i][1] = pack2<T>(s[i][2 * t][2], s[i][2 * t][3]);
+        a[i][2] = pack2<T>(s[i][2 * t + 1][0], s[i][2 * t + 1][1]);
+        a[i][3] = pack2<T>(s[i][2 * t + 1][2], s[i][2 * t + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < DT / 2; dp++) {
         unsigned vf[4];
         ldmatrix_x4<true>(vf, smem_addr(sv + swz(t * 16 + (lane & 15), 2 * dp + (lane >> 4))));
 #pragma unroll
         for (int i = 0; i < WM; i++) {
-          mma16816<T>(acc[i][2 * dp], pf[i][t][0], pf[i][t][1], pf[i][t][2], pf[i][t][3], vf[0], vf[1]);
-          mma16816<T>(acc[i][2 * dp + 1], pf[i][t][0], pf[i][t][1], pf[i][t][2], pf[i][t][3], vf[2], vf[3]);
+          mma16816<T>(acc[i][2 * dp], a[i][0], a[i][1], a[i][2], a[i][3], vf[0], vf[1]);
+          mma16816<T>(acc[i][2 * dp + 1], a[i][0], a[i][1], a[i][2], a[i][3], vf[2], vf[3]);
         }
       }
     }
@@ -275,7 +273,7 @@ __device__ __forceinline__ void prefill(const T *__restrict__ q, const T *__rest
 
 // Dynamic shared memory: Q [BM][DIM] (then the warps' output rows), K and V [BN][DIM] each; the
 // runtime raises the kernel's limit to that (attention_prefill.c, prefill_smem).
-template <bool ALIGNED, bool ANY_SCALE>
+template <bool ALIGNED>
 __device__ __forceinline__ void entry(const T *q, const T *k, const T *v, T *o, int L, int heads, int heads_kv,
                                       float scale) {
   await_previous_kernel();
@@ -284,21 +282,19 @@ __device__ __forceinline__ void entry(const T *q, const T *k, const T *v, T *o, 
   T *sk = sq + BM * DIM;
   T *sv = sk + BN * DIM;
   // the same arithmetic either way of loading: aligned and not give the same bits
-  if (!ANY_SCALE || scale > 0.f) prefill<ALIGNED, true>(q, k, v, o, L, heads, heads_kv, scale, sq, sk, sv);
+  if (scale > 0.f) prefill<ALIGNED, true>(q, k, v, o, L, heads, heads_kv, scale, sq, sk, sv);
   else prefill<ALIGNED, false>(q, k, v, o, L, heads, heads_kv, scale, sq, sk, sv);
 }
 
-// Two entries, so the rare paths' registers never crowd the common one's (one kernel holding
-// every path spilled three times the bytes at DIM 128): tr_gqa_prefill, q, k, v and o 16-byte
-// aligned and a positive scale; tr_gqa_prefill_any, any alignment and any scale.
+// Two entries, so the rare path's registers never crowd the common one's (spills at two m16 tiles
+// a warp when one kernel held both): q, k, v and o 16-byte aligned, and any alignment.
 extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa_prefill(const T *__restrict__ q, const T *__restrict__ k,
                                                                       const T *__restrict__ v, T *__restrict__ o, int L,
                                                                       int heads, int heads_kv, float scale) {
-  entry<true, false>(q, k, v, o, L, heads, heads_kv, scale);
+  entry<true>(q, k, v, o, L, heads, heads_kv, scale);
 }
 extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa_prefill_any(const T *__restrict__ q, const T *__restrict__ k,
                                                                           const T *__restrict__ v, T *__restrict__ o,
                                                                           int L, int heads, int heads_kv, float scale) {
-  if (aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o)) entry<true, true>(q, k, v, o, L, heads, heads_kv, scale);
-  else entry<false, true>(q, k, v, o, L, heads, heads_kv, scale);
+  entry<false>(q, k, v, o, L, heads, heads_kv, scale);
 }
