@@ -812,6 +812,10 @@ class CBaselineCpuTest(unittest.TestCase):
 
 
 def _tilerun_binary():
+    """The tilerun command: TILERUN_BINARY where set (a packed copy on a machine without Bazel),
+    else Bazel's runfiles or bazel-bin."""
+    if os.environ.get("TILERUN_BINARY"):
+        return os.environ["TILERUN_BINARY"]
     srcdir = os.environ.get("TEST_SRCDIR")
     workspace = os.environ.get("TEST_WORKSPACE", "tilerun")
     if srcdir and os.path.isdir(os.path.join(srcdir, workspace)):
@@ -829,7 +833,8 @@ class RemoteLaunchTest(unittest.TestCase):
         import tempfile
         binary = _tilerun_binary()
         if not os.path.exists(binary):
-            raise FileNotFoundError("%s: build it first (bazel build //tools:tilerun)" % binary)
+            raise FileNotFoundError("%s: build it first (bazel build //tools:tilerun), or name a built one "
+                                    "in TILERUN_BINARY" % binary)
         cls.dir = tempfile.mkdtemp(prefix="tr-pyremote")
         endpoint = "ipc://%s/launch.sock" % cls.dir
         cls.server = subprocess.Popen(
