@@ -203,11 +203,8 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
     TR_RETURN_IF_ERROR(tr_cuda_map_cache_new(&maps));
     k->state = maps;
   }
+  TR_RETURN_IF_ERROR(tr_intree_smem_fits(k, call, smem));
   int64_t budget = call->facts.smem_budget;
-  if (budget > 0 && smem > budget) {
-    return TR_STATUS(TR_BACKEND, "kernel '%s' needs %lld bytes of shared memory a block; the device allows %lld",
-                     k->key, (long long)smem, (long long)budget);
-  }
   /* an SM's shared memory is about the opt-in limit a block and 1 KiB (227 + 1 on sm_90) */
   int64_t per_sm = budget > 0 ? (budget + 1024) / (smem + 1024) : 1;
   k->ints[WAVE_CTAS_AT] = (int64_t)k->sm_count * (per_sm < 1 ? 1 : per_sm);

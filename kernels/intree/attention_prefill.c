@@ -82,8 +82,7 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   out->entry = "tr_gqa_prefill";
   out->block = PREFILL_BLOCK;
   tr_intree_add_text(out, "-DTR_T=%s", t);
-  int64_t dim = tr_call_spec_int(call, "dim");
-  tr_intree_add_int(out, "-DTR_DIM=%lld", (long long)dim);
+  tr_intree_add_int(out, "-DTR_DIM=%lld", (long long)tr_call_spec_int(call, "dim"));
   tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
   tr_intree_add_int(out, "-DTR_WM=%lld", (long long)PREFILL_WM);
   return NULL;
@@ -106,11 +105,7 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   if (k->narrow.any == NULL) {
     return TR_STATUS(TR_BACKEND, "kernel '%s' has no entry 'tr_gqa_prefill_any' for unaligned tensors", k->key);
   }
-  int64_t budget = call->facts.smem_budget;
-  if (budget > 0 && smem > budget) {
-    return TR_STATUS(TR_BACKEND, "kernel '%s' needs %lld bytes of shared memory a block; the device allows %lld",
-                     k->key, (long long)smem, (long long)budget);
-  }
+  TR_RETURN_IF_ERROR(tr_intree_smem_fits(k, call, smem));
   TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->narrow.function, (int)smem));
   return tr_cu_function_set_smem(k->narrow.any, (int)smem);
 }

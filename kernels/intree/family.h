@@ -124,6 +124,10 @@ const char *tr_intree_row_refusal(int64_t row, char *buf, size_t size);
 /* The attention kernels' shared refusal (attention.c): float16 and bfloat16, head dims 64 and
  * 128 (the call spec's "dtype" and "dim"); NULL, or the reason written into buf. */
 const char *tr_intree_attention_refusal(const tr_call_spec *call, char *buf, size_t size);
+/* A kernel's dynamic shared memory a block against the device's opt-in limit (the call's facts;
+ * none stated: no check): NULL where `smem` bytes fit, else the BackendError naming the kernel,
+ * the bytes and the limit. */
+tr_status *tr_intree_smem_fits(const tr_intree_built *k, const tr_call_spec *call, int64_t smem) TR_MUST_USE;
 /* The row length a specialisation is compiled for: `row`, or 1 for rows of no elements (never
  * launched: the kernel of an empty tensor does nothing). */
 int64_t tr_intree_compiled_row(int64_t row);

@@ -140,6 +140,15 @@ const char *tr_intree_row_refusal(int64_t row, char *buf, size_t size) {
   return NULL;
 }
 
+tr_status *tr_intree_smem_fits(const tr_intree_built *k, const tr_call_spec *call, int64_t smem) {
+  int64_t budget = call->facts.smem_budget;
+  if (budget > 0 && smem > budget) {
+    return TR_STATUS(TR_BACKEND, "kernel '%s' needs %lld bytes of shared memory a block; the device allows %lld",
+                     k->key, (long long)smem, (long long)budget);
+  }
+  return NULL;
+}
+
 int64_t tr_intree_compiled_row(int64_t row) { return row > 0 ? row : 1; }
 
 /* ---- specialisations and artifacts ---- */
