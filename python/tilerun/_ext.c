@@ -180,8 +180,6 @@ typedef struct {
   PyObject *const *inputs;           /* the call's inputs, for the torch stream sync */
   Py_ssize_t n_inputs;
   PyObject *inputs_tuple;            /* the same as a tuple (borrowed), or NULL: made if needed */
-  PyTypeObject *last_type;           /* the type of the tensor borrowed last, and its route */
-  const route_entry *last_route;
   DLTensor dl[EXT_MAX_TENSORS];      /* filled by the exchange API or from a buffer */
   int n_dl;
   int64_t dims[EXT_MAX_TENSORS][2 * EXT_MAX_DIMS];
@@ -212,8 +210,6 @@ static void borrowed_init(borrowed *b, PyObject *const *inputs, Py_ssize_t n_inp
   b->inputs = inputs;
   b->n_inputs = n_inputs;
   b->inputs_tuple = inputs_tuple;
-  b->last_type = NULL;
-  b->last_route = NULL;
   b->n_dl = b->n_bufs = b->n_owned = b->synced = b->any_cuda = 0;
   b->keep = NULL;
   b->streams_set = 0;
@@ -359,10 +355,7 @@ static int borrow(borrowed *b, PyObject *obj, int writable, const DLTensor **out
   if (route_out) *route_out = NULL;
   if (obj == Py_None) return 0;
   if (g_force_python_route) return borrow_python(b, obj, out);
-  /* a call's tensors are mostly of one type: the last one's route first */
-  const route_entry *r = Py_TYPE(obj) == b->last_type ? b->last_route : route_of(obj);
-  b->last_type = Py_TYPE(obj);
-  b->last_route = r;
+  const route_entry *r = route_of(obj);
   if (route_out) *route_out = r;
   if (r->route == ROUTE_EXCHANGE) return borrow_exchange(b, obj, r->api, out);
   if (r->route == ROUTE_BUFFER && borrow_buffer(b, obj, writable, out)) return 0;
