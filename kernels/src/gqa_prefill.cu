@@ -272,7 +272,7 @@ __device__ __forceinline__ void prefill(const T *__restrict__ q, const T *__rest
 }
 
 // Dynamic shared memory: Q [BM][DIM] (then the warps' output rows), K and V [BN][DIM] each; the
-// runtime raises the kernel's limit to that (attention_prefill.c, prefill_smem).
+// runtime raises the kernel's limit to that (attention_prefill.c, prepare).
 template <bool ALIGNED>
 __device__ __forceinline__ void entry(const T *q, const T *k, const T *v, T *o, int L, int heads, int heads_kv,
                                       float scale) {
