@@ -46,9 +46,12 @@ static const tr_intree_impl kImpls[] = {
     {&tr_intree_gemm_family, SKINNY, 0},
 };
 
+#ifndef TR_SKINNY_WG_SMEM_KIB
+#define TR_SKINNY_WG_SMEM_KIB 112
+#endif
 /* The skinny kernel: at most this many rows of the small operand; CTAs of SKINNY_BLOCK threads;
  * at most SKINNY_MAX_SPLIT CTAs a cluster (the portable cluster size). The wgmma build: CTAs of
- * SKINNY_WG_BLOCK threads (a consumer warpgroup and a producer warp) taking SKINNY_WG_ROWS rows
+ * SKINNY_WG_BLOCK threads (a consumer warpgroup and a producer warp) taking 64 or 128 rows
  * of w, a ring of as many stages as fit in SKINNY_WG_SMEM bytes (two CTAs an SM), on sm_90. */
 enum {
   SKINNY_MAX_ROWS = 64,
@@ -56,8 +59,7 @@ enum {
   SKINNY_MAX_SPLIT = 8,
   SKINNY_SPLIT_MIN_ARCH = 90,
   SKINNY_WG_BLOCK = 160,
-  SKINNY_WG_ROWS = 128,
-  SKINNY_WG_SMEM = 112 * 1024,
+  SKINNY_WG_SMEM = TR_SKINNY_WG_SMEM_KIB * 1024,
   SKINNY_WG_MAX_STAGES = 8,
   SKINNY_WG_ARCH = 90,
 };
@@ -184,17 +186,42 @@ static int skinny_wgmma_build(const skinny_view *v) {
  * fit), on. */
 enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
 
-/* The wgmma build's ring: bytes a stage (128 rows of w and x's rows rounded up to 8, 64 k of 2
- * bytes each), stages, and the dynamic shared memory a CTA (the ring, 1 KiB to align it, a full
- * and an empty mbarrier a stage): kernels/src/gemm.cu's RING_BYTES + 1024 + 16 * WG_STAGES. */
-static int64_t skinny_wg_stage_bytes(int64_t S) { return (int64_t)SKINNY_WG_ROWS * 128 + (S + 7) / 8 * 8 * 128; }
-static int64_t skinny_wg_stages(int64_t S) {
-  int64_t stages = (SKINNY_WG_SMEM - 2048) / skinny_wg_stage_bytes(S);
-  return stages > SKINNY_WG_MAX_STAGES ? SKINNY_WG_MAX_STAGES : stages < 2 ? 2 : stages;
-}
-static int64_t skinny_wg_smem(int64_t S) {
-  int64_t stages = skinny_wg_stages(S);
-  return stages * skinny_wg_stage_bytes(S) + 1024 + 16 * stages;
+/* The wgmma build's shape for a call of L rows of w and S rows of x: the rows of w a CTA takes
+ * (64 or 128: one or two m64 wgmmas a k16 step) and the shared memory its ring may take. It
+ * depends on L and S only (the build step compiles without the device's SM count; the kernel's
+ * compiled shape and its launch must agree, or the ring's byte counts never complete). A weight
+ * of at most 8192 rows takes TR_SKINNY_WG_SMALL_ROWS rows and a ring of
+ * TR_SKINNY_WG_SMALL_RING_KIB; others 128 rows and 112 KiB. The defaults keep 128 rows and
+ * 112 KiB: 64 rows and 200 KiB measured faster on the H200 (bench_gemm.py 2026-12-03: m = 64 on
+ * 4096x4096 12.8 us against 16.7, on 4096x14336 32.8 against 43.6; m = 16 11.2 against 12.5 and
+ * 30.7 against 33.6) but are not yet checked against PyTorch on the GPU. */
+#ifndef TR_SKINNY_WG_SMALL_ROWS
+#define TR_SKINNY_WG_SMALL_ROWS 128
+#endif
+#ifndef TR_SKINNY_WG_SMALL_RING_KIB
+#define TR_SKINNY_WG_SMALL_RING_KIB 112
+#endif
+typedef struct skinny_wg_shape {
+  int64_t rows;   /* rows of w a CTA */
+  int64_t stages; /* the ring's stages */
+  int64_t smem;   /* dynamic shared memory a CTA */
+  int small;      /* the weight's 128-row tiles fill at most half the SMs */
+} skinny_wg_shape;
+
+/* bytes a stage: `rows` rows of w and x's rows rounded up to 8, 64 k of 2 bytes each; the dynamic
+ * shared memory: the ring, 1 KiB to align it, a full and an empty mbarrier a stage
+ * (kernels/src/gemm.cu's RING_BYTES + 1024 + 16 * WG_STAGES) */
+static skinny_wg_shape skinny_wg_shape_of(int64_t L, int64_t S, int32_t sms) {
+  (void)sms; /* the build compiles without the device's SM count: the shape cannot depend on it */
+  skinny_wg_shape w;
+  w.small = L <= 8192;
+  w.rows = w.small ? TR_SKINNY_WG_SMALL_ROWS : 128;
+  int64_t ring = (w.small ? TR_SKINNY_WG_SMALL_RING_KIB : SKINNY_WG_SMEM / 1024) * 1024;
+  int64_t stage = w.rows * 128 + (S + 7) / 8 * 8 * 128;
+  int64_t stages = (ring - 2048) / stage;
+  w.stages = stages > SKINNY_WG_MAX_STAGES ? SKINNY_WG_MAX_STAGES : stages < 2 ? 2 : stages;
+  w.smem = w.stages * stage + 1024 + 16 * w.stages;
+  return w;
 }
 
 /* rows of w per CTA: 16 per warp tile, two tiles a warp where x has more than 8 rows (x's
@@ -227,7 +254,9 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   out->wide_block = SKINNY_BLOCK; /* the split build: k over a cluster's CTAs */
   if (skinny_wgmma_build(&v)) { /* the split build on sm_90a: wgmma (gemm.cu) */
     tr_intree_add_int(out, "-DTR_WGMMA=%lld", 1);
-    tr_intree_add_int(out, "-DTR_STAGES=%lld", (long long)skinny_wg_stages(S));
+    const skinny_wg_shape w = skinny_wg_shape_of(v.L, S, call->facts.sm_count);
+    tr_intree_add_int(out, "-DTR_STAGES=%lld", (long long)w.stages);
+    tr_intree_add_int(out, "-DTR_WG_ROWS=%lld", (long long)w.rows);
     out->wide_block = SKINNY_WG_BLOCK;
   }
   out->wide_split = 1;
@@ -243,7 +272,15 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
  * 2026-12-02: 2, 1, 2 at m = 16 and 4, 1, 4 at m = 64 for q/o, mlp up, mlp down); the first guess
  * (nine SMs in ten for every x) was 3-21% slower untuned at m = 16. */
 static int64_t skinny_wg_default_split(int64_t L, int64_t S, int64_t k, int32_t sms) {
-  int64_t tiles = (L + SKINNY_WG_ROWS - 1) / SKINNY_WG_ROWS, k_tiles = (k + 63) / 64, split = 1;
+  const skinny_wg_shape w = skinny_wg_shape_of(L, S, sms);
+  int64_t tiles = (L + w.rows - 1) / w.rows, k_tiles = (k + 63) / 64, split = 1;
+  if (w.small && (w.rows != 128 || w.smem * 2 > 227 * 1024)) { /* a CTA an SM: one wave, clusters of at most 2 at 128 rows */
+    while (split < SKINNY_MAX_SPLIT && tiles * split * 2 <= (int64_t)sms && k_tiles / (split * 2) >= 2 &&
+           (w.rows != 128 || split < 2)) {
+      split *= 2;
+    }
+    return split;
+  }
   int64_t fifths = S > 32 ? 4 : 2;
   while (split < SKINNY_MAX_SPLIT && tiles * split * 5 < fifths * (int64_t)sms && k_tiles / (split * 2) >= 2) {
     split *= 2;
@@ -326,7 +363,7 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
     k->reals[3] = (double)v.yl;
     if (skinny_wgmma_build(&v) && call->facts.arch == SKINNY_WG_ARCH && k->wide.function != NULL) {
       k->ints[7] = SKINNY_WG_OFF; /* wide.function is the wgmma kernel: never launched without maps */
-      int64_t smem = skinny_wg_smem(v.S), budget = call->facts.smem_budget;
+      int64_t smem = skinny_wg_shape_of(v.L, v.S, k->sm_count).smem, budget = call->facts.smem_budget;
       if (tr_cu_has_tensor_maps() && (budget <= 0 || smem <= budget)) {
         tr_cuda_map_cache *maps = NULL;
         TR_RETURN_IF_ERROR(tr_cuda_map_cache_new(&maps));
@@ -360,15 +397,16 @@ static tr_cuda_map_key skinny_map_key(const tr_intree_built *k, const void *w, c
   return key;
 }
 static tr_status *skinny_encode(const void *ctx, const tr_cuda_map_key *key, tr_cu_tensor_map maps[2]) {
-  (void)ctx;
+  const tr_intree_built *k = ctx;
   const uint64_t w_dims[2] = {key->dims[0], key->dims[1]}, x_dims[2] = {key->dims[0], key->dims[2]};
-  const uint32_t w_box[2] = {64, SKINNY_WG_ROWS}, x_box[2] = {64, (uint32_t)((key->dims[2] + 7) / 8 * 8)};
+  const uint32_t rows = (uint32_t)skinny_wg_shape_of(k->ints[2], k->ints[1], k->sm_count).rows;
+  const uint32_t w_box[2] = {64, rows}, x_box[2] = {64, (uint32_t)((key->dims[2] + 7) / 8 * 8)};
   TR_RETURN_IF_ERROR(tr_cu_tensor_map_u16(&maps[0], key->base[0], 2, w_dims, &key->strides[0], w_box, 1));
   return tr_cu_tensor_map_u16(&maps[1], key->base[1], 2, x_dims, &key->strides[1], x_box, 1);
 }
 static tr_status *skinny_maps(const tr_intree_built *k, const void *w, const void *x, tr_cu_tensor_map maps[2]) {
   const tr_cuda_map_key key = skinny_map_key(k, w, x);
-  return tr_cuda_map_cache_fetch(k->state, &key, skinny_encode, NULL, maps);
+  return tr_cuda_map_cache_fetch(k->state, &key, skinny_encode, k, maps);
 }
 
 /* One skinny launch at `split` CTAs a cluster: the wgmma build where it is on and w and x are
@@ -388,9 +426,10 @@ static tr_status *skinny_launch(const tr_intree_built *k, const void *w, const v
     if (given != NULL) memcpy(maps, given, sizeof(maps));
     else status = skinny_maps(k, w, x, maps);
     if (status == NULL) {
-      int64_t tiles = (L + SKINNY_WG_ROWS - 1) / SKINNY_WG_ROWS;
+      const skinny_wg_shape wg = skinny_wg_shape_of(L, S, k->sm_count);
+      int64_t tiles = (L + wg.rows - 1) / wg.rows;
       status = tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)(tiles * split), (uint32_t)split,
-                                    k->wide_threads, (uint32_t)skinny_wg_smem(S), stream, args, k->overlap);
+                                    k->wide_threads, (uint32_t)wg.smem, stream, args, k->overlap);
       if (status == NULL) return NULL;
     }
     tr_status_destroy(&status); /* no map of this layout, or no clusters here: mma.sync */
@@ -468,7 +507,7 @@ static tr_status *tune_skinny(tr_intree_built *k, tr_cu_stream stream, tr_lt_typ
   int have_maps = status == NULL && k->ints[7] == SKINNY_WG_ON;
   for (int j = 0; j < sets && have_maps; j++) {
     const tr_cuda_map_key key = skinny_map_key(k, (void *)(uintptr_t)w[j], (void *)(uintptr_t)x);
-    tr_status *made = skinny_encode(NULL, &key, &maps[2 * j]);
+    tr_status *made = skinny_encode(k, &key, &maps[2 * j]);
     have_maps = made == NULL; /* else each launch tries, and takes the mma.sync path */
     tr_status_destroy(&made);
   }

@@ -11,7 +11,7 @@
 // result does not depend on timing (deterministic), and no workspace or second kernel is needed.
 //
 // The wgmma build (the split build with -DTR_WGMMA, compiled for sm_90a: x K-contiguous) computes
-// the transposed product y^T = w . x^T on Hopper's warpgroup MMA instead: a CTA takes 128 rows of
+// the transposed product y^T = w . x^T on Hopper's warpgroup MMA instead: a CTA takes TR_WG_ROWS (64 or 128) rows of
 // w and its cluster rank's share of the 64-wide k tiles; a producer warp copies each k tile of w
 // (128 rows) and of x (S rows, zero-padded to N = SP, the wgmma's N) with the TMA unit into a ring
 // of TR_STAGES stages (full/empty mbarriers, 128-byte swizzle), and one consumer warpgroup runs
@@ -308,7 +308,12 @@ template <> __device__ __forceinline__ void wgmma_m64k16<64>(float (&d)[32], u64
 #undef F4
 #undef WG_ASM
 
-constexpr int WG_ROWS = 128;                       // rows of w a CTA: two m64 wgmmas a k16 step
+#ifndef TR_WG_ROWS
+#define TR_WG_ROWS 128
+#endif
+constexpr int WG_ROWS = TR_WG_ROWS;                // rows of w a CTA: one m64 wgmma a k16 step each 64
+constexpr int WG_H = WG_ROWS / 64;
+static_assert(WG_ROWS == 64 || WG_ROWS == 128, "a CTA takes 64 or 128 rows of w");
 constexpr int WG_N = SP;                           // x's rows rounded up to 8: the wgmma's N
 constexpr int WG_KT = (K + 63) / 64;               // k tiles of 64 (a 128-byte row each)
 constexpr int WG_STAGES = TR_STAGES;
@@ -348,9 +353,9 @@ __device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const 
   }
   __syncthreads();
 
-  float acc[2][WG_N / 2];
+  float acc[WG_H][WG_N / 2];
 #pragma unroll
-  for (int h = 0; h < 2; h++)
+  for (int h = 0; h < WG_H; h++)
 #pragma unroll
     for (int i = 0; i < WG_N / 2; i++) acc[h][i] = 0.f;
 
@@ -377,8 +382,8 @@ __device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const 
 #pragma unroll
       for (int kk = 0; kk < 4; kk++) {
         const u64 b = wgmma_desc_sw128(st + W_TILE + 32 * kk);
-        wgmma_m64k16<WG_N>(acc[0], wgmma_desc_sw128(st + 32 * kk), b);
-        wgmma_m64k16<WG_N>(acc[1], wgmma_desc_sw128(st + 64 * 128 + 32 * kk), b);
+#pragma unroll
+        for (int h = 0; h < WG_H; h++) wgmma_m64k16<WG_N>(acc[h], wgmma_desc_sw128(st + h * 64 * 128 + 32 * kk), b);
       }
       wgmma_commit();
       wgmma_wait<1>();  // the stage before is read: back to the producer
@@ -393,7 +398,7 @@ __device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const 
   __syncthreads();
   if (warp < CONSUMERS / 32) {
 #pragma unroll
-    for (int h = 0; h < 2; h++)
+    for (int h = 0; h < WG_H; h++)
 #pragma unroll
       for (int i = 0; i < WG_N / 2; i++) {
         const int row = 64 * h + 16 * warp + lane / 4 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;

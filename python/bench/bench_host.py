@@ -171,6 +171,10 @@ def gpu_rows(args, tilerun, ext):
     print("\nC, in this process (tilerun._ext._bench_call*, interleaved with the rows above): RMSNorm "
           "tr_op_call %.2f us, tr_op_call_into %.2f us; Add tr_op_call %.2f us, tr_op_call_into %.2f us"
           % (m["C rms call"], m["C rms into"], m["C add call"], m["C add into"]))
+    print("the C call alone against torch (what the Python side cannot go below): RMSNorm %.2fx / %.2fx, "
+          "Add %.2fx (tr_op_call / torch.add) / %.2fx (tr_op_call_into / torch.add(out=))"
+          % (m["C rms call"] / m["torch rms"], m["C rms into"] / m["torch rms"],
+             m["C add call"] / m["torch add"], m["C add into"] / m["torch add out"]))
 
 
 def cpu_rows(args, tilerun, ext):
