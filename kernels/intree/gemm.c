@@ -46,9 +46,6 @@ static const tr_intree_impl kImpls[] = {
     {&tr_intree_gemm_family, SKINNY, 0},
 };
 
-#ifndef TR_SKINNY_WG_SMEM_KIB
-#define TR_SKINNY_WG_SMEM_KIB 112
-#endif
 /* The skinny kernel: at most this many rows of the small operand; CTAs of SKINNY_BLOCK threads;
  * at most SKINNY_MAX_SPLIT CTAs a cluster (the portable cluster size). The wgmma build: CTAs of
  * SKINNY_WG_BLOCK threads (a consumer warpgroup and a producer warp) taking 64 or 128 rows
@@ -59,7 +56,7 @@ enum {
   SKINNY_MAX_SPLIT = 8,
   SKINNY_SPLIT_MIN_ARCH = 90,
   SKINNY_WG_BLOCK = 160,
-  SKINNY_WG_SMEM = TR_SKINNY_WG_SMEM_KIB * 1024,
+  SKINNY_WG_SMEM = 112 * 1024,
   SKINNY_WG_MAX_STAGES = 8,
   SKINNY_WG_ARCH = 90,
 };
@@ -205,14 +202,13 @@ typedef struct skinny_wg_shape {
   int64_t rows;   /* rows of w a CTA */
   int64_t stages; /* the ring's stages */
   int64_t smem;   /* dynamic shared memory a CTA */
-  int small;      /* the weight's 128-row tiles fill at most half the SMs */
+  int small;      /* a weight of at most 8192 rows */
 } skinny_wg_shape;
 
 /* bytes a stage: `rows` rows of w and x's rows rounded up to 8, 64 k of 2 bytes each; the dynamic
  * shared memory: the ring, 1 KiB to align it, a full and an empty mbarrier a stage
  * (kernels/src/gemm.cu's RING_BYTES + 1024 + 16 * WG_STAGES) */
-static skinny_wg_shape skinny_wg_shape_of(int64_t L, int64_t S, int32_t sms) {
-  (void)sms; /* the build compiles without the device's SM count: the shape cannot depend on it */
+static skinny_wg_shape skinny_wg_shape_of(int64_t L, int64_t S) {
   skinny_wg_shape w;
   w.small = L <= 8192;
   w.rows = w.small ? TR_SKINNY_WG_SMALL_ROWS : 128;
@@ -254,7 +250,7 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   out->wide_block = SKINNY_BLOCK; /* the split build: k over a cluster's CTAs */
   if (skinny_wgmma_build(&v)) { /* the split build on sm_90a: wgmma (gemm.cu) */
     tr_intree_add_int(out, "-DTR_WGMMA=%lld", 1);
-    const skinny_wg_shape w = skinny_wg_shape_of(v.L, S, call->facts.sm_count);
+    const skinny_wg_shape w = skinny_wg_shape_of(v.L, S);
     tr_intree_add_int(out, "-DTR_STAGES=%lld", (long long)w.stages);
     tr_intree_add_int(out, "-DTR_WG_ROWS=%lld", (long long)w.rows);
     out->wide_block = SKINNY_WG_BLOCK;
@@ -272,7 +268,7 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
  * 2026-12-02: 2, 1, 2 at m = 16 and 4, 1, 4 at m = 64 for q/o, mlp up, mlp down); the first guess
  * (nine SMs in ten for every x) was 3-21% slower untuned at m = 16. */
 static int64_t skinny_wg_default_split(int64_t L, int64_t S, int64_t k, int32_t sms) {
-  const skinny_wg_shape w = skinny_wg_shape_of(L, S, sms);
+  const skinny_wg_shape w = skinny_wg_shape_of(L, S);
   int64_t tiles = (L + w.rows - 1) / w.rows, k_tiles = (k + 63) / 64, split = 1;
   if (w.small && (w.rows != 128 || w.smem * 2 > 227 * 1024)) { /* a CTA an SM: one wave, clusters of at most 2 at 128 rows */
     while (split < SKINNY_MAX_SPLIT && tiles * split * 2 <= (int64_t)sms && k_tiles / (split * 2) >= 2 &&
@@ -363,7 +359,7 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
     k->reals[3] = (double)v.yl;
     if (skinny_wgmma_build(&v) && call->facts.arch == SKINNY_WG_ARCH && k->wide.function != NULL) {
       k->ints[7] = SKINNY_WG_OFF; /* wide.function is the wgmma kernel: never launched without maps */
-      int64_t smem = skinny_wg_shape_of(v.L, v.S, k->sm_count).smem, budget = call->facts.smem_budget;
+      int64_t smem = skinny_wg_shape_of(v.L, v.S).smem, budget = call->facts.smem_budget;
       if (tr_cu_has_tensor_maps() && (budget <= 0 || smem <= budget)) {
         tr_cuda_map_cache *maps = NULL;
         TR_RETURN_IF_ERROR(tr_cuda_map_cache_new(&maps));
@@ -387,7 +383,7 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   return NULL;
 }
 
-/* The wgmma build's maps for w [L][K] (box 64 k x 128 rows) and x [S][K] (box 64 k x the rows
+/* The wgmma build's maps for w [L][K] (box 64 k x the shape's rows) and x [S][K] (box 64 k x the rows
  * rounded up to 8), both swizzled by 128 bytes: the kernel's last ones where its operands are
  * these (k->state; the key's dims are K, L, S and its strides w's and x's rows), else encoded
  * and kept. The driver's refusal as its status. */
@@ -399,7 +395,7 @@ static tr_cuda_map_key skinny_map_key(const tr_intree_built *k, const void *w, c
 static tr_status *skinny_encode(const void *ctx, const tr_cuda_map_key *key, tr_cu_tensor_map maps[2]) {
   const tr_intree_built *k = ctx;
   const uint64_t w_dims[2] = {key->dims[0], key->dims[1]}, x_dims[2] = {key->dims[0], key->dims[2]};
-  const uint32_t rows = (uint32_t)skinny_wg_shape_of(k->ints[2], k->ints[1], k->sm_count).rows;
+  const uint32_t rows = (uint32_t)skinny_wg_shape_of(k->ints[2], k->ints[1]).rows;
   const uint32_t w_box[2] = {64, rows}, x_box[2] = {64, (uint32_t)((key->dims[2] + 7) / 8 * 8)};
   TR_RETURN_IF_ERROR(tr_cu_tensor_map_u16(&maps[0], key->base[0], 2, w_dims, &key->strides[0], w_box, 1));
   return tr_cu_tensor_map_u16(&maps[1], key->base[1], 2, x_dims, &key->strides[1], x_box, 1);
@@ -426,7 +422,7 @@ static tr_status *skinny_launch(const tr_intree_built *k, const void *w, const v
     if (given != NULL) memcpy(maps, given, sizeof(maps));
     else status = skinny_maps(k, w, x, maps);
     if (status == NULL) {
-      const skinny_wg_shape wg = skinny_wg_shape_of(L, S, k->sm_count);
+      const skinny_wg_shape wg = skinny_wg_shape_of(L, S);
       int64_t tiles = (L + wg.rows - 1) / wg.rows;
       status = tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)(tiles * split), (uint32_t)split,
                                     k->wide_threads, (uint32_t)wg.smem, stream, args, k->overlap);

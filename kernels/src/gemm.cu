@@ -13,10 +13,10 @@
 // The wgmma build (the split build with -DTR_WGMMA, compiled for sm_90a: x K-contiguous) computes
 // the transposed product y^T = w . x^T on Hopper's warpgroup MMA instead: a CTA takes TR_WG_ROWS (64 or 128) rows of
 // w and its cluster rank's share of the 64-wide k tiles; a producer warp copies each k tile of w
-// (128 rows) and of x (S rows, zero-padded to N = SP, the wgmma's N) with the TMA unit into a ring
+// (TR_WG_ROWS rows) and of x (S rows, zero-padded to N = SP, the wgmma's N) with the TMA unit into a ring
 // of TR_STAGES stages (full/empty mbarriers, 128-byte swizzle), and one consumer warpgroup runs
 // wgmma m64nNk16 with both operands read from shared memory by descriptor (w as A, x as B, both
-// K-major), float32 accumulators in registers. So x is read once a 128-row tile (the mma.sync
+// K-major), float32 accumulators in registers. So x is read once a 64- or 128-row tile (the mma.sync
 // kernel reads it once a warp's 16 or 32 rows), and the copies need no registers. Rows of w past
 // L, k past K and rows of x past S arrive as zeros (the maps' bounds); the partials are summed
 // over the cluster as above. Its module's tr_gemm_skinny_any is the mma.sync split kernel (any
@@ -325,8 +325,8 @@ static_assert(TR_BLOCK == CONSUMERS + 32, "a consumer warpgroup and a producer w
 static_assert(WG_STAGES >= 2, "a ring of at least two stages");
 static_assert(WG_ROWS * SP * 4 <= RING_BYTES, "the partials fit in the ring");
 
-// y[s, l0 + row] for the CTA's 128 rows of w, its share of k: the producer warp's lane 0 copies
-// k tile after k tile of w (128 rows x 64 k) and of x (WG_N rows x 64 k) into the ring's stages
+// y[s, l0 + row] for the CTA's WG_ROWS rows of w, its share of k: the producer warp's lane 0 copies
+// k tile after k tile of w (WG_ROWS rows x 64 k) and of x (WG_N rows x 64 k) into the ring's stages
 // (rows and k past the tensors arrive as zeros), each stage's bytes counted on its full mbarrier;
 // the warpgroup waits for a stage, issues its 8 wgmmas (4 k16 steps x 2 halves of the rows) and
 // hands the stage before back on its empty mbarrier once those products are done (one group in
@@ -409,7 +409,7 @@ __device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const 
 }
 
 // The wgmma build's entries: tr_gemm_skinny (w and x 16-byte aligned, their maps wm: [L][K], box
-// 64 k x 128 rows; xm: [S][K], box 64 k x WG_N rows; both swizzled by 128 bytes; launched in
+// 64 k x WG_ROWS rows; xm: [S][K], box 64 k x WG_N rows; both swizzled by 128 bytes; launched in
 // clusters of the split count, with RING_BYTES + 1024 + 16 * WG_STAGES bytes of dynamic shared
 // memory) and tr_gemm_skinny_any (the mma.sync split kernel, any alignment).
 extern "C" __global__ void __launch_bounds__(TR_BLOCK)
