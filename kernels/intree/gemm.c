@@ -62,10 +62,13 @@ enum {
 };
 
 /* Rows of x from which the wgmma build serves a call (where x is K-contiguous): the A/B switch
- * (-DTR_SKINNY_WGMMA_MIN_ROWS=65 turns it off). Up to 8 rows the mma.sync kernel keeps the call
- * (one 16-row tile a warp, 8 chunks ahead: 68-88% of copy at m = 1 on the H200). */
+ * (-DTR_SKINNY_WGMMA_MIN_ROWS=65 turns it off). From one row: x's rows are padded to 8 by the
+ * TMA copy's zero fill. Measured on the H200 (bench_gemm.py --rows "decode m=1", 2026-12-03,
+ * tuned): at m = 1 the wgmma build streams the weight at 73%, 92% and 92% of copy on the
+ * 4096x4096, 14336x4096 and 4096x14336 rows, against 68%, 87% and 87% for the mma.sync kernel
+ * (one 16-row tile a warp, 8 chunks ahead), which keeps 1 to 8 rows where -DTR_SKINNY_WGMMA_MIN_ROWS=9. */
 #ifndef TR_SKINNY_WGMMA_MIN_ROWS
-#define TR_SKINNY_WGMMA_MIN_ROWS 9
+#define TR_SKINNY_WGMMA_MIN_ROWS 1
 #endif
 
 static int call_bool(const tr_call_spec *call, const char *name) {
@@ -188,15 +191,20 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
  * depends on L and S only (the build step compiles without the device's SM count; the kernel's
  * compiled shape and its launch must agree, or the ring's byte counts never complete). A weight
  * of at most 8192 rows takes TR_SKINNY_WG_SMALL_ROWS rows and a ring of
- * TR_SKINNY_WG_SMALL_RING_KIB; others 128 rows and 112 KiB. The defaults keep 128 rows and
- * 112 KiB: 64 rows and 200 KiB measured faster on the H200 (bench_gemm.py 2026-12-03: m = 64 on
- * 4096x4096 12.8 us against 16.7, on 4096x14336 32.8 against 43.6; m = 16 11.2 against 12.5 and
- * 30.7 against 33.6) but are not yet checked against PyTorch on the GPU. */
+ * TR_SKINNY_WG_SMALL_RING_KIB (64 rows and 200 KiB: one CTA an SM, clusters of 2, one wave);
+ * others 128 rows and 112 KiB. Measured on the H200 (bench_gemm.py 2026-12-03, tuned): 64 rows and
+ * 200 KiB took m = 64 on 4096x4096 from 16.7 to 12.8 us and on 4096x14336 from 43.6 to 32.8; m = 16
+ * from 12.5 to 11.2 and 33.6 to 30.7; 128 rows with 200 KiB gave 15.2 and 37.2 at m = 64, so the
+ * smaller tile is the gain (with 128 rows, clusters of 4 put two CTAs on some SMs and none on
+ * others). */
 #ifndef TR_SKINNY_WG_SMALL_ROWS
-#define TR_SKINNY_WG_SMALL_ROWS 128
+#define TR_SKINNY_WG_SMALL_ROWS 64
 #endif
 #ifndef TR_SKINNY_WG_SMALL_RING_KIB
-#define TR_SKINNY_WG_SMALL_RING_KIB 112
+#define TR_SKINNY_WG_SMALL_RING_KIB 200
+#endif
+#ifndef TR_SKINNY_WG_LARGE_ROWS
+#define TR_SKINNY_WG_LARGE_ROWS 128
 #endif
 typedef struct skinny_wg_shape {
   int64_t rows;   /* rows of w a CTA */
@@ -211,7 +219,7 @@ typedef struct skinny_wg_shape {
 static skinny_wg_shape skinny_wg_shape_of(int64_t L, int64_t S) {
   skinny_wg_shape w;
   w.small = L <= 8192;
-  w.rows = w.small ? TR_SKINNY_WG_SMALL_ROWS : 128;
+  w.rows = w.small ? TR_SKINNY_WG_SMALL_ROWS : TR_SKINNY_WG_LARGE_ROWS;
   int64_t ring = (w.small ? TR_SKINNY_WG_SMALL_RING_KIB : SKINNY_WG_SMEM / 1024) * 1024;
   int64_t stage = w.rows * 128 + (S + 7) / 8 * 8 * 128;
   int64_t stages = (ring - 2048) / stage;

@@ -77,7 +77,7 @@ std::vector<Case> all_cases() {
     add(cases, addop, "add_elementwise", nullptr, {{"dtype", tr_value_dtype(dt)}});
   }
   // the skinny GEMM: x of 1 to 64 rows (decode batches 1, 16, 64 and odd counts; 8 and 9 either
-  // side of two tiles a warp, and of the wgmma build), the workload rows' k, x K-contiguous
+  // side of two tiles a warp), the workload rows' k, x K-contiguous
   // (trans_b) and K-strided (trans_a too; n small with b [k, n])
   const tr_intree_op *gemm = tr_intree_find("GemmFwdOp");
   struct G {
@@ -88,8 +88,9 @@ std::vector<Case> all_cases() {
                       {1, 4096, 14336, false, true},  {3, 127, 64, false, true},      {3, 4096, 64, true, true},
                       {4096, 3, 64, false, false},    {127, 64, 4096, false, true},   {1, 1, 8, false, true},
                       {9, 4096, 4096, false, true},   {64, 4096, 72, true, true},    {8, 4096, 4096, false, true},
-                      // the wgmma build (sm_90a's split build for x K-contiguous of at least 9 rows): m = 9,
-                      // 16, 33, 64, k below a 64-wide tile, not a multiple of it, long
+                      // the wgmma build (sm_90a's split build for x K-contiguous, from one row): m = 9,
+                      // 16, 33, 64, k below a 64-wide tile, not a multiple of it, long; weights of at
+                      // most 8192 rows (64-row tiles) and more (128-row tiles)
                       {33, 4096, 4096, false, true},  {9, 100, 8, false, true},      {16, 100, 200, false, true},
                       {64, 4096, 14336, false, true}, {300, 33, 4104, false, true}};
   for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16}) {

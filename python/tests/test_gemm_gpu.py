@@ -8,7 +8,7 @@ GemmFwdOp cases: every dtype the manifest allows (float16, bfloat16, float32), b
 keeps those with at most one 4096), plus the manifest's workload rows (bfloat16), the selection
 boundaries m = 64 / 65 and n = 64 / 65, and the skinny kernel's edges (m or n of 8, 9, 16, 33, 64
 with k of 8, 72, 200 and 4104: one vector, part of a batch, chunks with a remainder; the wgmma
-build's: m of 9, 17, 64 with w rows of 130 and 257 and k of 56, 64, 136). Each case:
+build's: m of 1, 3, 9, 17, 64 with w rows of 130, 257 and 8200 and k of 56, 64, 136). Each case:
   into      Op.call_into into an output pre-filled with NaN (an unwritten element fails);
   call      Op(a, b), the output allocated by tilerun;
   strided   non-contiguous operands (a column slice of a wider tensor) give the same result;
@@ -20,7 +20,7 @@ The reference is torch.matmul of the float64-cast operands (the same rounded val
 bfloat16 (1.6e-2, 1.6e-2), float32 (1e-5, 1e-5); k = 0 is not a shape the manifest rows take.
 Also: tuning (request_tune) keeps every result right and reports tuned=True in kernel_config; the
 skinny kernel's split sum is deterministic (two runs bit for bit); the wgmma build runs on sm_90
-(kernel_config's wgmma at m = 16); 100 skinny calls captured in a
+(kernel_config's wgmma at m = 1 and 16); 100 skinny calls captured in a
 CUDA graph and replayed give the eager result; LinearFwdOp with and without bias against
 torch.nn.functional.linear on [batch, seq, hidden] inputs (the workload rows and small ones).
 One line per failing case, then a summary; the exit status is non-zero when any case fails.
@@ -81,12 +81,13 @@ def cases(quick):
                 for tb in (False, True):
                     out.append(("GemmFwdOp %s edges ta=0 tb=%d m=300 n=%d k=%d" % (dt, tb, n, k),
                                 dt, 300, n, k, False, tb))
-    # the wgmma build's edges (sm_90, x K-contiguous of 9 rows and more): w rows not a whole 128-row
-    # tile (130, 257), k below one 64-wide tile, exactly one, and with a remainder past whole tiles
+    # the wgmma build's edges (sm_90, x K-contiguous, from one row; x padded to 8 rows): w rows not
+    # a whole 64-row tile (130, 257) nor, past 8192 rows, a whole 128-row one (8200), k below one
+    # 64-wide tile, exactly one, and with a remainder past whole tiles
     for dt in ("float16", "bfloat16"):
         for k in (56, 64, 136):
-            for m in (9, 17, 64):
-                for n in (130, 257):
+            for m in (1, 3, 9, 17, 64):
+                for n in (130, 257) + ((8200,) if m in (1, 9) else ()):
                     out.append(("GemmFwdOp %s wgmma edges ta=0 tb=1 m=%d n=%d k=%d" % (dt, m, n, k),
                                 dt, m, n, k, False, True))
             out.append(("GemmFwdOp %s wgmma edges ta=0 tb=1 m=257 n=24 k=%d" % (dt, k), dt, 257, 24, k, False, True))
@@ -190,15 +191,17 @@ def main(argv=None):
                     print("%s: %s" % (name, cfg))
             except Exception as e:
                 failures.append((name, ["%s: %s" % (type(e).__name__, e)]))
-        # the wgmma build runs on sm_90 (kernel_config's wgmma) where x is K-contiguous of 16 rows
-        op = tilerun.op("GemmFwdOp", trans_b=True)
-        op(torch.randn(16, 4096, device=dev).to(torch.bfloat16), torch.randn(4096, 4096, device=dev).to(torch.bfloat16))
-        cfg = op.kernel_config()
-        want = torch.cuda.get_device_capability() == (9, 0)
-        if bool(cfg.get("wgmma")) == want:
-            passed += 1
-        else:
-            failures.append(("wgmma build at m=16 (sm_90: on)", ["kernel_config: %r" % (cfg,)]))
+        # the wgmma build runs on sm_90 (kernel_config's wgmma) where x is K-contiguous, from one row
+        for rows in (1, 16):
+            op = tilerun.op("GemmFwdOp", trans_b=True)
+            op(torch.randn(rows, 4096, device=dev).to(torch.bfloat16),
+               torch.randn(4096, 4096, device=dev).to(torch.bfloat16))
+            cfg = op.kernel_config()
+            want = torch.cuda.get_device_capability() == (9, 0)
+            if bool(cfg.get("wgmma")) == want:
+                passed += 1
+            else:
+                failures.append(("wgmma build at m=%d (sm_90: on)" % rows, ["kernel_config: %r" % (cfg,)]))
         # determinism of the split sum, and graph capture
         op = tilerun.op("GemmFwdOp", trans_b=True)
         a = torch.randn(16, 14336, device=dev).to(torch.bfloat16)
