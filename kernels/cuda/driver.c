@@ -67,6 +67,7 @@ typedef int (*tensor_map_fn)(tr_cu_tensor_map *map, int data_type, uint32_t rank
                              int interleave, int swizzle, int l2_promotion, int oob_fill);
 
 enum { kFuncAttrMaxDynamicSmem = 8 };      /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+enum { kFuncAttrNonPortableCluster = 14 }; /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
 
 static struct {
   tr_plat_lib *lib;
@@ -344,6 +345,10 @@ tr_status *tr_cu_function_set_smem(tr_cu_function function, int bytes) {
   int rc = g.func_attr(function, kFuncAttrMaxDynamicSmem, bytes);
   if (rc != 0) return cu_error(rc, "raising a kernel's dynamic shared memory%s", "");
   return NULL;
+}
+
+int tr_cu_function_allow_wide_clusters(tr_cu_function function) {
+  return g.func_attr(function, kFuncAttrNonPortableCluster, 1) == 0;
 }
 
 static tr_status *launch_error(int rc, const char *what, uint32_t grid_x, uint32_t grid_y, uint32_t cluster_x,

@@ -50,6 +50,9 @@ tr_status *tr_cu_module_load(const void *image, const char *name, const char *en
 int tr_cu_module_entry(tr_cu_module module, const char *entry, tr_cu_function *out);
 /* Raises a function's dynamic shared memory limit (bytes above 48 KiB need it). */
 tr_status *tr_cu_function_set_smem(tr_cu_function function, int bytes) TR_MUST_USE;
+/* Lets `function` launch in clusters of more than 8 blocks (up to 16 on sm_90, where its shared
+ * memory and threads allow): 1 when the driver took it, else 0 (clusters of 8 at most). */
+int tr_cu_function_allow_wide_clusters(tr_cu_function function);
 
 /* Launches on `stream` (an already current context). `what` names the kernel in errors. */
 tr_status *tr_cu_launch(tr_cu_function function, const char *what, uint32_t grid_x, uint32_t grid_y,

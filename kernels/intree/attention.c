@@ -1,7 +1,9 @@
 /* attention.c: the attention family: GQADecodeFwdOp on cuda (kernels/src/gqa_decode.cu), the
  * three implementations of the kernel-selection spec's worked example (below). Each splits the
  * KV length, packs a KV head's query heads into one pass over its cache on the tensor cores, and
- * writes float32 partials merged by a second kernel. The split count is chosen at launch from the
+ * writes float32 partials merged by a second kernel (bs1 on caches of at most
+ * TR_GQA_CLUSTER_MAX_S rows: one kernel, the splits a cluster's CTAs merged through its shared
+ * memory). The split count is chosen at launch from the
  * batch, the KV heads, the cache length and the SM count, never compiled in; the partials live in
  * stream-ordered memory taken and given back on the call's stream (inside a graph capture: the
  * graph's own allocation nodes), so one build serves every batch and length.
@@ -55,6 +57,20 @@ enum {
   MERGE_GROUPS = 4,             /* the merge's groups of dim threads (gqa_decode.cu's MG; its
                                    MERGE_MAX_SPLITS is DECODE_MAX_SPLITS) */
 };
+/* BS1's cluster build serves caches of at most TR_GQA_CLUSTER_MAX_S rows in one kernel: the
+ * splits are the CTAs of a cluster of at most TR_GQA_CLUSTER_MAX (above 8 where the driver allows
+ * clusters past the portable size), merged through the cluster's shared memory. Measured on the
+ * H200 (bench_attention.py, batch 1, 32/8 heads, dim 128, bf16, 2026-12-03): clusters of 8 took
+ * kv 1024 from 7.9 us (two kernels) to 7.0-7.1 and kv 4096 from 12.7-12.8 to 10.7-10.9; clusters
+ * of 16 were slower than two kernels (8.4 and 12.9), and so was a ring of twice the slots in the
+ * cluster build (7.3 and 12.1). A CTA streams its split at about 30 GB/s there, so past 4096 rows
+ * (8 CTAs a KV head) the two kernels' many splits are the faster choice. */
+#ifndef TR_GQA_CLUSTER_MAX
+#define TR_GQA_CLUSTER_MAX 8
+#endif
+#ifndef TR_GQA_CLUSTER_MAX_S
+#define TR_GQA_CLUSTER_MAX_S 4096
+#endif
 static const tr_intree_impl kImpls[] = {
     {&tr_intree_attention_family, DENSE, 0},
     {&tr_intree_attention_family, BS1, 0},
@@ -153,7 +169,7 @@ static int64_t ring_stages(int kind, int64_t dim) { return kind == BS1 ? (dim ==
 static int64_t smem_bytes(int kind, int64_t dim) {
   const int64_t warps = DECODE_BLOCK / 32, stages = ring_stages(kind, dim);
   int64_t ring = warps * stages * 2 * 16 * dim * 2; /* BS1: the CTA's slots of 16 rows a warp, as many bytes */
-  int64_t merge = warps * 16 * dim * 4 + 2 * warps * 16 * 4;
+  int64_t merge = warps * 16 * dim * 4 + 2 * warps * 16 * 4 + 16 * dim * 4 + 2 * 16 * 4; /* and the cluster's result */
   int64_t bytes = ring > merge ? ring : merge;
   return kind == BS1 ? bytes + 2 * stages * 8 + 1024 : bytes; /* BS1: the mbarriers, 1 KiB to align the ring */
 }
@@ -172,7 +188,12 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   tr_intree_add_int(out, "-DTR_DIM=%lld", (long long)dim);
   tr_intree_add_int(out, "-DTR_GQ=%lld", (long long)gq);
   tr_intree_add_int(out, "-DTR_STAGES=%lld", (long long)ring_stages(kind, dim));
-  if (kind == BS1) tr_intree_add_int(out, "-DTR_BULK=%lld", 1);
+  if (kind == BS1) {
+    tr_intree_add_int(out, "-DTR_BULK=%lld", 1);
+    out->wide_block = out->block; /* the cluster build (-DTR_SPLIT): short caches, one kernel */
+    out->wide_split = 1;
+    out->wide_min_arch = 90;
+  }
   tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
   return NULL;
 }
@@ -180,7 +201,9 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
 /* Where prepare keeps the launch values (the implementation is k->impl->kind). QTILES: tiles of
  * up to 16 query heads a KV head; WAVE_CTAS: the CTAs the card holds at once (its SMs times the
  * CTAs an SM fits), which the split count fills. */
-enum { DIM_AT, HEADS_KV_AT, QTILES_AT, SMEM_AT, WAVE_CTAS_AT }; /* k->ints; SMEM: dynamic, bytes a CTA */
+enum { DIM_AT, HEADS_KV_AT, QTILES_AT, SMEM_AT, WAVE_CTAS_AT, CLUSTER_AT }; /* k->ints; SMEM: dynamic, bytes a CTA
+                                                                  (both builds); CLUSTER: BS1's most CTAs a cluster
+                                                                  (0: no cluster build) */
 enum { SCALE_AT, SOFTCAP_AT };                                 /* k->reals */
 
 static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
@@ -208,6 +231,13 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   /* an SM's shared memory is about the opt-in limit a block and 1 KiB (227 + 1 on sm_90) */
   int64_t per_sm = budget > 0 ? (budget + 1024) / (smem + 1024) : 1;
   k->ints[WAVE_CTAS_AT] = (int64_t)k->sm_count * (per_sm < 1 ? 1 : per_sm);
+  k->ints[CLUSTER_AT] = 0;
+  if (kind == BS1 && k->wide.function != NULL) {
+    TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->wide.function, (int)smem));
+    int64_t most = TR_GQA_CLUSTER_MAX;
+    if (most > 8 && !tr_cu_function_allow_wide_clusters(k->wide.function)) most = 8;
+    k->ints[CLUSTER_AT] = most;
+  }
   return tr_cu_function_set_smem(k->narrow.function, (int)smem);
 }
 
@@ -226,6 +256,11 @@ static int64_t split_count(int64_t units, int64_t S, int64_t wave_ctas) {
   if (want > most) want = most;
   if (want > DECODE_MAX_SPLITS) want = DECODE_MAX_SPLITS;
   return want < 1 ? 1 : want;
+}
+
+/* A split's rows: a whole number of DECODE_MIN_ROWS_A_SPLIT (a slot for each consumer warp). */
+static int64_t round_up_rows(int64_t rows) {
+  return (rows + DECODE_MIN_ROWS_A_SPLIT - 1) / DECODE_MIN_ROWS_A_SPLIT * DECODE_MIN_ROWS_A_SPLIT;
 }
 
 /* BS1's tensor map of one cache (`which`: "k_cache" or "v_cache"): [S][heads_kv][dim] of batch
@@ -285,17 +320,30 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   }
   tr_cu_tensor_map maps[2] = {{{0}}, {{0}}}; /* k_cache's, v_cache's: BS1's only */
   if (k->impl->kind == BS1) TR_RETURN_IF_ERROR(bs1_maps(k, B, S, kc, vc, maps));
+  float scale = (float)k->reals[SCALE_AT], softcap = (float)k->reals[SOFTCAP_AT];
+  int heads_kv_i = (int)heads_kv;
+  if (k->ints[CLUSTER_AT] > 0 && S <= TR_GQA_CLUSTER_MAX_S) { /* BS1, a short cache: one kernel */
+    int64_t ctas = S == 0 ? 1 : (S + DECODE_MIN_ROWS_A_SPLIT - 1) / DECODE_MIN_ROWS_A_SPLIT;
+    if (ctas > k->ints[CLUSTER_AT]) ctas = k->ints[CLUSTER_AT];
+    int64_t chunk = S == 0 ? 1 : round_up_rows((S + ctas - 1) / ctas);
+    if (S > 0) ctas = (S + chunk - 1) / chunk;
+    void *args[] = {&q, &kc, &vc, &seqlens, &o, &S, &heads_kv_i, &chunk, &scale, &softcap, &maps[0], &maps[1]};
+    tr_status *status = tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)(units * ctas), (uint32_t)ctas,
+                                             k->wide_threads, (uint32_t)k->ints[SMEM_AT], stream, args,
+                                             k->overlap);
+    if (status == NULL) return NULL;
+    tr_status_destroy(&status); /* no clusters here (MPS, a partitioned GPU): the two kernels */
+  }
   int64_t splits = S == 0 ? 1 : split_count(units, S, k->ints[WAVE_CTAS_AT]);
   int64_t chunk = S == 0 ? 1 : (S + splits - 1) / splits;
-  chunk = (chunk + DECODE_MIN_ROWS_A_SPLIT - 1) / DECODE_MIN_ROWS_A_SPLIT * DECODE_MIN_ROWS_A_SPLIT;
+  chunk = round_up_rows(chunk);
   if (S > 0) splits = (S + chunk - 1) / chunk;
   size_t part_bytes = (size_t)(B * heads * splits) * (size_t)(dim + 2) * sizeof(float);
   tr_cu_ptr part = 0;
   TR_RETURN_IF_ERROR(tr_cu_alloc_async(part_bytes, stream, &part));
   float *part_o = (float *)(uintptr_t)part;
   float *part_ml = part_o + (size_t)(B * heads * splits) * (size_t)dim;
-  int heads_kv_i = (int)heads_kv, splits_i = (int)splits;
-  float scale = (float)k->reals[SCALE_AT], softcap = (float)k->reals[SOFTCAP_AT];
+  int splits_i = (int)splits;
   void *split_args[] = {&q,        &kc,    &vc,    &seqlens, &part_o,  &part_ml, &S,       &heads_kv_i,
                         &splits_i, &chunk, &scale, &softcap, &maps[0], &maps[1]};
   tr_status *status = tr_cu_launch_ex(k->narrow.function, k->key, (uint32_t)units, (uint32_t)splits, k->block,

@@ -25,12 +25,14 @@
 // aligned takes the register path of the other build in either.
 //
 // Macros: TR_T (f16, bf16), TR_DIM (64, 128), TR_GQ (query heads a KV head), TR_STAGES (the ring's
-// slots: a warp's, or with TR_BULK the CTA's), TR_BULK, TR_BLOCK (threads a CTA: four consumer
-// warps, and the producer warp with TR_BULK). Dynamic shared memory: the larger of the rings and
-// the merge buffers, and with TR_BULK the mbarriers (kernels/intree/attention.c's smem_bytes).
+// slots: a warp's, or with TR_BULK the CTA's), TR_BULK, TR_SPLIT (with TR_BULK: the cluster build,
+// below), TR_BLOCK (threads a CTA: four consumer warps, and the producer warp with TR_BULK).
+// Dynamic shared memory: the larger of the rings and the merge buffers (with the cluster build's
+// result), and with TR_BULK the mbarriers (kernels/intree/attention.c's smem_bytes).
 // Entries: tr_gqa(const T *q, const T *k, const T *v, const int *seqlens, float *part_o,
 //                 float *part_ml, i64 S, int heads_kv, int splits, i64 chunk, float scale,
-//                 float softcap, tensor_map km, tensor_map vm)   (the maps read with TR_BULK only)
+//                 float softcap, tensor_map km, tensor_map vm)   (the maps read with TR_BULK only;
+//                 the cluster build's tr_gqa: below)
 //          tr_gqa_merge(const float *part_o, const float *part_ml, T *o, int splits), 4 * DIM
 //          threads, splits <= 256
 typedef TR_T T;
@@ -183,19 +185,20 @@ __device__ __forceinline__ void attend16(Acc &a, const unsigned (&qa)[KSTEPS][4]
 
 // What a CTA works on: its batch row, KV head, query heads and split, and where they are.
 struct Unit {
-  int b, heads, h0, nq, sp;
+  int b, g, heads, h0, nq, sp;
   i64 start, end, row_stride;
   const T *kb, *vb;
 };
 
+// `unit`: (b * heads_kv + g) * QTILES + qt; `sp`: the split.
 __device__ __forceinline__ Unit unit_of(const int *__restrict__ seqlens, const T *k, const T *v, i64 S, int heads_kv,
-                                        i64 chunk) {
+                                        i64 chunk, int unit, int sp) {
   Unit u;
-  u.sp = blockIdx.y;
-  const int unit = blockIdx.x;  // (b * heads_kv + g) * QTILES + qt
+  u.sp = sp;
   const int qt = unit % QTILES;
   const int bg = unit / QTILES;
   const int g = bg % heads_kv;
+  u.g = g;
   u.b = bg / heads_kv;
   u.heads = heads_kv * GQ;
   u.h0 = g * GQ + qt * QT;  // the tile's first query head
@@ -237,9 +240,8 @@ __device__ __forceinline__ void begin(const T *__restrict__ q, const Unit &u, in
 }
 
 // The warps' accumulators merged in shared memory (every thread of the CTA calls it; only the
-// consumer warps' are merged) and written as the split's partials.
-__device__ __forceinline__ void finish(Acc &a, const Unit &u, float *__restrict__ part_o, float *__restrict__ part_ml,
-                                       int splits, char *smem) {
+// consumer warps' are merged): red_o [WARPS][QT][DIM], then red_m and red_l [WARPS][QT], at smem.
+__device__ __forceinline__ void merge_warps(Acc &a, char *smem) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 4, t = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -247,7 +249,7 @@ __device__ __forceinline__ void finish(Acc &a, const Unit &u, float *__restrict_
     a.l[h] += __shfl_xor_sync(0xffffffffu, a.l[h], 2);
   }
   __syncthreads();  // every warp is done with the rings: the memory is the merge's now
-  float *red_o = reinterpret_cast<float *>(smem);  // [WARPS][QT][DIM]
+  float *red_o = reinterpret_cast<float *>(smem);
   float *red_m = red_o + WARPS * QT * DIM, *red_l = red_m + WARPS * QT;
   if (warp < WARPS) {
 #pragma unroll
@@ -264,24 +266,40 @@ __device__ __forceinline__ void finish(Acc &a, const Unit &u, float *__restrict_
     }
   }
   __syncthreads();
+}
+
+// The CTA's (max, sum, o) of query head h (of the tile) at dim d, from merge_warps' buffers.
+struct Part {
+  float m, l, o;
+};
+__device__ __forceinline__ Part cta_part(const char *smem, int h, int d) {
+  const float *red_o = reinterpret_cast<const float *>(smem);
+  const float *red_m = red_o + WARPS * QT * DIM, *red_l = red_m + WARPS * QT;
+  Part p = {NEG_INF, 0.f, 0.f};
+#pragma unroll
+  for (int w = 0; w < WARPS; w++) p.m = fmaxf(p.m, red_m[w * QT + h]);
+#pragma unroll
+  for (int w = 0; w < WARPS; w++) {
+    const float mw = red_m[w * QT + h];
+    const float f = mw == NEG_INF ? 0.f : exp2f(mw - p.m);
+    p.l = fmaf(red_l[w * QT + h], f, p.l);
+    p.o = fmaf(red_o[(w * QT + h) * DIM + d], f, p.o);
+  }
+  return p;
+}
+
+// The CTA's partials written as the split's (the general build).
+__device__ __forceinline__ void finish(Acc &a, const Unit &u, float *__restrict__ part_o, float *__restrict__ part_ml,
+                                       int splits, char *smem) {
+  merge_warps(a, smem);
   for (int i = threadIdx.x; i < u.nq * DIM; i += BLOCK) {
     const int h = i / DIM, d = i % DIM;
-    float M = NEG_INF;
-#pragma unroll
-    for (int w = 0; w < WARPS; w++) M = fmaxf(M, red_m[w * QT + h]);
-    float L = 0.f, O = 0.f;
-#pragma unroll
-    for (int w = 0; w < WARPS; w++) {
-      const float mw = red_m[w * QT + h];
-      const float f = mw == NEG_INF ? 0.f : exp2f(mw - M);
-      L = fmaf(red_l[w * QT + h], f, L);
-      O = fmaf(red_o[(w * QT + h) * DIM + d], f, O);
-    }
+    const Part p = cta_part(smem, h, d);
     const i64 idx = ((i64)u.b * u.heads + u.h0 + h) * splits + u.sp;
-    part_o[idx * DIM + d] = O;
+    part_o[idx * DIM + d] = p.o;
     if (d == 0) {
-      part_ml[idx * 2] = M;
-      part_ml[idx * 2 + 1] = L;
+      part_ml[idx * 2] = p.m;
+      part_ml[idx * 2 + 1] = p.l;
     }
   }
 }
@@ -402,20 +420,16 @@ __device__ __forceinline__ void bulk_ring(const Unit &u, const unsigned (&qa)[KS
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(BLOCK)
-    tr_gqa(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, const int *__restrict__ seqlens,
-           float *__restrict__ part_o, float *__restrict__ part_ml, i64 S, int heads_kv, int splits, i64 chunk,
-           float scale, float softcap, const __grid_constant__ tensor_map km, const __grid_constant__ tensor_map vm) {
-  await_previous_kernel();
-  extern __shared__ __align__(1024) char smem[];
-  const Unit u = unit_of(seqlens, k, v, S, heads_kv, chunk);
+// A split's (max, sum, o) over its cache rows, in the thread's accumulator.
+__device__ __forceinline__ void attend_split(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+                                             const Unit &u, Acc &a, float scale, float softcap, char *smem,
+                                             const tensor_map *km, const tensor_map *vm) {
   const float qk_scale = softcap > 0.f ? scale : scale * LOG2E;
   unsigned qa[KSTEPS][4];
-  Acc a;
   begin(q, u, threadIdx.x % 32, qa, a);
   if (aligned16(k) && aligned16(v)) {
 #if TR_BULK
-    bulk_ring(u, qa, a, qk_scale, softcap, smem, &km, &vm, (int)((blockIdx.x / QTILES) % heads_kv));
+    bulk_ring(u, qa, a, qk_scale, softcap, smem, km, vm, u.g);
 #else
     (void)km;
     (void)vm;
@@ -424,8 +438,91 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
   } else {  // (with TR_BULK the maps were not made: the host checks the same alignment)
     warp_rings<false>(u, qa, a, qk_scale, softcap, smem);
   }
+}
+
+#ifdef TR_SPLIT
+// The cluster build (-DTR_SPLIT, with TR_BULK: sm_90, short caches): the C CTAs of a cluster
+// (C at most CLUSTER_MAX, 16, from the launch; 1-D clusters of blocks in a row) are the C splits of one unit,
+// the CTA's cluster rank its split. Each CTA keeps its merged (max, sum, o) in its own shared
+// memory; after a cluster barrier the CTAs take the unit's (head, dim) elements in turn and merge
+// the C CTAs' values from the cluster's shared memory in rank order (the same result wherever the
+// CTAs ran), then write o. No partials in global memory, no second kernel.
+// Entry: tr_gqa(q, k, v, seqlens, T *o, i64 S, int heads_kv, i64 chunk, float scale, float softcap,
+//               tensor_map km, tensor_map vm), grid (units x C) in clusters of C.
+static_assert(TR_BULK, "the cluster build is the bulk one");
+constexpr int CLUSTER_MAX = 16;  // attention.c's TR_GQA_CLUSTER_MAX at most
+extern "C" __global__ void __launch_bounds__(BLOCK)
+    tr_gqa(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, const int *__restrict__ seqlens,
+           T *__restrict__ o, i64 S, int heads_kv, i64 chunk, float scale, float softcap,
+           const __grid_constant__ tensor_map km, const __grid_constant__ tensor_map vm) {
+  await_previous_kernel();
+  extern __shared__ __align__(1024) char smem[];
+  const unsigned rank = cluster_rank(), ctas = cluster_ctas();
+  const Unit u = unit_of(seqlens, k, v, S, heads_kv, chunk, (int)(blockIdx.x / ctas), (int)rank);
+  Acc a;
+  attend_split(q, k, v, u, a, scale, softcap, smem, &km, &vm);
+  merge_warps(a, smem);
+  // this CTA's result: res_o [QT][DIM], res_m and res_l [QT], past merge_warps' buffers
+  float *res_o = reinterpret_cast<float *>(smem) + WARPS * QT * (DIM + 2);
+  float *res_m = res_o + QT * DIM, *res_l = res_m + QT;
+  for (int i = threadIdx.x; i < u.nq * DIM; i += BLOCK) {
+    const int h = i / DIM, d = i % DIM;
+    const Part p = cta_part(smem, h, d);
+    res_o[i] = p.o;
+    if (d == 0) {
+      res_m[h] = p.m;
+      res_l[h] = p.l;
+    }
+  }
+  cluster_arrive();
+  cluster_wait();
+  for (int i = (int)rank * BLOCK + threadIdx.x; i < u.nq * DIM; i += (int)ctas * BLOCK) {
+    const int h = i / DIM, d = i % DIM;
+    // the CTAs' maxima, then their sums and o in groups of 8, each group's loads issued before
+    // any is used (the remote loads overlap: three round trips for 16 CTAs, not 48)
+    float w[CLUSTER_MAX];
+#pragma unroll
+    for (int c = 0; c < CLUSTER_MAX; c++) w[c] = c < (int)ctas ? load_cluster(&res_m[h], (unsigned)c) : NEG_INF;
+    float M = NEG_INF, L = 0.f, O = 0.f;
+#pragma unroll
+    for (int c = 0; c < CLUSTER_MAX; c++) M = fmaxf(M, w[c]);
+#pragma unroll
+    for (int c = 0; c < CLUSTER_MAX; c++) w[c] = w[c] == NEG_INF ? 0.f : exp2f(w[c] - M);
+#pragma unroll
+    for (int c0 = 0; c0 < CLUSTER_MAX; c0 += 8) {
+      if (c0 < (int)ctas) {
+        float lc[8], oc[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          const bool in = c0 + j < (int)ctas;
+          lc[j] = in ? load_cluster(&res_l[h], (unsigned)(c0 + j)) : 0.f;
+          oc[j] = in ? load_cluster(&res_o[i], (unsigned)(c0 + j)) : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          L = fmaf(lc[j], w[c0 + j], L);
+          O = fmaf(oc[j], w[c0 + j], O);
+        }
+      }
+    }
+    o[((i64)u.b * u.heads + u.h0 + h) * DIM + d] = from_f32<T>(L > 0.f ? O / L : 0.f);
+  }
+  cluster_arrive();  // done reading the others' results; each CTA's stay until all are done
+  cluster_wait();
+}
+#else
+extern "C" __global__ void __launch_bounds__(BLOCK)
+    tr_gqa(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, const int *__restrict__ seqlens,
+           float *__restrict__ part_o, float *__restrict__ part_ml, i64 S, int heads_kv, int splits, i64 chunk,
+           float scale, float softcap, const __grid_constant__ tensor_map km, const __grid_constant__ tensor_map vm) {
+  await_previous_kernel();
+  extern __shared__ __align__(1024) char smem[];
+  const Unit u = unit_of(seqlens, k, v, S, heads_kv, chunk, (int)blockIdx.x, (int)blockIdx.y);
+  Acc a;
+  attend_split(q, k, v, u, a, scale, softcap, smem, &km, &vm);
   finish(a, u, part_o, part_ml, splits, smem);
 }
+#endif
 
 // The splits' partials of one (batch row, query head) merged: MG groups of DIM threads each take
 // every MG-th split (eight loads in flight a thread), then sum the groups in shared memory.

@@ -13,7 +13,8 @@ each implementation on the same cases (batch 1 goes to bs1 on sm_90, the spec's 
 range to long_context, the rest to the general one: which one each call got is checked against
 the selection rules); caches not 16-byte aligned; one captured decode call replayed as seqlens
 grow, against eager each time, for a batch of 4 and for batch 1; the cache past each row's
-length filled with NaN; caches shorter than a slot, and empty ones.
+length filled with NaN; caches shorter than a slot, and empty ones; batch 1 either side of the
+cluster build's bound (4096 rows: one kernel at most, two above), two runs bit for bit.
 """
 import itertools
 import os
@@ -151,6 +152,22 @@ class GqaDecodeGpuTest(unittest.TestCase):
             lens = torch.zeros(B, device=DEV, dtype=torch.int32)
             o = tilerun.op("GQADecodeFwdOp", heads=32, heads_kv=8, dim=128)(q, k, k, lens)
             self.assertTrue(torch.equal(o, torch.zeros_like(q)), "B=%d" % B)
+
+    def test_batch_one_either_side_of_the_cluster_bound(self):
+        """Batch 1 on sm_90 takes one kernel (the splits a cluster's CTAs, merged through its shared
+        memory) for caches of at most 4096 rows and two kernels (partials, then a merge) above:
+        lengths either side, ragged, and two runs bit for bit (the merge's order is fixed)."""
+        for S in (2048, 4095, 4096, 4097, 8192):
+            for (heads, kv), dtype in (((32, 8), torch.bfloat16), ((64, 8), torch.float16), ((32, 1), torch.bfloat16)):
+                for used in sorted({1, 65, S // 2 + 1, S}):
+                    self.run_case(1, S, heads, kv, 128, dtype, [used],
+                                  what="B=1 S=%d used %d heads=%d/%d %s" % (S, used, heads, kv, dtype))
+            q, k, v = self.make(1, S, 32, 8, 64, torch.bfloat16)
+            lens = torch.tensor([S - 5], device=DEV, dtype=torch.int32)
+            op = tilerun.op("GQADecodeFwdOp", heads=32, heads_kv=8, dim=64)
+            first = op(q, k, v, lens)
+            self.check(first, reference(q, k, v, lens), torch.bfloat16, "B=1 S=%d dim 64" % S)
+            self.assertTrue(torch.equal(first, op(q, k, v, lens)), "B=1 S=%d: two runs differ" % S)
 
     def test_caches_not_16_byte_aligned(self):
         for B in (1, 3):
