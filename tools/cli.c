@@ -390,6 +390,31 @@ static int list_backends(FILE *out, FILE *err) {
 
 static void warn_to(void *ctx, const char *line) { fprintf((FILE *)ctx, "tilerun: warning: %s\n", line); }
 
+/* Where no backend descriptor lies along the search path: a line naming each folder looked in
+ * (and those that are not folders), so an empty target list says why. */
+static void no_backend_hint(FILE *out) {
+  char **dirs = NULL;
+  size_t n_dirs = 0;
+  tr_status *status = tr_backend_search_path(&dirs, &n_dirs);
+  if (status != NULL) {
+    tr_status_destroy(&status);
+    return;
+  }
+  tr_discovery *found = NULL;
+  status = tr_backend_discover((const char *const *)dirs, n_dirs, &found);
+  if (status == NULL && tr_discovery_count(found) == 0 && tr_discovery_failure_count(found) == 0) {
+    fprintf(out, "no backend was found: looked for backend descriptors, *.yaml, in");
+    for (size_t i = 0; i < n_dirs; i++) {
+      fprintf(out, "%s %s%s", i ? "," : "", dirs[i], tr_plat_is_dir(dirs[i]) ? "" : " (not a directory)");
+    }
+    fprintf(out, "%s; set TILERUN_BACKEND_PATH or install a backend (see 'tilerun backends')\n",
+            n_dirs == 0 ? " no folder (an empty search path)" : "");
+  }
+  tr_status_destroy(&status);
+  tr_discovery_destroy(&found);
+  tr_discovery_free_dirs(&dirs, n_dirs);
+}
+
 static int list_targets(const cli_options *opts, const char *op_name, FILE *out, FILE *err) {
   tr_runtime_options o;
   memset(&o, 0, sizeof(o));
@@ -434,6 +459,7 @@ static int list_targets(const cli_options *opts, const char *op_name, FILE *out,
   }
   size_t failed = tr_load_failure_count(rt);
   fprintf(out, "load failures: %zu\n", failed);
+  if (tr_registered_targets(rt, NULL, targets, 64) == 0 && failed == 0) no_backend_hint(out);
   for (size_t i = 0; i < failed; i++) {
     fprintf(out, "  %-16s %s\n", tr_load_failure_backend(rt, i), tr_load_failure_reason(rt, i));
   }

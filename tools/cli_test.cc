@@ -214,6 +214,18 @@ TEST_CASE("targets lists each registered target with the ops it serves, and load
   r = run({"targets", "NopeFwdOp", "--manifest", "manifest/spec"});
   CHECK(r.rc == 1);
   CHECK(r.err == "tilerun: no op 'NopeFwdOp' in the manifest manifest/spec (see 'tilerun ops')\n");
+  CHECK(r.out.find("no backend was found") == std::string::npos);
+  // no descriptor anywhere on the path: the empty list says where it looked
+  std::string empty = std::string(tmp.path) + "/empty";
+  REQUIRE(tr_plat_make_dirs(empty.c_str()) == nullptr);
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", (empty + ":/nonexistent/backends").c_str()) == nullptr);
+  r = run({"targets", "--manifest", "manifest/spec"});
+  CHECK(r.rc == 0);
+  // (the path ends with the install's folder, whatever this machine has there)
+  CHECK(r.out.find("registered targets: 0\nload failures: 0\nno backend was found: looked for backend descriptors, "
+                   "*.yaml, in " + empty + ", /nonexistent/backends (not a directory), ") == 0);
+  CHECK(r.out.find("lib/tilerun/backends") != std::string::npos);
+  CHECK(r.out.find("; set TILERUN_BACKEND_PATH or install a backend (see 'tilerun backends')\n") != std::string::npos);
   REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
 }
 
