@@ -258,9 +258,13 @@ static int64_t split_count(int64_t units, int64_t S, int64_t wave_ctas) {
   return want < 1 ? 1 : want;
 }
 
-/* A split's rows: a whole number of DECODE_MIN_ROWS_A_SPLIT (a slot for each consumer warp). */
-static int64_t round_up_rows(int64_t rows) {
-  return (rows + DECODE_MIN_ROWS_A_SPLIT - 1) / DECODE_MIN_ROWS_A_SPLIT * DECODE_MIN_ROWS_A_SPLIT;
+/* S rows in at most `want` splits of a whole number of DECODE_MIN_ROWS_A_SPLIT rows each (a slot
+ * for each consumer warp): the rows a split in *chunk, and the count (an empty cache: one split,
+ * which reads nothing). */
+static int64_t split_rows(int64_t S, int64_t want, int64_t *chunk) {
+  const int64_t rows = S == 0 ? 1 : (S + want - 1) / want;
+  *chunk = (rows + DECODE_MIN_ROWS_A_SPLIT - 1) / DECODE_MIN_ROWS_A_SPLIT * DECODE_MIN_ROWS_A_SPLIT;
+  return S == 0 ? 1 : (S + *chunk - 1) / *chunk;
 }
 
 /* BS1's tensor map of one cache (`which`: "k_cache" or "v_cache"): [S][heads_kv][dim] of batch
@@ -323,10 +327,7 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   float scale = (float)k->reals[SCALE_AT], softcap = (float)k->reals[SOFTCAP_AT];
   int heads_kv_i = (int)heads_kv;
   if (k->ints[CLUSTER_AT] > 0 && S <= TR_GQA_CLUSTER_MAX_S) { /* BS1, a short cache: one kernel */
-    int64_t ctas = S == 0 ? 1 : (S + DECODE_MIN_ROWS_A_SPLIT - 1) / DECODE_MIN_ROWS_A_SPLIT;
-    if (ctas > k->ints[CLUSTER_AT]) ctas = k->ints[CLUSTER_AT];
-    int64_t chunk = S == 0 ? 1 : round_up_rows((S + ctas - 1) / ctas);
-    if (S > 0) ctas = (S + chunk - 1) / chunk;
+    int64_t chunk, ctas = split_rows(S, k->ints[CLUSTER_AT], &chunk);
     void *args[] = {&q, &kc, &vc, &seqlens, &o, &S, &heads_kv_i, &chunk, &scale, &softcap, &maps[0], &maps[1]};
     tr_status *status = tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)(units * ctas), (uint32_t)ctas,
                                              k->wide_threads, (uint32_t)k->ints[SMEM_AT], stream, args,
@@ -334,10 +335,7 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
     if (status == NULL) return NULL;
     tr_status_destroy(&status); /* no clusters here (MPS, a partitioned GPU): the two kernels */
   }
-  int64_t splits = S == 0 ? 1 : split_count(units, S, k->ints[WAVE_CTAS_AT]);
-  int64_t chunk = S == 0 ? 1 : (S + splits - 1) / splits;
-  chunk = round_up_rows(chunk);
-  if (S > 0) splits = (S + chunk - 1) / chunk;
+  int64_t chunk, splits = split_rows(S, S == 0 ? 1 : split_count(units, S, k->ints[WAVE_CTAS_AT]), &chunk);
   size_t part_bytes = (size_t)(B * heads * splits) * (size_t)(dim + 2) * sizeof(float);
   tr_cu_ptr part = 0;
   TR_RETURN_IF_ERROR(tr_cu_alloc_async(part_bytes, stream, &part));

@@ -443,10 +443,10 @@ __device__ __forceinline__ void attend_split(const T *__restrict__ q, const T *_
 #ifdef TR_SPLIT
 // The cluster build (-DTR_SPLIT, with TR_BULK: sm_90, short caches): the C CTAs of a cluster (C
 // from the launch, at most CLUSTER_MAX; 1-D clusters of consecutive blocks) are the C splits of
-// one unit, the CTA's cluster rank its split. Each CTA keeps its merged (max, sum, o) in its own shared
-// memory; after a cluster barrier the CTAs take the unit's (head, dim) elements in turn and merge
-// the C CTAs' values from the cluster's shared memory in rank order (the same result wherever the
-// CTAs ran), then write o. No partials in global memory, no second kernel.
+// one unit, the CTA's cluster rank its split. Each CTA keeps its merged (max, sum, o) in its own
+// shared memory; after a cluster barrier the CTAs take the unit's (head, dim) elements in turn and
+// merge the C CTAs' values from the cluster's shared memory in rank order (the same result
+// wherever the CTAs ran), then write o. No partials in global memory, no second kernel.
 // Entry: tr_gqa(q, k, v, seqlens, T *o, i64 S, int heads_kv, i64 chunk, float scale, float softcap,
 //               tensor_map km, tensor_map vm), grid (units x C) in clusters of C.
 static_assert(TR_BULK, "the cluster build is the bulk one");
