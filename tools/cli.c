@@ -357,17 +357,22 @@ static int manifest_show(const cli_options *opts, const char *name, FILE *out, F
   return 0;
 }
 
+/* The backend search path and the descriptors along it (the caller frees both). */
+static tr_status *discover_along_path(char ***dirs, size_t *n_dirs, tr_discovery **found) {
+  *found = NULL;
+  tr_status *status = tr_backend_search_path(dirs, n_dirs);
+  if (status != NULL) return status;
+  status = tr_backend_discover((const char *const *)*dirs, *n_dirs, found);
+  if (status != NULL) tr_discovery_free_dirs(dirs, *n_dirs);
+  return status;
+}
+
 static int list_backends(FILE *out, FILE *err) {
   char **dirs = NULL;
   size_t n_dirs = 0;
-  tr_status *status = tr_backend_search_path(&dirs, &n_dirs);
-  if (status != NULL) return report(err, status);
   tr_discovery *found = NULL;
-  status = tr_backend_discover((const char *const *)dirs, n_dirs, &found);
-  if (status != NULL) {
-    tr_discovery_free_dirs(&dirs, n_dirs);
-    return report(err, status);
-  }
+  tr_status *status = discover_along_path(&dirs, &n_dirs, &found);
+  if (status != NULL) return report(err, status);
   fprintf(out, "backend search path:\n");
   for (size_t i = 0; i < n_dirs; i++) {
     fprintf(out, "  %s%s\n", dirs[i], tr_plat_is_dir(dirs[i]) ? "" : "  (not a directory)");
@@ -395,14 +400,13 @@ static void warn_to(void *ctx, const char *line) { fprintf((FILE *)ctx, "tilerun
 static void no_backend_hint(FILE *out) {
   char **dirs = NULL;
   size_t n_dirs = 0;
-  tr_status *status = tr_backend_search_path(&dirs, &n_dirs);
+  tr_discovery *found = NULL;
+  tr_status *status = discover_along_path(&dirs, &n_dirs, &found);
   if (status != NULL) {
     tr_status_destroy(&status);
     return;
   }
-  tr_discovery *found = NULL;
-  status = tr_backend_discover((const char *const *)dirs, n_dirs, &found);
-  if (status == NULL && tr_discovery_count(found) == 0 && tr_discovery_failure_count(found) == 0) {
+  if (tr_discovery_count(found) == 0 && tr_discovery_failure_count(found) == 0) {
     fprintf(out, "no backend was found: looked for backend descriptors, *.yaml, in");
     for (size_t i = 0; i < n_dirs; i++) {
       fprintf(out, "%s %s%s", i ? "," : "", dirs[i], tr_plat_is_dir(dirs[i]) ? "" : " (not a directory)");
@@ -410,7 +414,6 @@ static void no_backend_hint(FILE *out) {
     fprintf(out, "%s; set TILERUN_BACKEND_PATH or install a backend (see 'tilerun backends')\n",
             n_dirs == 0 ? " no folder (an empty search path)" : "");
   }
-  tr_status_destroy(&status);
   tr_discovery_destroy(&found);
   tr_discovery_free_dirs(&dirs, n_dirs);
 }
