@@ -165,7 +165,12 @@ static tr_status *decode_spec(const tr_tensor_spec *const *in, size_t n_in, cons
 
 /* The ring's slots a warp (DENSE, LONG) or a CTA (BS1), and the dynamic shared memory of a
  * build: the rings, or the warps' merge buffers where larger (kernels/src/gqa_decode.cu). */
-static int64_t ring_stages(int kind, int64_t dim) { return kind == BS1 ? (dim == 128 ? 3 : 5) : (dim == 128 ? 3 : 4); }
+#ifndef TR_GQA_BS1_STAGES
+#define TR_GQA_BS1_STAGES 3 /* the batch-1 ring's slots at dim 128 (32 KiB each); 2, 4 and 5 measured slower on the H200 */
+#endif
+static int64_t ring_stages(int kind, int64_t dim) {
+  return kind == BS1 ? (dim == 128 ? TR_GQA_BS1_STAGES : 5) : (dim == 128 ? 3 : 4);
+}
 static int64_t smem_bytes(int kind, int64_t dim) {
   const int64_t warps = DECODE_BLOCK / 32, stages = ring_stages(kind, dim);
   int64_t ring = warps * stages * 2 * 16 * dim * 2; /* BS1: the CTA's slots of 16 rows a warp, as many bytes */

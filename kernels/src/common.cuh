@@ -315,6 +315,12 @@ struct __align__(64) tensor_map {
   u64 opaque[16];
 };
 
+// The map fetched into the copy unit's descriptor cache ahead of its first copy (a generic
+// address: a __grid_constant__ parameter's own).
+__device__ __forceinline__ void prefetch_tensor_map(const tensor_map *map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(map)) : "memory");
+}
+
 // mbarriers in shared memory (shared addresses): init with the arrivals a phase counts; an
 // arrival that also expects `bytes` of copies (the phase completes when both are in); a wait for
 // the phase of parity `parity` to complete (a fresh barrier's phase 0 is incomplete, and a wait

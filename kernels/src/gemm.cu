@@ -419,6 +419,10 @@ extern "C" __global__ void __launch_bounds__(TR_BLOCK)
   (void)x;
   (void)xs;
   (void)xk;
+  if (threadIdx.x == CONSUMERS) {  // the producer's lane 0: its maps fetched while the kernel before runs
+    prefetch_tensor_map(&wm);
+    prefetch_tensor_map(&xm);
+  }
   await_previous_kernel();
   extern __shared__ __align__(1024) char smem[];
   skinny_wgmma(y, L, ys, yl, &wm, &xm, smem);
