@@ -356,6 +356,15 @@ __device__ __forceinline__ void tensor_copy(unsigned dst, const tensor_map *map,
       "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
+// The same with an L2 eviction policy (l2_policy_*).
+__device__ __forceinline__ void tensor_copy_hint(unsigned dst, const tensor_map *map, int c0, int c1, int c2,
+                                                 unsigned bar, u64 policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, "
+      "{%2, %3, %4}], [%5], %6;" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
+      : "memory");
+}
 // The same for a map of rank 2, with an L2 eviction policy (l2_policy_*).
 __device__ __forceinline__ void tensor_copy_2d(unsigned dst, const tensor_map *map, int c0, int c1, unsigned bar,
                                                u64 policy) {

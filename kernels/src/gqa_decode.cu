@@ -28,7 +28,8 @@
 // that is not 16-byte aligned takes the register path of the other build in either.
 //
 // Macros: TR_T (f16, bf16), TR_DIM (64, 128), TR_GQ (query heads a KV head), TR_STAGES (the ring's
-// slots: a warp's, or with TR_BULK the CTA's), TR_BULK, TR_SPLIT (with TR_BULK: the cluster build,
+// slots: a warp's, or with TR_BULK the CTA's), TR_BULK, TR_EVICT_FIRST (with TR_BULK: the tensor
+// copies mark the cache's lines evict-first in L2), TR_SPLIT (with TR_BULK: the cluster build,
 // below), TR_BLOCK (threads a CTA: four consumer warps, and the producer warp with TR_BULK).
 // Dynamic shared memory: the larger of the rings and the merge buffers (with the cluster build's
 // result), and with TR_BULK the mbarriers (kernels/intree/attention.c's smem_bytes).
@@ -46,6 +47,9 @@ constexpr int QT = 16;     // query heads a CTA (the mma's rows)
 constexpr int QTILES = (GQ + QT - 1) / QT;
 #ifndef TR_BULK
 #define TR_BULK 0
+#endif
+#ifndef TR_EVICT_FIRST
+#define TR_EVICT_FIRST 0
 #endif
 constexpr int BLOCK = TR_BLOCK;
 constexpr int WARPS = BLOCK / 32 - (TR_BULK ? 1 : 0);  // the consumer warps
@@ -386,11 +390,20 @@ __device__ __forceinline__ void bulk_ring(Unit u, const int *__restrict__ seqlen
     const int key0 = (int)(u.start + (i64)it * SLOT_ROWS);
     mbar_expect_arrive(full + 8 * s, 2 * TILE_BYTES);
     const unsigned kt = ring + s * 2 * TILE_BYTES, vt = kt + TILE_BYTES;
+#if TR_EVICT_FIRST
+    const u64 once = l2_policy_stream();  // the cache is read once a step: evicted first
+#pragma unroll
+    for (int bx = 0; bx < BOXES; bx++) {
+      tensor_copy_hint(kt + bx * BOX_BYTES, km, 64 * bx, u.g, key0, full + 8 * s, once);
+      tensor_copy_hint(vt + bx * BOX_BYTES, vm, 64 * bx, u.g, key0, full + 8 * s, once);
+    }
+#else
 #pragma unroll
     for (int bx = 0; bx < BOXES; bx++) {
       tensor_copy(kt + bx * BOX_BYTES, km, 64 * bx, u.g, key0, full + 8 * s);
       tensor_copy(vt + bx * BOX_BYTES, vm, 64 * bx, u.g, key0, full + 8 * s);
     }
+#endif
   };
   if (threadIdx.x == WARPS * 32) {  // the producer's lane 0 sets the barriers up and issues
     for (int s = 0; s < STAGES; s++) {
