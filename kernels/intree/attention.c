@@ -3,10 +3,10 @@
  * KV length, packs a KV head's query heads into one pass over its cache on the tensor cores, and
  * writes float32 partials merged by a second kernel (bs1 on caches of at most
  * TR_GQA_CLUSTER_MAX_S rows: one kernel, the splits a cluster's CTAs merged through its shared
- * memory). The split count is chosen at launch from the
- * batch, the KV heads, the cache length and the SM count, never compiled in; the partials live in
- * stream-ordered memory taken and given back on the call's stream (inside a graph capture: the
- * graph's own allocation nodes), so one build serves every batch and length.
+ * memory). The split count is chosen at launch from the batch, the KV heads, the cache length
+ * and the SM count, never compiled in; the partials live in stream-ordered memory taken and
+ * given back on the call's stream (inside a graph capture: the graph's own allocation nodes), so
+ * one build serves every batch and length.
  *
  * seqlens are values: a row's length is clamped to [0, S] (nothing past S is read; a negative or
  * zero length gives zeros), not checked. */
@@ -63,8 +63,10 @@ enum {
  * H200 (bench_attention.py, batch 1, 32/8 heads, dim 128, bf16, 2026-12-03): clusters of 8 took
  * kv 1024 from 7.9 us (two kernels) to 7.0-7.1 and kv 4096 from 12.7-12.8 to 10.7-10.9; clusters
  * of 16 were slower than two kernels (8.4 and 12.9), and so was a ring of twice the slots in the
- * cluster build (7.3 and 12.1). A CTA streams its split at about 30 GB/s there, so past 4096 rows
- * (8 CTAs a KV head) the two kernels' many splits are the faster choice. */
+ * cluster build (7.3 and 12.1). With the split's first copies issued before seqlens is read
+ * (gqa_decode.cu's bulk_ring), 6.5-6.7 and 10.0-10.3. A CTA streams its split at about 45 GB/s
+ * there, so past 4096 rows (8 CTAs a KV head) the two kernels' many splits are the faster
+ * choice. */
 #ifndef TR_GQA_CLUSTER_MAX
 #define TR_GQA_CLUSTER_MAX 8
 #endif

@@ -370,6 +370,18 @@ struct Boxed {
   }
 };
 
+// A box of a cache to shared `dst`, counted on `bar`; with TR_EVICT_FIRST under the L2 policy
+// `once`.
+__device__ __forceinline__ void copy_box(unsigned dst, const tensor_map *map, int c0, int c1, int c2, unsigned bar,
+                                         u64 once) {
+#if TR_EVICT_FIRST
+  tensor_copy_hint(dst, map, c0, c1, c2, bar, once);
+#else
+  (void)once;
+  tensor_copy(dst, map, c0, c1, c2, bar);
+#endif
+}
+
 // The CTA's ring of slots filled by the producer warp's tensor copies (batch 1: the maps view
 // the caches as [S][heads_kv][DIM], boxes of 64 rows x 64 dims of one KV head; rows past S are
 // zeros). The first slots of the split (up to STAGES, rows of the split below S) are issued before
@@ -385,25 +397,17 @@ __device__ __forceinline__ void bulk_ring(Unit u, const int *__restrict__ seqlen
   const unsigned full = ring + BULK_RING_BYTES, empty = full + 8 * STAGES;  // STAGES mbarriers each
   const int most = u.cap > u.start ? (int)((u.cap - u.start + SLOT_ROWS - 1) / SLOT_ROWS) : 0;
   const int early = most < STAGES ? most : STAGES;  // slots issued before the length is known
+  const u64 once = TR_EVICT_FIRST ? l2_policy_stream() : 0;  // the cache is read once a step: evicted first
   auto issue = [&](int it) {  // slot `it` of the split, by the producer's lane 0
     const int s = it % STAGES;
     const int key0 = (int)(u.start + (i64)it * SLOT_ROWS);
     mbar_expect_arrive(full + 8 * s, 2 * TILE_BYTES);
     const unsigned kt = ring + s * 2 * TILE_BYTES, vt = kt + TILE_BYTES;
-#if TR_EVICT_FIRST
-    const u64 once = l2_policy_stream();  // the cache is read once a step: evicted first
 #pragma unroll
     for (int bx = 0; bx < BOXES; bx++) {
-      tensor_copy_hint(kt + bx * BOX_BYTES, km, 64 * bx, u.g, key0, full + 8 * s, once);
-      tensor_copy_hint(vt + bx * BOX_BYTES, vm, 64 * bx, u.g, key0, full + 8 * s, once);
+      copy_box(kt + bx * BOX_BYTES, km, 64 * bx, u.g, key0, full + 8 * s, once);
+      copy_box(vt + bx * BOX_BYTES, vm, 64 * bx, u.g, key0, full + 8 * s, once);
     }
-#else
-#pragma unroll
-    for (int bx = 0; bx < BOXES; bx++) {
-      tensor_copy(kt + bx * BOX_BYTES, km, 64 * bx, u.g, key0, full + 8 * s);
-      tensor_copy(vt + bx * BOX_BYTES, vm, 64 * bx, u.g, key0, full + 8 * s);
-    }
-#endif
   };
   if (threadIdx.x == WARPS * 32) {  // the producer's lane 0 sets the barriers up and issues
     for (int s = 0; s < STAGES; s++) {
