@@ -14,11 +14,13 @@
 #include <mutex>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "kernels/artifact.h"
 #include "kernels/cuda/pool.h"
 #include "kernels/intree/intree.h"
 #include "platform/platform.h"
@@ -1141,6 +1143,155 @@ TEST_CASE("attention calls past one launch's grid are refused with the sizes, be
     CHECK(value_error(op, in, 4, &o.t) ==
           "GQADecodeFwdOp: 67108864 batch rows of 32 heads are more than one launch covers");
     tr_op_destroy(&op);
+  }
+  tr_runtime_destroy(&rt);
+}
+
+namespace {
+
+// bfloat16 bits of x (round to nearest even) and back.
+uint16_t to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+float from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// Causal GQA attention in float64: o [B, L, heads, dim] from q [B, L, heads, dim], k and v
+// [B, L, kv, dim], scale 1 / sqrt(dim).
+std::vector<double> prefill_ref(const std::vector<float> &q, const std::vector<float> &k, const std::vector<float> &v,
+                                int64_t B, int64_t L, int64_t heads, int64_t kv, int64_t dim) {
+  std::vector<double> o((size_t)(B * L * heads * dim), 0.0), w((size_t)L);
+  const double scale = 1.0 / std::sqrt((double)dim);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < heads; h++) {
+      const int64_t g = h / (heads / kv);
+      for (int64_t i = 0; i < L; i++) {
+        const float *qi = &q[(size_t)(((b * L + i) * heads + h) * dim)];
+        double mx = -INFINITY, sum = 0.0;
+        for (int64_t j = 0; j <= i; j++) {
+          const float *kj = &k[(size_t)(((b * L + j) * kv + g) * dim)];
+          double s = 0.0;
+          for (int64_t d = 0; d < dim; d++) s += (double)qi[d] * kj[d];
+          w[(size_t)j] = s * scale;
+          mx = std::max(mx, w[(size_t)j]);
+        }
+        for (int64_t j = 0; j <= i; j++) sum += (w[(size_t)j] = std::exp(w[(size_t)j] - mx));
+        double *oi = &o[(size_t)(((b * L + i) * heads + h) * dim)];
+        for (int64_t j = 0; j <= i; j++) {
+          const float *vj = &v[(size_t)(((b * L + j) * kv + g) * dim)];
+          for (int64_t d = 0; d < dim; d++) oi[d] += w[(size_t)j] / sum * vj[d];
+        }
+      }
+    }
+  return o;
+}
+
+// A bfloat16 tensor on cuda:0 holding `values` rounded (which it gives back rounded in `values`).
+struct Bf16Tensor {
+  std::vector<int64_t> shape;
+  uint16_t *dev = nullptr;
+  DLTensor t{};
+  Bf16Tensor(std::vector<int64_t> s, std::vector<float> &values) : shape(std::move(s)) {
+    std::vector<uint16_t> bits(values.size());
+    for (size_t i = 0; i < values.size(); i++) values[i] = from_bf16(bits[i] = to_bf16(values[i]));
+    REQUIRE(cudaMalloc(&dev, bits.size() * 2) == cudaSuccess);
+    REQUIRE(cudaMemcpy(dev, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+    t.data = dev;
+    t.device = {kDLCUDA, 0};
+    t.ndim = (int32_t)shape.size();
+    t.dtype = TR_BFLOAT16;
+    t.shape = shape.data();
+  }
+  std::vector<float> values() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<uint16_t> bits((size_t)n);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    REQUIRE(cudaMemcpy(bits.data(), dev, bits.size() * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    std::vector<float> out(bits.size());
+    for (size_t i = 0; i < bits.size(); i++) out[i] = from_bf16(bits[i]);
+    return out;
+  }
+  ~Bf16Tensor() { cudaFree(dev); }
+};
+
+}  // namespace
+
+TEST_CASE("GQA prefill: the general kernel, built directly where the selection prefers another, matches float64") {
+  // On sm_90 the selection gives aligned calls to gqa_prefill_wgmma; gqa_prefill_flash's aligned
+  // entry is built and run here by its type, so it stays checked on that card too.
+  int arch_major = 0, arch_minor = 0, sms = 0, smem = 0;
+  REQUIRE(cudaDeviceGetAttribute(&arch_major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&arch_minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) == cudaSuccess);
+  const int32_t arch = arch_major * 10 + arch_minor;
+  char arch_name[16];
+  tr_intree_arch_name(arch, arch_name, sizeof(arch_name));
+  const tr_intree_op *op = tr_intree_find("GQAPrefillFwdOp");
+  REQUIRE(op != nullptr);
+  const tr_kernel_type *flash = nullptr;
+  for (size_t i = 0; i < op->n_types; i++) {
+    if (std::string(op->types[i]->key) == "gqa_prefill_flash") flash = op->types[i];
+  }
+  REQUIRE(flash != nullptr);
+  tr_runtime *rt = cuda_runtime();
+  const int64_t B = 2, L = 130, heads = 8, kv = 2;
+  for (int64_t dim : {64, 128}) {
+    CAPTURE(dim);
+    std::vector<float> qv = values((size_t)(B * L * heads * dim), 11), kv_ = values((size_t)(B * L * kv * dim), 12);
+    std::vector<float> vv = values((size_t)(B * L * kv * dim), 13), ov((size_t)(B * L * heads * dim), NAN);
+    Bf16Tensor q({B, L, heads, dim}, qv), k({B, L, kv, dim}, kv_), v({B, L, kv, dim}, vv);
+    Bf16Tensor o_flash({B, L, heads, dim}, ov), o_op({B, L, heads, dim}, ov);
+    const std::vector<double> want = prefill_ref(qv, kv_, vv, B, L, heads, kv, dim);
+
+    tr_tensor_spec specs[3];
+    const Bf16Tensor *ts[3] = {&q, &k, &v};
+    const tr_tensor_spec *in_specs[3];
+    for (int i = 0; i < 3; i++) {
+      std::memset(&specs[i], 0, sizeof(specs[i]));
+      specs[i].dtype = TR_BFLOAT16;
+      specs[i].device = {"cuda", 0};
+      specs[i].rank = 4;
+      for (int d = 0; d < 4; d++) specs[i].shape[d] = ts[i]->shape[(size_t)d];
+      in_specs[i] = &specs[i];
+    }
+    tr_named_value p[3] = {{"heads", tr_value_int(heads)}, {"heads_kv", tr_value_int(kv)}, {"dim", tr_value_int(dim)}};
+    tr_device dev = {"cuda", 0};
+    const char *iface = nullptr;
+    tr_call_spec call;
+    ok(op->call_spec(in_specs, 3, p, 3, &dev, &iface, &call));
+    tr_device_facts facts = {arch, nullptr, sms, smem};
+    tr_call_spec_state_facts(&call, TR_FACT_ARCH | TR_FACT_SM_COUNT | TR_FACT_SMEM_BUDGET, &facts);
+    tr_artifact arts[2];
+    size_t n_arts = 0;
+    ok(tr_intree_build(flash, &call, arch_name, arts, &n_arts));
+    tr_kernel kernel;
+    std::memset(&kernel, 0, sizeof(kernel));
+    kernel.struct_size = sizeof(kernel);
+    ok(tr_intree_kernel(flash, &call, arts, n_arts, &kernel));
+    DLTensor *ins[3] = {&q.t, &k.t, &v.t}, *outs[1] = {&o_flash.t};
+    ok(kernel.call(kernel.self, ins, 3, outs, 1));
+    std::vector<float> got = o_flash.values();
+    CHECK(mismatches(got, want, 0, 2e-2) == 0);
+
+    tr_op *top = nullptr;  // and the op, whichever implementation the selection names
+    ok(tr_op_new(rt, "GQAPrefillFwdOp", p, 3, nullptr, &top));
+    const DLTensor *cin[3] = {&q.t, &k.t, &v.t};
+    DLTensor *couts[1] = {&o_op.t};
+    ok(tr_op_call_into(top, cin, 3, couts, 1));
+    CHECK(mismatches(o_op.values(), want, 0, 2e-2) == 0);
+    CHECK(config_text(top, "implementation") == (arch == 90 ? "gqa_prefill_wgmma" : "gqa_prefill_flash"));
+    tr_op_destroy(&top);
+    if (kernel.release != nullptr) kernel.release(kernel.self);
+    for (size_t i = 0; i < n_arts; i++) tr_artifact_clear(&arts[i]);
+    tr_call_spec_clear(&call);
   }
   tr_runtime_destroy(&rt);
 }

@@ -275,11 +275,13 @@ TEST_CASE("the inventory: each in-tree op's interfaces and implementation keys")
   Err none(tr_runtime_inventory_of(r.rt, "GroupNormFwdOp", &inv));
   CHECK(none.code == TR_OP_NOT_AVAILABLE);
   CHECK(inv.op == nullptr);
-  ok(tr_runtime_inventory_of(r.rt, "GQAPrefillFwdOp", &inv));  // its own family's one, general
-  REQUIRE(inv.n_types == 1);
+  ok(tr_runtime_inventory_of(r.rt, "GQAPrefillFwdOp", &inv));  // its own family's two, the first general
+  REQUIRE(inv.n_types == 2);
   CHECK(std::string(inv.interfaces[0]->name) == "GQAPrefillFwdInterface");
   CHECK(std::string(inv.types[0]->key) == "gqa_prefill_flash");
   CHECK(inv.types[0]->general);
+  CHECK(std::string(inv.types[1]->key) == "gqa_prefill_wgmma");
+  CHECK(!inv.types[1]->general);
   ok(tr_runtime_inventory_of(r.rt, "RoPEFwdOp", &inv));  // two implementations, neither general
   REQUIRE(inv.n_types == 2);
   CHECK(std::string(inv.types[0]->key) == "rope_neox");

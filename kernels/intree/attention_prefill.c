@@ -1,8 +1,10 @@
 /* attention_prefill.c: the attention_prefill family: GQAPrefillFwdOp on cuda
- * (kernels/src/gqa_prefill.cu), its general implementation `gqa_prefill_flash`: causal GQA over a
- * prompt, flash-attention-2 style (online softmax over tiles of keys, tensor cores, the tiles
- * above the diagonal skipped). The dtype, head dim and tile shape are compiled in; the batch, the
- * length, the heads and the group size are launch values, so one build serves every prompt. */
+ * (kernels/src/gqa_prefill.cu): causal GQA over a prompt, flash-attention style (online softmax
+ * over tiles of keys, tensor cores, the tiles above the diagonal skipped). Two implementations:
+ * the general `gqa_prefill_flash` (mma.sync, SM80 on) and `gqa_prefill_wgmma` (SM90 only,
+ * preferred over it: Hopper's warpgroup products). The dtype, head dim and tile shape are
+ * compiled in; the batch, the length, the heads and the group size are launch values, so one
+ * build serves every prompt. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,7 +30,10 @@ static const tr_kernel_interface kPrefillIface = {
     "returns o [B, L, heads, dim]; query row i attends causally to keys 0..i, query head h to KV head "
     "h / (heads / heads_kv); nothing written in place"};
 
-enum { FLASH };
+/* FLASH `gqa_prefill_flash`, general (SM80 on): mma.sync, warps of m16 tiles; WGMMA
+ * `gqa_prefill_wgmma`, SM90 only, preferred over it: Hopper's warpgroup products (wgmma), the
+ * same kernel file's -DTR_WGMMA build, whose unaligned entry is the general kernel's. */
+enum { FLASH, WGMMA };
 enum { PREFILL_BLOCK = 128 }; /* 4 warps */
 /* Query rows a CTA: 64 * PREFILL_WM (gqa_prefill.cu's TR_WM, m16 tiles a warp); keys a tile: 64.
  * Two m16 tiles a warp halve the shared-memory reads a tensor-core op takes: 0.90-0.92x sdpa at
@@ -37,7 +42,9 @@ enum { PREFILL_BLOCK = 128 }; /* 4 warps */
 #define PREFILL_WM 2
 #endif
 enum { PREFILL_BN = 64 };
-static const tr_intree_impl kImpls[] = {{&tr_intree_attention_prefill_family, FLASH, 0}};
+enum { WGMMA_BLOCK = 256 }; /* two warpgroups */
+static const tr_intree_impl kImpls[] = {{&tr_intree_attention_prefill_family, FLASH, 0},
+                                        {&tr_intree_attention_prefill_family, WGMMA, 0}};
 
 static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call, char *buf, size_t size) {
   (void)self;
@@ -52,7 +59,11 @@ static const char *refusal(const tr_kernel_type *self, const tr_call_spec *call,
   return NULL;
 }
 
+static const int32_t kSm90[] = {90};
+static const char *const kWgmmaWins[] = {"gqa_prefill_flash", NULL};
+
 TR_INTREE_TYPE(kFlash, "gqa_prefill_flash", kPrefillIface, kImpls[FLASH], 1, NULL, refusal);
+TR_INTREE_TYPE_ARCHS(kWgmma, "gqa_prefill_wgmma", kPrefillIface, kImpls[WGMMA], 0, kWgmmaWins, refusal, kSm90, 1);
 
 static tr_status *prefill_spec(const tr_tensor_spec *const *in, size_t n_in, const tr_named_value *params,
                                size_t n_params, const tr_device *device, const char **iface, tr_call_spec *out) {
@@ -74,40 +85,66 @@ static tr_status *prefill_spec(const tr_tensor_spec *const *in, size_t n_in, con
   return tr_call_spec_init(out, &kPrefillCall, device, v, 5);
 }
 
+/* The wgmma build's shared memory: tiles of 64 rows (Q's two, K's and V's two each, or with
+ * TR_WG_OWN two each a warpgroup), 1 KiB to align them. TR_WG_OWN 1: each warpgroup loads and
+ * waits for its own K and V tiles (named barriers), so the two drift apart and one's softmax runs
+ * under the other's tensor-core products: 284-287 TFLOPS -> 292-298 at batch 4 and 274-281 ->
+ * 294-298 at batch 1 against the CTA's shared tiles; shared tiles with registers bounded for two
+ * CTAs an SM (TR_WG_CTAS 2, spilling) gave 245-265; issuing the next tile's Q.K^T before the
+ * current tile's softmax (FA3's intra-warpgroup overlap: 254 registers) 282-284 against 301-302
+ * (bench_prefill.py, H200, 2026-12-03). */
+#ifndef TR_WG_OWN
+#define TR_WG_OWN 1
+#endif
+#ifndef TR_WG_CTAS
+#define TR_WG_CTAS 1 /* CTAs an SM the kernel's registers are bounded for */
+#endif
+static int64_t wgmma_smem(int64_t dim) { return (TR_WG_OWN ? 10 : 6) * 64 * dim * 2 + 1024; }
+
 static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
   tr_dtype dt = tr_call_spec_get(call, "dtype")->as.dtype;
   const char *t = tr_intree_c_type(dt);
   if (t == NULL) return TR_STATUS(TR_VALUE, "kernel '%s' has no specialisation for dtype %s", type->key, tr_dtype_name(dt));
+  int wgmma = ((const tr_intree_impl *)type->ctx)->kind == WGMMA;
   out->source = tr_src_gqa_prefill;
   out->entry = "tr_gqa_prefill";
-  out->block = PREFILL_BLOCK;
+  out->block = wgmma ? WGMMA_BLOCK : PREFILL_BLOCK; /* the aligned entry's; the unaligned one's: PREFILL_BLOCK */
   tr_intree_add_text(out, "-DTR_T=%s", t);
   tr_intree_add_int(out, "-DTR_DIM=%lld", (long long)tr_call_spec_int(call, "dim"));
-  tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
+  tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)PREFILL_BLOCK);
   tr_intree_add_int(out, "-DTR_WM=%lld", (long long)PREFILL_WM);
+  if (wgmma) {
+    tr_intree_add_int(out, "-DTR_WGMMA=%lld", 1);
+    tr_intree_add_int(out, "-DTR_WG_OWN=%lld", TR_WG_OWN);
+    tr_intree_add_int(out, "-DTR_WG_CTAS=%lld", TR_WG_CTAS);
+  }
   return NULL;
 }
 
-/* Where prepare keeps the launch values. ROWS: query rows a CTA; SMEM: its dynamic shared memory
- * (Q's rows, then a tile of K and one of V). */
-enum { DIM_AT, HEADS_AT, HEADS_KV_AT, ROWS_AT, SMEM_AT }; /* k->ints */
-enum { SCALE_AT };                                        /* k->reals */
+/* Where prepare keeps the launch values. ROWS: query rows a CTA (both entries: 128); SMEM: the
+ * aligned entry's dynamic shared memory, ANY_SMEM the unaligned one's (the general kernel's: Q's
+ * rows, then a tile of K and one of V). */
+enum { DIM_AT, HEADS_AT, HEADS_KV_AT, ROWS_AT, SMEM_AT, ANY_SMEM_AT }; /* k->ints */
+enum { SCALE_AT };                                                     /* k->reals */
+
 
 static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   int64_t dim = tr_call_spec_int(call, "dim"), rows = 64 * (int64_t)PREFILL_WM;
-  int64_t smem = (rows + 2 * PREFILL_BN) * dim * 2; /* 16-bit elements */
+  int64_t any_smem = (rows + 2 * PREFILL_BN) * dim * 2; /* 16-bit elements */
+  int64_t smem = k->impl->kind == WGMMA ? wgmma_smem(dim) : any_smem;
   k->ints[DIM_AT] = dim;
   k->ints[HEADS_AT] = tr_call_spec_int(call, "heads");
   k->ints[HEADS_KV_AT] = tr_call_spec_int(call, "heads_kv");
-  k->ints[ROWS_AT] = rows;
+  k->ints[ROWS_AT] = rows; /* the wgmma build's too: two warpgroups of 64 */
   k->ints[SMEM_AT] = smem;
+  k->ints[ANY_SMEM_AT] = any_smem;
   k->reals[SCALE_AT] = tr_call_spec_float(call, "scale");
   if (k->narrow.any == NULL) {
     return TR_STATUS(TR_BACKEND, "kernel '%s' has no entry 'tr_gqa_prefill_any' for unaligned tensors", k->key);
   }
-  TR_RETURN_IF_ERROR(tr_intree_smem_fits(k, call, smem));
+  TR_RETURN_IF_ERROR(tr_intree_smem_fits(k, call, smem > any_smem ? smem : any_smem));
   TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->narrow.function, (int)smem));
-  return tr_cu_function_set_smem(k->narrow.any, (int)smem);
+  return tr_cu_function_set_smem(k->narrow.any, (int)any_smem);
 }
 
 static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n_in, DLTensor *const *out,
@@ -127,13 +164,17 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   float scale = (float)k->reals[SCALE_AT];
   void *args[] = {&q, &kk, &v, &o, &L_i, &heads_i, &heads_kv_i, &scale};
   int aligned = (((uintptr_t)q | (uintptr_t)kk | (uintptr_t)v | (uintptr_t)o) & 15) == 0;
-  return tr_cu_launch_ex(aligned ? k->narrow.function : k->narrow.any, k->key, (uint32_t)(B * heads),
-                         (uint32_t)tiles, k->block, (uint32_t)k->ints[SMEM_AT], stream, args, k->overlap);
+  if (aligned) {
+    return tr_cu_launch_ex(k->narrow.function, k->key, (uint32_t)(B * heads), (uint32_t)tiles, k->block,
+                           (uint32_t)k->ints[SMEM_AT], stream, args, k->overlap);
+  }
+  return tr_cu_launch_ex(k->narrow.any, k->key, (uint32_t)(B * heads), (uint32_t)tiles, PREFILL_BLOCK,
+                         (uint32_t)k->ints[ANY_SMEM_AT], stream, args, k->overlap);
 }
 
 static const tr_kernel_interface *const kIfaces[] = {&kPrefillIface};
-static const tr_kernel_type *const kTypes[] = {&kFlash};
-static const tr_intree_op kOps[] = {{"GQAPrefillFwdOp", 1, kIfaces, 1, kTypes, prefill_spec, 0}};
+static const tr_kernel_type *const kTypes[] = {&kFlash, &kWgmma};
+static const tr_intree_op kOps[] = {{"GQAPrefillFwdOp", 1, kIfaces, 2, kTypes, prefill_spec, 0}};
 
 const tr_intree_family tr_intree_attention_prefill_family = {"attention_prefill", 1, kOps, 1, source_for, prepare,
                                                              launch, NULL, NULL, NULL, NULL};

@@ -139,9 +139,11 @@ std::vector<Case> all_cases() {
   const tr_intree_op *prefill = tr_intree_find("GQAPrefillFwdOp");
   for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16}) {
     for (int64_t dim : {64, 128}) {
-      add(cases, prefill, "gqa_prefill_flash", nullptr,
-          {{"dtype", tr_value_dtype(dt)}, {"heads", tr_value_int(32)}, {"heads_kv", tr_value_int(8)},
-           {"dim", tr_value_int(dim)}, {"scale", tr_value_float(1.0 / 8.0)}});
+      for (const char *impl : {"gqa_prefill_flash", "gqa_prefill_wgmma"}) {
+        add(cases, prefill, impl, nullptr,
+            {{"dtype", tr_value_dtype(dt)}, {"heads", tr_value_int(32)}, {"heads_kv", tr_value_int(8)},
+             {"dim", tr_value_int(dim)}, {"scale", tr_value_float(1.0 / 8.0)}});
+      }
     }
   }
   return cases;

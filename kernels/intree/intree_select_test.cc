@@ -571,11 +571,13 @@ std::string prefill_key(Selector &s, tr_dtype dt, int64_t B, int64_t L, int64_t 
 
 }  // namespace
 
-TEST_CASE("GQA prefill: the flash implementation serves both dtypes and head dims, any batch, length and group") {
+TEST_CASE("GQA prefill: wgmma on SM90, flash elsewhere, both dtypes and head dims, any batch, length and group") {
   Selector s("GQAPrefillFwdOp");
   for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16}) {
     for (int64_t dim : {64, 128}) {
-      CHECK(prefill_key(s, dt, 1, 2048, 32, 8, dim) == "gqa_prefill_flash");
+      CHECK(prefill_key(s, dt, 1, 2048, 32, 8, dim) == "gqa_prefill_wgmma");  // preferred over flash
+      CHECK(prefill_key(s, dt, 3, 1, 8, 8, dim) == "gqa_prefill_wgmma");
+      CHECK(prefill_key(s, dt, 1, 2048, 32, 8, dim, 100) == "gqa_prefill_flash");  // sm_90a's instructions only
       CHECK(prefill_key(s, dt, 4, 2048, 64, 8, dim, 80) == "gqa_prefill_flash");
       CHECK(prefill_key(s, dt, 3, 1, 8, 8, dim, 89) == "gqa_prefill_flash");
       CHECK(prefill_key(s, dt, 2, 1000, 7, 1, dim, 120) == "gqa_prefill_flash");
@@ -591,8 +593,10 @@ TEST_CASE("GQA prefill: the flash implementation serves both dtypes and head dim
         std::string::npos);
   CHECK(prefill_key(s, TR_BFLOAT16, 1, 2048, 32, 0, 128, 90, &error).empty());
   CHECK(error.find("got heads=32, heads_kv=0") != std::string::npos);
+  CHECK(error.find("gqa_prefill_wgmma: needs heads a positive multiple of heads_kv") != std::string::npos);
   CHECK(prefill_key(s, TR_BFLOAT16, 1, 2048, 32, 8, 128, 75, &error).empty());
   CHECK(error.find("gqa_prefill_flash: not available on arch 75") != std::string::npos);
+  CHECK(error.find("gqa_prefill_wgmma: not available on arch 75") != std::string::npos);
   // the call spec: the default scale is 1 / sqrt(dim), a given one is kept
   tr_tensor_spec q = spec(TR_BFLOAT16, {2, 777, 32, 64}), k = spec(TR_BFLOAT16, {2, 777, 8, 64});
   const tr_tensor_spec *in[3] = {&q, &k, &k};

@@ -398,6 +398,13 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ u64 wgmma_desc_sw128(unsigned addr) {
   return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
 }
+// The element type's name in wgmma's type suffix (TR_T, where defined, is the token bf16 or f16).
+#define WG_NAME_bf16 "bf16"
+#define WG_NAME_f16 "f16"
+#define WG_NAME_OF(t) WG_NAME_OF2(t)
+#define WG_NAME_OF2(t) WG_NAME_##t
+#define WG_T WG_NAME_OF(TR_T)
+
 // Orders register accesses before the wgmma that follow (their accumulators included).
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 // Closes the group of the wgmma issued since the last; wait<N>: at most N groups still pending.

@@ -264,13 +264,6 @@ __device__ __forceinline__ void skinny(const T *w, const T *x, T *y, i64 L, i64 
 #if TR_WG
 // ---- the wgmma build ----
 
-// The element type's name in wgmma's type suffix (TR_T is the token bf16 or f16).
-#define WG_NAME_bf16 "bf16"
-#define WG_NAME_f16 "f16"
-#define WG_NAME_OF(t) WG_NAME_OF2(t)
-#define WG_NAME_OF2(t) WG_NAME_##t
-#define WG_T WG_NAME_OF(TR_T)
-
 // d (a 64 x N tile of float32 accumulators, N / 2 a thread) += A (64 x 16, the descriptor a) times
 // B (16 x N, the descriptor b), both K-major in shared memory: wgmma.mma_async m64nNk16 (scale-d
 // 1: accumulate; A and B unscaled and not transposed). Warp q of the warpgroup holds rows 16q..;

@@ -24,7 +24,12 @@
 // Entries: tr_gqa_prefill (q, k, v and o 16-byte aligned: cp.async and 16-byte stores) and
 // tr_gqa_prefill_any (2-byte aligned: loads and stores through registers), both
 // (const T *q, const T *k, const T *v, T *o, int L, int heads, int heads_kv, float scale).
+// With -DTR_WGMMA (sm_90a) tr_gqa_prefill is the warpgroup kernel described at its build below
+// (two warpgroups, 256 threads; macros TR_WG_OWN, TR_WG_CTAS); tr_gqa_prefill_any stays this one.
 typedef TR_T T;
+#ifndef TR_WGMMA
+#define TR_WGMMA 0
+#endif
 
 constexpr int DIM = TR_DIM;
 constexpr int BLOCK = TR_BLOCK;  // 128: 4 warps
@@ -286,6 +291,263 @@ __device__ __forceinline__ void entry(const T *q, const T *k, const T *v, T *o, 
   else prefill<ALIGNED, false>(q, k, v, o, L, heads, heads_kv, scale, sq, sk, sv);
 }
 
+#if TR_WGMMA
+// ---- the wgmma build (-DTR_WGMMA, sm_90a: the implementation gqa_prefill_wgmma) ----
+//
+// tr_gqa_prefill becomes Hopper's warpgroup kernel: a CTA of two warpgroups (256 threads) per
+// (tile of 128 query rows, batch row, query head), warpgroup w owning rows 64w.. of the tile. The
+// tensor cores take whole warpgroup products (wgmma, asynchronous): S = Q.K^T as m64n64k16 with
+// both operands read from shared memory by descriptor, then O += P.V as m64nDIMk16 with P's A
+// fragments in registers (S's float32 accumulators converted in place: the accumulator layout of
+// two n8 tiles is the A layout of one k16 step) and V read N-major (transposed by the unit, no
+// ldmatrix). Tiles sit in shared memory as the 128-byte swizzle lays them (rows of 64 dims, 128
+// bytes, 16-byte chunks XORed by the row mod 8; boxes of 64 dims one after the other), written by
+// cp.async: K and V double-buffered, the next tile of each loading under the current one's
+// products and softmax. With TR_WG_OWN (the default) each warpgroup has its own K and V buffers,
+// loads them itself and waits on its own named barrier, so the two run apart and one's softmax
+// hides under the other's products (otherwise the CTA's 256 threads load shared tiles between
+// __syncthreads). The key tiles run from the last (the diagonal's, masked) down to 0, as the
+// other build; with TR_WG_OWN a warpgroup's tiles start at its own diagonal. tr_gqa_prefill_any
+// (unaligned tensors) is the other build's. Dynamic shared memory: Q's two tiles of 64 rows, K's
+// and V's two each (with TR_WG_OWN: each warpgroup's), 1 KiB to align them (attention_prefill.c's
+// wgmma_smem). TR_WG_CTAS: the CTAs an SM the registers are bounded for (1).
+constexpr int WG_THREADS = 256;  // two warpgroups
+constexpr int WG_BM = 128;       // query rows a CTA
+constexpr int BOXES = DIM / 64;  // 64-dim boxes a row
+constexpr int BOX = 64 * 128;    // bytes of a box of 64 rows
+constexpr int TILE = BOXES * BOX;  // a 64-row tile of Q, K or V
+static_assert(WG_BM == 2 * BN, "a warpgroup's rows are one key tile");
+
+// S (64 x 64 float32, 32 a thread) = or += Q (descriptor a) . K^T (descriptor b), both K-major:
+// wgmma m64n64k16, `acc` 0 for the first k16 step (S = Q.K^T), 1 after.
+__device__ __forceinline__ void wg_ss_n64(float (&d)[32], u64 a, u64 b, int acc) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T
+               " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0; }"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(a), "l"(b), "r"(acc));
+}
+// O (64 x 64 float32, 32 a thread) += P (A fragments in registers, 16 keys) . V (descriptor b,
+// N-major: the tile's rows are keys, dims contiguous): wgmma m64n64k16 with B transposed.
+__device__ __forceinline__ void wg_rs_n64(float (&d)[32], const unsigned (&a)[4], u64 b) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_T "." WG_T
+               " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1; }"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+// O (64 x 128 float32, 64 a thread) += P (A fragments in registers, 16 keys) . V (descriptor b,
+// N-major: the tile's rows are keys, dims contiguous): wgmma m64n128k16 with B transposed.
+__device__ __forceinline__ void wg_rs_n128(float (&d)[64], const unsigned (&a)[4], u64 b) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32." WG_T "." WG_T
+               " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1; }"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+// The descriptor of a tile read N-major (V as P.V's B: rows are keys, 64 dims a 128-byte row):
+// 8 key rows 1024 bytes apart (stride byte offset), the next 64 dims one box on (leading byte
+// offset), 128-byte swizzle; the k16 step t starts 16 rows (2048 bytes) in.
+__device__ __forceinline__ u64 wgmma_desc_sw128_n(unsigned addr) {
+  return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)(BOX >> 4) << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+
+// Rows row0.. row0 + 63 of a [L][stride] matrix (row 0 at g) into the tile at shared `base`
+// (1024-byte aligned), swizzled as above, by the LOADERS threads from `tid` (0 ..); rows at or past
+// L are zeros (nothing read).
+#ifndef TR_WG_OWN
+#define TR_WG_OWN 1
+#endif
+constexpr int LOADERS = TR_WG_OWN ? 128 : WG_THREADS;  // own: each warpgroup loads its own tiles
+__device__ __forceinline__ void load_tile_sw128(unsigned base, const T *g, i64 stride, int row0, int L, int tid) {
+#pragma unroll
+  for (int it = 0; it < 64 * CHUNKS / LOADERS; it++) {
+    const int i = tid + it * LOADERS;
+    const int r = i / CHUNKS, c = i % CHUNKS;
+    const bool valid = row0 + r < L;
+    const T *src = g + (valid ? (i64)(row0 + r) * stride : 0) + c * 8;
+    cp_async16(base + (c >> 3) * BOX + r * 128 + (((c & 7) ^ (r & 7)) << 4), src, valid);
+  }
+}
+
+// This thread's copies but the last group's landed, seen by the tensor cores' reads, and so for
+// every loader (own: the warpgroup's, on its named barrier 1 + wg).
+__device__ __forceinline__ void wg_ready(int wg) {
+  cp_async_wait<1>();
+  fence_proxy_async();
+#if TR_WG_OWN
+  asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
+#else
+  (void)wg;
+  __syncthreads();
+#endif
+}
+
+// S (the 64 x 64 scores of the warpgroup's rows and a key tile at kt) = Q (at qw) . K^T, issued and
+// committed as one group of wgmma (not waited for).
+__device__ __forceinline__ void wg_scores(float (&s)[32], unsigned qw, unsigned kt) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < DIM / 16; kk++) {
+    const unsigned off = (kk >> 2) * BOX + (kk & 3) * 32;
+    wg_ss_n64(s, wgmma_desc_sw128(qw + off), wgmma_desc_sw128(kt + off), kk > 0);
+  }
+  wgmma_commit();
+}
+
+// The online softmax in base 2 over one tile's scores s (s[4j + 2 * half + e]: row row_l + 8 * half
+// of the warpgroup's, key 8j + 2 (lane % 4) + e of the tile; `masked`: the diagonal tile, keys past
+// the row masked): s becomes the weights, the rows' max and sum move on, O is rescaled.
+template <bool FOLD>
+__device__ __forceinline__ void wg_softmax(float (&s)[32], float (&acc)[DIM / 2], float (&mx)[2], float (&sum)[2],
+                                           bool masked, int row_l, int lane, float sl, float scale_log2) {
+#pragma unroll
+  for (int i = 0; i < 32; i++) {
+    float x = FOLD ? s[i] : s[i] * scale_log2;
+    if (masked && 8 * (i / 4) + 2 * (lane % 4) + (i & 1) > row_l + 8 * ((i >> 1) & 1)) x = NEG_INF;
+    s[i] = x;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float m = mx[r];
+#pragma unroll
+    for (int j = 0; j < 8; j++) m = fmaxf(m, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    const float alpha = m == NEG_INF ? 1.f : ex2((mx[r] - m) * sl);
+    const float base = m == NEG_INF ? 0.f : m * sl;
+    float rs = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      s[4 * j + 2 * r] = ex2(fmaf(s[4 * j + 2 * r], sl, -base));
+      s[4 * j + 2 * r + 1] = ex2(fmaf(s[4 * j + 2 * r + 1], sl, -base));
+      rs += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+    }
+    sum[r] = sum[r] * alpha + rs;
+    mx[r] = m;
+#pragma unroll
+    for (int j = 0; j < DIM / 8; j++) {
+      acc[4 * j + 2 * r] *= alpha;
+      acc[4 * j + 2 * r + 1] *= alpha;
+    }
+  }
+}
+
+// O += P (the weights s, rounded to T: S's n8 tiles 2t and 2t + 1 are k16 step t's A fragment) . V
+// (the tile at vt), issued and committed as one group of wgmma (not waited for).
+__device__ __forceinline__ void wg_values(float (&acc)[DIM / 2], const float (&s)[32], unsigned vt) {
+  unsigned pa[4][4];
+#pragma unroll
+  for (int t = 0; t < 4; t++) {
+    pa[t][0] = pack2<T>(s[8 * t + 0], s[8 * t + 1]);
+    pa[t][1] = pack2<T>(s[8 * t + 2], s[8 * t + 3]);
+    pa[t][2] = pack2<T>(s[8 * t + 4], s[8 * t + 5]);
+    pa[t][3] = pack2<T>(s[8 * t + 6], s[8 * t + 7]);
+  }
+  wgmma_fence();
+#pragma unroll
+  for (int t = 0; t < 4; t++) {
+#if TR_DIM == 128
+    wg_rs_n128(acc, pa[t], wgmma_desc_sw128_n(vt + t * 2048));
+#else
+    wg_rs_n64(acc, pa[t], wgmma_desc_sw128_n(vt + t * 2048));
+#endif
+  }
+  wgmma_commit();
+}
+
+template <bool FOLD>
+__device__ __forceinline__ void prefill_wgmma(const T *__restrict__ q, const T *__restrict__ k,
+                                              const T *__restrict__ v, T *__restrict__ o, int L, int heads,
+                                              int heads_kv, float scale, unsigned sm) {
+  const int mt = gridDim.y - 1 - blockIdx.y;  // query tile: the longest first
+  const int bh = blockIdx.x;
+  const int h = bh % heads, b = bh / heads;
+  const int g = h / (heads / heads_kv);
+  const int wg = threadIdx.x / 128, wq = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const i64 q_stride = (i64)heads * DIM, kv_stride = (i64)heads_kv * DIM;
+  const T *qg = q + ((i64)b * L * heads + h) * DIM;
+  const T *kg = k + ((i64)b * L * heads_kv + g) * DIM;
+  const T *vg = v + ((i64)b * L * heads_kv + g) * DIM;
+  const int m0 = mt * WG_BM;
+  const int last = min(m0 + WG_BM, L) - 1, nt_last = last / BN;
+  const int diag = m0 / BN + wg;  // this warpgroup's diagonal key tile; tiles past it: all masked
+  // Q's two tiles, then K's two buffers and V's (own: each warpgroup's)
+  const unsigned sq = sm, sk = sm + 2 * TILE + (TR_WG_OWN ? wg * 4 * TILE : 0), sv = sk + 2 * TILE;
+  const float sl = FOLD ? scale * LOG2E : 1.f, scale_log2 = scale * LOG2E;
+#if TR_WG_OWN
+  const int tid = threadIdx.x % 128, first = min(nt_last, diag);  // tiles past the diagonal: never visited
+  load_tile_sw128(sq + wg * TILE, qg, q_stride, m0 + 64 * wg, L, tid);
+#else
+  const int tid = threadIdx.x, first = nt_last;
+  load_tile_sw128(sq, qg, q_stride, m0, L, tid);
+  load_tile_sw128(sq + TILE, qg, q_stride, m0 + 64, L, tid);
+#endif
+  load_tile_sw128(sk, kg, kv_stride, first * BN, L, tid);
+  cp_async_commit();
+
+  float acc[DIM / 2];  // O: row r = 16 wq + lane / 4 (+ 8), n8 tile j: acc[4j + 2 * half + e]
+#pragma unroll
+  for (int i = 0; i < DIM / 2; i++) acc[i] = 0.f;
+  float mx[2] = {NEG_INF, NEG_INF}, sum[2] = {0.f, 0.f};
+  const unsigned qw = sq + wg * TILE;
+  const int row_l = 16 * wq + lane / 4;  // this thread's first row in the warpgroup's 64
+
+  load_tile_sw128(sv, vg, kv_stride, first * BN, L, tid);
+  cp_async_commit();
+  for (int nt = first, it = 0; nt >= 0; nt--, it++) {
+    const unsigned kt = sk + (it & 1) * TILE, vt = sv + (it & 1) * TILE;
+    wg_ready(wg);  // K's tile nt is in (and Q)
+    if (nt > 0) load_tile_sw128(sk + ((it + 1) & 1) * TILE, kg, kv_stride, (nt - 1) * BN, L, tid);
+    cp_async_commit();
+    const bool active = nt <= diag;  // warpgroup-uniform
+    float s[32];
+    if (active) {
+      wg_scores(s, qw, kt);
+      wgmma_wait<0>();
+      wg_softmax<FOLD>(s, acc, mx, sum, nt == diag, row_l, lane, sl, scale_log2);
+    }
+    wg_ready(wg);  // V's tile nt is in; every loader is done with K's
+    if (nt > 0) load_tile_sw128(sv + ((it + 1) & 1) * TILE, vg, kv_stride, (nt - 1) * BN, L, tid);
+    cp_async_commit();
+    if (active) {
+      wg_values(acc, s, vt);
+      wgmma_wait<0>();
+    }
+  }
+  cp_async_wait<0>();
+
+  T *og = o + ((i64)b * L * heads + h) * DIM;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float l = sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int row = m0 + 64 * wg + row_l + 8 * r;
+    if (row < L) {
+      T *dst = og + (i64)row * q_stride + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < DIM / 8; j++) {
+        *reinterpret_cast<unsigned *>(dst + 8 * j) = pack2<T>(acc[4 * j + 2 * r] * inv, acc[4 * j + 2 * r + 1] * inv);
+      }
+    }
+  }
+}
+
+#ifndef TR_WG_CTAS
+#define TR_WG_CTAS 1
+#endif
+extern "C" __global__ void __launch_bounds__(WG_THREADS, TR_WG_CTAS) tr_gqa_prefill(const T *__restrict__ q,
+                                                                           const T *__restrict__ k,
+                                                                           const T *__restrict__ v, T *__restrict__ o,
+                                                                           int L, int heads, int heads_kv,
+                                                                           float scale) {
+  await_previous_kernel();
+  extern __shared__ __align__(1024) unsigned char wg_smem[];
+  const unsigned sm = (smem_addr(wg_smem) + 1023u) & ~1023u;
+  if (scale > 0.f) prefill_wgmma<true>(q, k, v, o, L, heads, heads_kv, scale, sm);
+  else prefill_wgmma<false>(q, k, v, o, L, heads, heads_kv, scale, sm);
+}
+#else
 // Two entries, so the rare path's registers never crowd the common one's (spills at two m16 tiles
 // a warp when one kernel held both): q, k, v and o 16-byte aligned, and any alignment.
 extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa_prefill(const T *__restrict__ q, const T *__restrict__ k,
@@ -293,6 +555,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa_prefill(const T *__re
                                                                       int heads, int heads_kv, float scale) {
   entry<true>(q, k, v, o, L, heads, heads_kv, scale);
 }
+#endif
 extern "C" __global__ void __launch_bounds__(BLOCK) tr_gqa_prefill_any(const T *__restrict__ q, const T *__restrict__ k,
                                                                           const T *__restrict__ v, T *__restrict__ o,
                                                                           int L, int heads, int heads_kv, float scale) {
