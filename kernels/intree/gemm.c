@@ -57,7 +57,6 @@ enum {
   SKINNY_SPLIT_MIN_ARCH = 90,
   SKINNY_WG_BLOCK = 160,
   SKINNY_WG_SMEM = 112 * 1024,
-  SKINNY_WG_MAX_STAGES = 8,
   SKINNY_WG_ARCH = 90,
 };
 
@@ -190,18 +189,25 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
  * (64 or 128: one or two m64 wgmmas a k16 step) and the shared memory its ring may take. It
  * depends on L and S only (the build step compiles without the device's SM count; the kernel's
  * compiled shape and its launch must agree, or the ring's byte counts never complete). A weight
- * of at most 8192 rows takes TR_SKINNY_WG_SMALL_ROWS rows and a ring of
+ * of at most 8192 rows takes TR_SKINNY_WG_SMALL_ROWS rows and a ring of at most
  * TR_SKINNY_WG_SMALL_RING_KIB (64 rows and 200 KiB: one CTA an SM, clusters of 2, one wave);
- * others 128 rows and 112 KiB. Measured on the H200 (bench_gemm.py 2026-12-03, tuned): 64 rows and
- * 200 KiB took m = 64 on 4096x4096 from 16.7 to 12.8 us and on 4096x14336 from 43.6 to 32.8; m = 16
- * from 12.5 to 11.2 and 33.6 to 30.7; 128 rows with 200 KiB gave 15.2 and 37.2 at m = 64, so the
- * smaller tile is the gain (with 128 rows, clusters of 4 put two CTAs on some SMs and none on
- * others). */
+ * others 128 rows and 112 KiB. Either ring has at most TR_SKINNY_WG_MAX_STAGES stages, so with the
+ * default 8 the 64-row tiles' ring is 72 KiB at m = 1, 80 KiB at m = 16 and 128 KiB at m = 64 (a
+ * stage: 64 rows of w and x's rows rounded up to 8, 64 k each), not 200. Measured on the H200
+ * (bench_gemm.py 2026-12-03, tuned): 64 rows took m = 64 on 4096x4096 from 16.7 to 12.8 us and on
+ * 4096x14336 from 43.6 to 32.8; m = 16 from 12.5 to 11.2 and 33.6 to 30.7; 128 rows with a ring of
+ * 192 KiB (8 stages) gave 15.2 and 37.2 at m = 64, so the smaller tile is the gain (with 128 rows,
+ * clusters of 4 put two CTAs on some SMs and none on others). A deeper ring on the small weights
+ * (-DTR_SKINNY_WG_MAX_STAGES=32: up to 22 stages, nearly all of a CTA's share of w in flight at
+ * once) is not yet measured. */
 #ifndef TR_SKINNY_WG_SMALL_ROWS
 #define TR_SKINNY_WG_SMALL_ROWS 64
 #endif
 #ifndef TR_SKINNY_WG_SMALL_RING_KIB
 #define TR_SKINNY_WG_SMALL_RING_KIB 200
+#endif
+#ifndef TR_SKINNY_WG_MAX_STAGES
+#define TR_SKINNY_WG_MAX_STAGES 8
 #endif
 #ifndef TR_SKINNY_WG_LARGE_ROWS
 #define TR_SKINNY_WG_LARGE_ROWS 128
@@ -223,7 +229,7 @@ static skinny_wg_shape skinny_wg_shape_of(int64_t L, int64_t S) {
   int64_t ring = (w.small ? TR_SKINNY_WG_SMALL_RING_KIB : SKINNY_WG_SMEM / 1024) * 1024;
   int64_t stage = w.rows * 128 + (S + 7) / 8 * 8 * 128;
   int64_t stages = (ring - 2048) / stage;
-  w.stages = stages > SKINNY_WG_MAX_STAGES ? SKINNY_WG_MAX_STAGES : stages < 2 ? 2 : stages;
+  w.stages = stages > TR_SKINNY_WG_MAX_STAGES ? TR_SKINNY_WG_MAX_STAGES : stages < 2 ? 2 : stages;
   w.smem = w.stages * stage + 1024 + 16 * w.stages;
   return w;
 }
@@ -483,9 +489,14 @@ static tr_status *run_split(void *ctx, int rep, tr_cu_stream stream) {
                        t->split, t->maps != NULL ? &t->maps[2 * set] : NULL, stream);
 }
 
-/* Times each split count (1, 2, 4, 8 where the split build loaded) on buffers of the kernel's
- * own (values spread over [-1, 1), weights in up to 8 sets rotated so that about 128 MB are read:
- * a model's layers each bring their own), keeping the fastest. */
+/* Times each split count (1, 2, 4, 8 where the split build loaded; every count from 1 to 8 with
+ * -DTR_SKINNY_TUNE_EVERY_SPLIT=1, not yet measured: on m = 64 14336x4096, 112 tiles, a split of 7
+ * would make nearly three full waves of two CTAs an SM) on buffers of the kernel's own (values
+ * spread over [-1, 1), weights in up to 8 sets rotated so that about 128 MB are read: a model's
+ * layers each bring their own), keeping the fastest. */
+#ifndef TR_SKINNY_TUNE_EVERY_SPLIT
+#define TR_SKINNY_TUNE_EVERY_SPLIT 0
+#endif
 static tr_status *tune_skinny(tr_intree_built *k, tr_cu_stream stream, tr_lt_type type) {
   enum { SETS = 8, REPS = 24 };
   int64_t S = k->ints[1], L = k->ints[2], kk = k->ints[5];
@@ -518,7 +529,8 @@ static tr_status *tune_skinny(tr_intree_built *k, tr_cu_stream stream, tr_lt_typ
   int64_t best = k->ints[3];
   float best_us = 0.f;
   /* x's strides as the call has them: the buffer is laid out alike (S * K elements) */
-  for (int64_t split = 1; split <= (k->wide.function != NULL ? SKINNY_MAX_SPLIT : 1) && status == NULL; split *= 2) {
+  for (int64_t split = 1; split <= (k->wide.function != NULL ? SKINNY_MAX_SPLIT : 1) && status == NULL;
+       split = TR_SKINNY_TUNE_EVERY_SPLIT ? split + 1 : split * 2) {
     timed_split t = {k, w, x, y, split, sets, have_maps ? maps : NULL};
     float us = 0.f;
     status = tr_cuda_time_runs(run_split, &t, TR_CUDA_TUNE_WARMUPS, REPS, stream, start, end, &us);
