@@ -11,7 +11,9 @@ Usage:
       Builds the GPU tests, benchmarks, the binding and the CPU backend with -c opt and packs them
       into .gpu/ (../shared/tools/gpu-pack), the CPU backend's OpenBLAS compressed so the folder
       travels. Each --variant builds //python:libtilerun.so again with its COPTs (macros on the
-      host side, e.g. -DTR_GQA_CLUSTER_MAX=12) into .gpu/var/NAME/libtilerun.so, for `ab`.
+      host side, e.g. -DTR_GQA_CLUSTER_MAX=12) into .gpu/var/NAME/libtilerun.so, for `ab`. A
+      variant's library serves what loads libtilerun.so (the Python binding: its tests and
+      benchmarks, with TILERUN_LIBRARY set to it), not the C test programs.
   tools/gpu.sh test [PATTERN...]                  (there, from the repository root)
       Runs the GPU tests (those whose name holds a PATTERN, or all), each under a time limit
       (TEST_TIMEOUT seconds, default 300), printing a line per test as it ends and a summary;
@@ -46,7 +48,8 @@ pack() {
     esac
   done
   command -v bazel >/dev/null || die "bazel is not installed here (./test.sh installs it)"
-  local tmp; tmp=$(mktemp -d)
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
   for i in "${!names[@]}"; do  # the variants first: the default build is the one left in bazel-bin
     echo "== variant ${names[$i]}:${copts[$i]}" >&2
     # shellcheck disable=SC2086
@@ -67,7 +70,6 @@ pack() {
   chmod u+w .gpu/lib
   [ -f .gpu/lib/libopenblas.so.0 ] && xz -T0 .gpu/lib/libopenblas.so.0
   for n in "${names[@]}"; do mkdir -p .gpu/var && cp -r "$tmp/$n" .gpu/var/; done
-  rm -rf "$tmp"
   du -sh .gpu | awk '{print "tools/gpu.sh: .gpu holds " $1 "; pass carry [\".gpu\"] and run tools/gpu.sh there"}'
 }
 
