@@ -49,7 +49,7 @@ static const tr_intree_impl kImpls[] = {
 /* The skinny kernel: at most this many rows of the small operand; CTAs of SKINNY_BLOCK threads;
  * at most SKINNY_MAX_SPLIT CTAs a cluster (the portable cluster size). The wgmma build: CTAs of
  * SKINNY_WG_BLOCK threads (a consumer warpgroup and a producer warp) taking 64 or 128 rows
- * of w, a ring of as many stages as fit in SKINNY_WG_SMEM bytes (two CTAs an SM), on sm_90. */
+ * of w, a ring of stages in shared memory (skinny_wg_shape_of), on sm_90. */
 enum {
   SKINNY_MAX_ROWS = 64,
   SKINNY_BLOCK = 128,
@@ -190,16 +190,18 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
  * depends on L and S only (the build step compiles without the device's SM count; the kernel's
  * compiled shape and its launch must agree, or the ring's byte counts never complete). A weight
  * of at most 8192 rows takes TR_SKINNY_WG_SMALL_ROWS rows and a ring of at most
- * TR_SKINNY_WG_SMALL_RING_KIB (64 rows and 200 KiB: one CTA an SM, clusters of 2, one wave);
- * others 128 rows and 112 KiB. Either ring has at most TR_SKINNY_WG_MAX_STAGES stages, so with the
- * default 8 the 64-row tiles' ring is 72 KiB at m = 1, 80 KiB at m = 16 and 128 KiB at m = 64 (a
- * stage: 64 rows of w and x's rows rounded up to 8, 64 k each), not 200. Measured on the H200
+ * TR_SKINNY_WG_SMALL_RING_KIB (64 rows and 200 KiB; its split makes a grid of at most one CTA an
+ * SM, clusters of 2, one wave); others 128 rows and 112 KiB. Either ring has at most
+ * TR_SKINNY_WG_MAX_STAGES stages, so with the default 8 the 64-row tiles' ring is 72 KiB at m = 1,
+ * 80 KiB at m = 16 and 128 KiB at m = 64 (a stage: 64 rows of w and x's rows rounded up to 8, 64 k
+ * each), not 200: two or three CTAs fit an SM, which lets the next kernel's CTAs in. Measured on the H200
  * (bench_gemm.py 2026-12-03, tuned): 64 rows took m = 64 on 4096x4096 from 16.7 to 12.8 us and on
  * 4096x14336 from 43.6 to 32.8; m = 16 from 12.5 to 11.2 and 33.6 to 30.7; 128 rows with a ring of
  * 192 KiB (8 stages) gave 15.2 and 37.2 at m = 64, so the smaller tile is the gain (with 128 rows,
  * clusters of 4 put two CTAs on some SMs and none on others). A deeper ring on the small weights
- * (-DTR_SKINNY_WG_MAX_STAGES=32: up to 22 stages, nearly all of a CTA's share of w in flight at
- * once) is not yet measured. */
+ * (-DTR_SKINNY_WG_MAX_STAGES=32: up to 22 stages; at m = 1 on 4096x4096, split 2, 22 of a CTA's 32
+ * k tiles in flight at once, against 8) is not yet measured; it also takes a CTA's shared memory
+ * to 200 KiB, one CTA an SM, so the A/B measures both changes. */
 #ifndef TR_SKINNY_WG_SMALL_ROWS
 #define TR_SKINNY_WG_SMALL_ROWS 64
 #endif
@@ -208,6 +210,9 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
 #endif
 #ifndef TR_SKINNY_WG_MAX_STAGES
 #define TR_SKINNY_WG_MAX_STAGES 8
+#endif
+#if TR_SKINNY_WG_MAX_STAGES < 2
+#error "TR_SKINNY_WG_MAX_STAGES: the ring needs at least two stages"
 #endif
 #ifndef TR_SKINNY_WG_LARGE_ROWS
 #define TR_SKINNY_WG_LARGE_ROWS 128
