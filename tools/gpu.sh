@@ -129,7 +129,7 @@ test_cmd() {
   fi
   local chosen=()
   for t in "${tests[@]}"; do
-    local name; name=$(basename "${t##* }")
+    local name=${t##*/}  # the file name, a program's or a script's
     if [ $# -eq 0 ]; then chosen+=("$t"); continue; fi
     for p in "$@"; do [[ "$name" == *"$p"* ]] && { chosen+=("$t"); break; }; done
   done
@@ -137,7 +137,7 @@ test_cmd() {
   local failed=0 i=0
   for t in "${chosen[@]}"; do
     i=$((i + 1))
-    local name; name=$(basename "${t##* }")
+    local name=${t##*/}  # the file name, a program's or a script's
     local start=$SECONDS rc
     # shellcheck disable=SC2086  # a test is a command line: split into its words
     timeout -k 15 "$limit" $t >"$logs/$name.log" 2>&1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gpu_sh_test.sh: tools/gpu.sh's arguments, its A/B alternation and its test runner, on a fake .gpu/
-# folder and a fake nvidia-smi (no GPU, no Bazel needed).
+# gpu_sh_test.sh: tools/gpu.sh's arguments, its A/B alternation, its test runner and pack, on a
+# fake .gpu/ folder, nvidia-smi, bazel and gpu-pack (no GPU, no Bazel needed).
 # shellcheck disable=SC2001,SC2016  # sed over captured output; commands quoted for the child shell
 set -uo pipefail
 script=$(cd "$(dirname "$0")" && pwd)/gpu.sh

@@ -194,8 +194,8 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
  * SM, clusters of 2, one wave); others 128 rows and 112 KiB. Either ring has at most
  * TR_SKINNY_WG_MAX_STAGES stages, so with the default 8 the 64-row tiles' ring is 72 KiB at m = 1,
  * 80 KiB at m = 16 and 128 KiB at m = 64 (a stage: 64 rows of w and x's rows rounded up to 8, 64 k
- * each), not 200: two or three CTAs fit an SM, which lets the next kernel's CTAs in. Measured on the H200
- * (bench_gemm.py 2026-12-03, tuned): 64 rows took m = 64 on 4096x4096 from 16.7 to 12.8 us and on
+ * each), not 200: two or three CTAs fit an SM, which lets the next kernel's CTAs in. Measured on
+ * the H200 (bench_gemm.py 2026-12-03, tuned): 64 rows took m = 64 on 4096x4096 from 16.7 to 12.8 us and on
  * 4096x14336 from 43.6 to 32.8; m = 16 from 12.5 to 11.2 and 33.6 to 30.7; 128 rows with a ring of
  * 192 KiB (8 stages) gave 15.2 and 37.2 at m = 64, so the smaller tile is the gain (with 128 rows,
  * clusters of 4 put two CTAs on some SMs and none on others). A deeper ring on the small weights
