@@ -6,7 +6,7 @@ set -euo pipefail
 
 TILERUN_APT_PACKAGES=(bazel-bootstrap bazel-platforms libzmq3-dev nanopb libnanopb-dev libyaml-dev catch2
                       libdlpack-dev libopenblas-dev python3 python3-dev python3-numpy python3-venv python3-setuptools python3-wheel clang libclang-rt-14-dev valgrind
-                      pkgconf)
+                      pkgconf xz-utils)
 
 missing=()
 for pkg in "${TILERUN_APT_PACKAGES[@]}"; do
