@@ -72,6 +72,8 @@ check "test: a time limit" 1 "cuda_ops_test +TIMEOUT after 1 s" env OUT="$root/o
 check "test: one GPU names the two-card tests not run" 1 "two_gpu_test and test_two_gpus.py are NOT run" \
   env OUT="$root/out" TEST_TIMEOUT=1 "$g" test probe guard
 check "test: no test by that name" 2 "no GPU test's name holds: nothing" env OUT="$root/out" "$g" test nothing
+check "test: logs that cannot be written" 2 "cannot make $root/bin/nvidia-smi/logs" \
+  env OUT="$root/bin/nvidia-smi/logs" "$g" test probe
 check "test: a bad time limit" 2 "TEST_TIMEOUT is a positive number of seconds; got 'soon'" \
   env OUT="$root/out" TEST_TIMEOUT=soon "$g" test probe
 check "test: no time limit is no time limit" 2 "TEST_TIMEOUT is a positive number of seconds; got '0'" \
@@ -119,6 +121,7 @@ FAKE
 cat >"$root/shared/tools/gpu-pack" <<'FAKE'
 #!/bin/sh
 echo "$*" >"$FAKE_ROOT/gpu-pack.args"
+[ -z "${FAKE_GPU_PACK_FAILS:-}" ] || exit 1
 mkdir -p .gpu/bin .gpu/lib && echo blas >.gpu/lib/libopenblas.so.0
 FAKE
 chmod +x "$root/bin/bazel" "$root/shared/tools/gpu-pack"
@@ -128,12 +131,13 @@ check "pack: a variant named twice" 2 "variant 'a' is named twice" "$g" pack --v
 check "pack: a variant with no COPT" 2 "variant 'a' has no COPT" "$g" pack --variant a
 check "pack: a COPT with a space" 2 "a COPT holds no space; got '-DX=1 2'" "$g" pack --variant a "-DX=1 2"
 check "pack: a variant that fails to build" 2 "variant bad failed to build" "$g" pack --variant bad -DBREAK
+check "pack: gpu-pack failing" 2 "gpu-pack failed" env FAKE_GPU_PACK_FAILS=1 "$g" pack
 check "pack: two variants" 0 "tools/gpu.sh: .gpu holds" "$g" pack --variant c12 -DA=1 -DB=2 --variant deep -DC=3
 if [ "$(cat "$root/repo/.gpu/var/c12/libtilerun.so")" = "built with: -DA=1 -DB=2" ] &&
    [ "$(cat "$root/repo/.gpu/var/deep/libtilerun.so")" = "built with: -DC=3" ] &&
    [ -f "$root/repo/.gpu/lib/libopenblas.so.0.xz" ] && [ ! -f "$root/repo/.gpu/lib/libopenblas.so.0" ] &&
    grep -q "$root/bb/python/libtilerun.so" "$root/gpu-pack.args" &&
-   [ "$(grep -n -- '^build -c opt //kernels:probe_test .*//tools:tilerun' "$root/bazel.log" | cut -d: -f1)" = \
+   [ "$(grep -n -- '^build -c opt //kernels:probe_test .*//tools:tilerun' "$root/bazel.log" | tail -n 1 | cut -d: -f1)" = \
      "$(($(grep -n -- '^info -c opt --copt=-DC=3' "$root/bazel.log" | cut -d: -f1) + 1))" ]; then
   echo "ok: pack builds each variant with its own COPTs, then the packed build, and compresses OpenBLAS"
 else
