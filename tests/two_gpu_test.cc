@@ -2,7 +2,9 @@
 // A call on cuda:0 then on cuda:1 builds twice (two memo entries, each card's artifacts loaded on
 // it) and each result matches float64; a call with inputs on both cards is refused by validation
 // naming both devices, before any build; two threads, one per card, call the same op instance
-// 10,000 times each at once, and every result is correct on its own card.
+// 10,000 times each at once, and every result is correct on its own card. The cuda output pools
+// are scoped per runtime and per card: a runtime destroyed while another runtime's graph replays
+// on the other card gives back its own blocks only, and the replays stay right.
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime.h>
@@ -51,6 +53,14 @@ struct OnDevice {
 
 DLTensor view(const OnDevice &t, std::vector<int64_t> &shape) {
   return DLTensor{t.ptr, {kDLCUDA, t.device}, (int32_t)shape.size(), TR_FLOAT32, shape.data(), nullptr, 0};
+}
+
+uint64_t driver_pool_used(int device) {  // what the driver's pool of `device` has handed out
+  cudaMemPool_t pool;
+  unsigned long long v = 0;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess) return ~0ull;
+  (void)cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v);
+  return (uint64_t)v;
 }
 
 void need_two() {
@@ -160,4 +170,85 @@ TEST_CASE("two threads, one per card, 10,000 calls each on one op instance: ever
   CHECK(tr_op_memo_count(op) == 2);
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
+}
+
+TEST_CASE("a runtime destroyed while another runtime's graph replays on the other card: only its own blocks go") {
+  need_two();
+  const int64_t row = 4096, rows = 64;
+  tr_runtime *a = cuda_runtime(), *b = cuda_runtime();
+  tr_op *op_a = rms_op(a, row), *op_b = rms_op(b, row);
+  std::vector<float> xv = values((size_t)(rows * row), 51), wv = values(row, 52), sv = values(2 * (size_t)row, 53);
+  std::vector<int64_t> xs = {rows, row}, ws = {row}, ss = {2, row};
+  OnDevice x1(1, xv), w1(1, wv), w0(0, wv);
+  // runtime a makes and frees a small output on each card: a block kept in a's pool on each
+  const uint64_t kept_at_start = tr_intree_get_stats().pool_kept;
+  for (int d = 0; d < 2; d++) {
+    OnDevice small(d, sv), w(d, wv);
+    DLTensor ts = view(small, ss), tw = view(w, ws);
+    const DLTensor *in[] = {&ts, &tw};
+    tr_test::Outputs out;
+    ok(tr_op_call(op_a, in, 2, out.items, 1));
+    REQUIRE(cudaSetDevice(d) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  }
+  CHECK(tr_intree_get_stats().pool_kept == kept_at_start + 2);
+  // runtime b, on cuda:1: an output made before a capture, written by the captured call, freed
+  // during the capture (parked in b's pool: the graph writes it at every replay)
+  DLTensor tx = view(x1, xs), tw = view(w1, ws);
+  const DLTensor *in[] = {&tx, &tw};
+  tr_test::Outputs made;
+  ok(tr_op_call(op_b, in, 2, made.items, 1));
+  DLTensor target = made.items[0]->dl_tensor;
+  REQUIRE(target.device.device_id == 1);
+  DLTensor *into[] = {&target};
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(cudaMemset(target.data, 0, (size_t)(rows * row) * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+  ok(tr_op_call_into(op_b, in, 2, into, 1));
+  made.reset();  // freed while captured: parked, not freed
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamEndCapture(cudaStreamPerThread, &graph) == cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const uint64_t used1_with_both = driver_pool_used(1);
+  const uint64_t kept_before = tr_intree_get_stats().pool_kept;
+  // the graph replays on cuda:1 while runtime a is destroyed from cuda:0
+  for (int i = 0; i < 20; i++) REQUIRE(cudaGraphLaunch(exec, cudaStreamPerThread) == cudaSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  tr_op_destroy(&op_a);
+  tr_runtime_destroy(&a);
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  const uint64_t block_b = (uint64_t)(rows * row) * sizeof(float);
+  const uint64_t used1_after_a = driver_pool_used(1);
+  CHECK(tr_intree_get_stats().pool_kept == kept_before - 2);  // a's two blocks, and only they
+  CHECK(used1_after_a < used1_with_both);                       // a's block on cuda:1 is the driver's again
+  CHECK(used1_with_both - used1_after_a < block_b);             // b's 1 MiB block is not
+  for (int i = 0; i < 3; i++) REQUIRE(cudaGraphLaunch(exec, cudaStreamPerThread) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
+  std::vector<float> got((size_t)(rows * row));
+  REQUIRE(cudaMemcpy(got.data(), target.data, got.size() * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(mismatches(got, rms_ref(xv, wv, row)) == 0);
+  // b still calls on cuda:0 (a's end left b's state there alone)
+  {
+    OnDevice x0(0, xv);
+    DLTensor t0 = view(x0, xs), tw0 = view(w0, ws);
+    const DLTensor *in0[] = {&t0, &tw0};
+    tr_test::Outputs out;
+    ok(tr_op_call(op_b, in0, 2, out.items, 1));
+    REQUIRE(cudaSetDevice(0) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    REQUIRE(cudaMemcpy(got.data(), out.items[0]->dl_tensor.data, got.size() * sizeof(float), cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
+    CHECK(mismatches(got, rms_ref(xv, wv, row)) == 0);
+  }
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  tr_op_destroy(&op_b);
+  tr_runtime_destroy(&b);
 }
