@@ -45,8 +45,28 @@ static tr_status *init(const tr_backend_api *api) {
   return api->register_kernel_builder(api->host, "AddFwdOp", "guarded", build, nullptr);
 }
 
-// A test backend's builder for cuda (it registers no allocator): call_into with caller-provided
-// outputs.
+// One call_into on cuda:d (a test backend's builder for cuda registers no allocator: the caller
+// gives the output) made with cuda:0 current; cuda:0 is current again after it.
+static void call_on(tr_op *op, int d) {
+  float *buf = nullptr;
+  REQUIRE(cudaSetDevice(d) == cudaSuccess);
+  REQUIRE(cudaMalloc(&buf, 3 * 16 * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  int64_t shape[] = {16};
+  DLTensor a{buf, {kDLCUDA, d}, 1, TR_FLOAT32, shape, nullptr, 0}, b = a, c = a;
+  b.data = buf + 16;
+  c.data = buf + 32;
+  const DLTensor *in[] = {&a, &b};
+  DLTensor *out[] = {&c};
+  tr_test::ok(tr_op_call_into(op, in, 2, out, 1));
+  int now = -1;
+  REQUIRE(cudaGetDevice(&now) == cudaSuccess);
+  CHECK(now == 0);  // restored after the build (and a tuning)
+  cudaSetDevice(d);
+  cudaFree(buf);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+}
+
 TEST_CASE("each cuda build sees its call's device current; the caller's is restored") {
   int count = 0;
   REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
@@ -54,53 +74,18 @@ TEST_CASE("each cuda build sees its call's device current; the caller's is resto
   tr_op *op = nullptr;
   tr_test::ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &op));
   for (int d = count - 1; d >= 0; d--) {  // the last card first, so it differs from the caller's
-    REQUIRE(cudaSetDevice(0) == cudaSuccess);
-    float *buf = nullptr;
-    REQUIRE(cudaSetDevice(d) == cudaSuccess);
-    REQUIRE(cudaMalloc(&buf, 3 * 16 * sizeof(float)) == cudaSuccess);
-    REQUIRE(cudaSetDevice(0) == cudaSuccess);
-    int64_t shape[] = {16};
-    DLTensor a{buf, {kDLCUDA, d}, 1, TR_FLOAT32, shape, nullptr, 0}, b = a, c = a;
-    b.data = buf + 16;
-    c.data = buf + 32;
-    const DLTensor *in[] = {&a, &b};
-    DLTensor *out[] = {&c};
     g_current_in_build = -1;
-    tr_test::ok(tr_op_call_into(op, in, 2, out, 1));
+    call_on(op, d);
     CHECK(g_current_in_build == d);
-    int now = -1;
-    REQUIRE(cudaGetDevice(&now) == cudaSuccess);
-    CHECK(now == 0);  // restored
-    cudaSetDevice(d);
-    cudaFree(buf);
   }
   CHECK(tr_op_memo_count(op) == (size_t)count);  // one build per card
   tr_op_destroy(&op);
   tr_runtime_destroy(&rt);
 }
 
-// One op instance called on every card (the last first), in tuned mode asked before (`early`) or
-// after the builds: each card's kernel tunes exactly once per request, with its card current.
+// One op instance called on every card, the last first.
 static void call_on_every_card(tr_op *op, int count) {
-  for (int d = count - 1; d >= 0; d--) {
-    float *buf = nullptr;
-    REQUIRE(cudaSetDevice(d) == cudaSuccess);
-    REQUIRE(cudaMalloc(&buf, 3 * 16 * sizeof(float)) == cudaSuccess);
-    REQUIRE(cudaSetDevice(0) == cudaSuccess);
-    int64_t shape[] = {16};
-    DLTensor a{buf, {kDLCUDA, d}, 1, TR_FLOAT32, shape, nullptr, 0}, b = a, c = a;
-    b.data = buf + 16;
-    c.data = buf + 32;
-    const DLTensor *in[] = {&a, &b};
-    DLTensor *out[] = {&c};
-    tr_test::ok(tr_op_call_into(op, in, 2, out, 1));
-    int now = -1;
-    REQUIRE(cudaGetDevice(&now) == cudaSuccess);
-    CHECK(now == 0);  // restored after the build (and the tuning)
-    cudaSetDevice(d);
-    cudaFree(buf);
-  }
-  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  for (int d = count - 1; d >= 0; d--) call_on(op, d);
 }
 
 TEST_CASE("a kernel built on each card tunes once on each, with that card current") {
