@@ -66,7 +66,9 @@ enum {
  * cluster build (7.3 and 12.1). With the split's first copies issued before seqlens is read
  * (gqa_decode.cu's bulk_ring), 6.5-6.7 and 10.0-10.3. A CTA streams its split at about 45 GB/s
  * there, so past 4096 rows (8 CTAs a KV head) the two kernels' many splits are the faster
- * choice. */
+ * choice. Clusters of up to 12 (-DTR_GQA_CLUSTER_MAX=12: kv 4096 as 11 CTAs a KV head) were
+ * slower in an A/B on an H100 (2026-12-05, two rounds): kv 4096 13.5 us against 11.4, kv 1024
+ * unchanged at 7.2-7.3; so 8 stays. */
 #ifndef TR_GQA_CLUSTER_MAX
 #define TR_GQA_CLUSTER_MAX 8
 #endif

@@ -200,8 +200,11 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
  * 192 KiB (8 stages) gave 15.2 and 37.2 at m = 64, so the smaller tile is the gain (with 128 rows,
  * clusters of 4 put two CTAs on some SMs and none on others). A deeper ring on the small weights
  * (-DTR_SKINNY_WG_MAX_STAGES=32: up to 22 stages; at m = 1 on 4096x4096, split 2, 22 of a CTA's 32
- * k tiles in flight at once, against 8) is not yet measured; it also takes a CTA's shared memory
- * to 200 KiB, one CTA an SM, so the A/B measures both changes. */
+ * k tiles in flight at once, against 8; it also takes a CTA's shared memory to 200 KiB, one CTA
+ * an SM) was slower on every decode row in an A/B on an H100 (2026-12-05, with
+ * TR_SKINNY_TUNE_EVERY_SPLIT=1, two rounds each): 4096x4096 at m = 1 15.0 us against 14.5, m = 16
+ * 15.3-15.4 against 14.8-14.9, the large weights 0-3% slower; so 8 stays. A device copy of the
+ * same bytes takes 13.3 us there: the 4096x4096 rows are within 1.1x of it. */
 #ifndef TR_SKINNY_WG_SMALL_ROWS
 #define TR_SKINNY_WG_SMALL_ROWS 64
 #endif
@@ -495,8 +498,9 @@ static tr_status *run_split(void *ctx, int rep, tr_cu_stream stream) {
 }
 
 /* Times each split count (1, 2, 4, 8 where the split build loaded; every count from 1 to 8 with
- * -DTR_SKINNY_TUNE_EVERY_SPLIT=1, not yet measured: on m = 64 14336x4096, 112 tiles, a split of 7
- * would make nearly three full waves of two CTAs an SM) on buffers of the kernel's own (values
+ * -DTR_SKINNY_TUNE_EVERY_SPLIT=1: on m = 64 14336x4096, 112 tiles, a split of 7 would make
+ * nearly three full waves of two CTAs an SM, but on an H100 the tuner still chose 1 there and 2 or
+ * 1 elsewhere, as with the powers of two, 2026-12-05) on buffers of the kernel's own (values
  * spread over [-1, 1), weights in up to 8 sets rotated so that about 128 MB are read: a model's
  * layers each bring their own), keeping the fastest. */
 #ifndef TR_SKINNY_TUNE_EVERY_SPLIT

@@ -7,8 +7,10 @@ Every figure is the median device time of one call, timed as the replay of a CUD
 tilerun untuned, tilerun after request_tune (the op's kernel times its candidates on buffers of
 its own), and torch.matmul (on b.t() for the trans_b rows, as torch.nn.functional.linear does).
 Per row: the implementation tilerun chose and its tuned config, TFLOP/s, the share of the card's
-copy rate (measured in the same run) that the operands' bytes (a + b + d, each once) make, and
-torch's time over tilerun's (above 1: tilerun is faster).
+copy rate (measured in the same run) that the operands' bytes (a + b + d, each once) make,
+torch's time over tilerun's (above 1: tilerun is faster), and on the decode rows a device copy of
+the same bytes (read + write of half of them, over buffers rotated alike) timed the same way: the
+ceiling at that size, where a launch's ramp and tail weigh more than on the 2 GiB copy.
 
     python3 python/bench/bench_gemm.py [--rows SUBSTRING] [--calls N]
 
@@ -27,7 +29,7 @@ except ImportError:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tilerun  # noqa: E402
-from bench_gpu import copy_rate_gbps, graph_us  # noqa: E402  (timed as bench_gpu.py times)
+from bench_gpu import copy_rate_gbps, graph_us, same_bytes_copy_us  # noqa: E402  (timed as bench_gpu.py times)
 
 # (label, m, n, k, trans_b)
 ROWS = [
@@ -54,8 +56,9 @@ def main():
     copy = copy_rate_gbps()
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; copy rate {copy:.0f} GB/s "
           f"(2 GiB fp16 copy, same run)")
-    print("| row | m x n x k | impl (tuned config) | tilerun us | tuned us | torch us | TFLOP/s | % copy | torch/tilerun |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| row | m x n x k | impl (tuned config) | tilerun us | tuned us | torch us | TFLOP/s | % copy | torch/tilerun "
+          "| same-bytes copy us | tuned/copy |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     verdicts = []
     for label, m, n, k, tb in ROWS:
         if args.rows not in label:
@@ -88,14 +91,19 @@ def main():
         tflops = 2 * m * n * k / t_tuned / 1e6
         pct = 100 * byts / t_tuned / 1e3 / copy
         ratio = t_torch / t_tuned
+        cp = "- | -"
+        if m <= 64:
+            del a, b, d  # room for the copy's buffers, rotated as the operands were
+            cp_us = same_bytes_copy_us(byts, args.calls, sets)
+            cp = f"{cp_us:.2f} | {t_tuned / cp_us:.2f}"
         print(f"| {label} | {m}x{n}x{k} | {impl} ({extra}) | {t_untuned:.2f} | {t_tuned:.2f} | {t_torch:.2f} | "
-              f"{tflops:.1f} | {pct:.0f}% | {ratio:.2f} |", flush=True)
+              f"{tflops:.1f} | {pct:.0f}% | {ratio:.2f} | {cp} |", flush=True)
         if m >= 2048:
             verdicts.append((label, f"tuned {ratio:.2f}x torch (goal >= 1.0)", ratio >= 1.0))
         if m <= 64:
             verdicts.append((label, f"{pct:.0f}% of copy (goal >= 80%), {ratio:.2f}x torch (goal >= 1.3)",
                              pct >= 80 and ratio >= 1.3))
-        del a, b, d
+        a = b = d = None
         torch.cuda.empty_cache()
     print()
     print("goals:")

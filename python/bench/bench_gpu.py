@@ -85,6 +85,24 @@ def graph_us(fn, calls, reps=20):
     return ts[len(ts) // 2]
 
 
+def same_bytes_copy_us(byts, calls, sets=2):
+    """The same traffic as one device copy (read + write of byts / 2 bytes), timed as graph_us
+    times, over `sets` source/destination pairs in turn: the ceiling at this size, where launch
+    ramp and tail weigh more than on 2 GiB."""
+    half = max(1, byts // 4)  # float16 elements in byts / 2 bytes
+    src = [torch.empty(half, device="cuda", dtype=torch.float16) for _ in range(sets)]
+    dst = [torch.empty(half, device="cuda", dtype=torch.float16) for _ in range(sets)]
+    i = [0]
+
+    def step():
+        i[0] = (i[0] + 1) % sets
+        dst[i[0]].copy_(src[i[0]])
+
+    us = graph_us(step, calls)
+    del src, dst
+    return us
+
+
 def copy_rate_gbps():
     """The card's read+write ceiling: a 2 GiB copy timed eagerly (median of 10)."""
     src = torch.randn(1 << 30, device="cuda", dtype=torch.float16)
@@ -200,13 +218,7 @@ def main():
             else:
                 c_txt = "- | -"
             pct = 100 * byts / t_us / 1e3 / copy
-            # the same traffic as one device copy (read + write of byts / 2 bytes), timed alike: the
-            # ceiling at this size, where launch ramp and tail weigh more than on 2 GiB
-            half = max(1, byts // 4)  # float16 elements in byts / 2 bytes
-            src = [torch.empty(half, device="cuda", dtype=torch.float16) for _ in range(2)]
-            dst = [torch.empty(half, device="cuda", dtype=torch.float16) for _ in range(2)]
-            cp_us = graph_us(lambda: dst[nxt() % 2].copy_(src[i[0] % 2]), args.calls)
-            del src, dst
+            cp_us = same_bytes_copy_us(byts, args.calls)
             print(f"| {op_name} | {label} | {'x'.join(map(str, shape))} | {t_us:.2f} | {byts / t_us / 1e3:.0f} | "
                   f"{pct:.0f}% | {a_us:.2f} | {100 * byts / a_us / 1e3 / copy:.0f}% | {e_us:.2f} | {100 * byts / e_us / 1e3 / copy:.0f}% | {c_txt} | {t_us / e_us:.2f} | "
                   f"{cp_us:.2f} | {t_us / cp_us:.2f} |", flush=True)
