@@ -1,9 +1,9 @@
 /* attention.c: the attention family: GQADecodeFwdOp on cuda (kernels/src/gqa_decode.cu), the
  * three implementations of the kernel-selection spec's worked example (below). Each splits the
  * KV length, packs a KV head's query heads into one pass over its cache on the tensor cores, and
- * writes float32 partials merged by a second kernel (bs1 on caches of at most
- * TR_GQA_CLUSTER_MAX_S rows: one kernel, the splits a cluster's CTAs merged through its shared
- * memory). The split count is chosen at launch from the batch, the KV heads, the cache length
+ * writes float32 partials merged by a second kernel (the bulk build, bs1's and on SM90
+ * long-context's, on caches of at most TR_GQA_CLUSTER_MAX_S rows: one kernel, the splits a
+ * cluster's CTAs merged through its shared memory). The split count is chosen at launch from the batch, the KV heads, the cache length
  * and the SM count, never compiled in; the partials live in stream-ordered memory taken and
  * given back on the call's stream (inside a graph capture: the graph's own allocation nodes), so
  * one build serves every batch and length.
@@ -48,8 +48,19 @@ static const tr_kernel_interface kDecodeIface = {
  * - LONG `gqa_dense_decode_long_context`, SM80 on, the spec's long-context range (batch 1, KV of
  *   1024 and more, heads 32/4, dim 128, float16, no softcap), preferred over bs1: the general
  *   kernel, as the spec's long-context class is a subclass of the general one that changes only
- *   which calls it serves. */
+ *   which calls it serves. On an H100 (2026-12-05) it took 11.8 us at kv 4096, 0.80x sdpa's
+ *   speed, where bs1 took 11.4 on twice the cache (heads 32/8). Every call it serves is batch 1,
+ *   so -DTR_GQA_LONG_BULK=1 gives it bs1's bulk build on SM90 (the cluster build on caches of at
+ *   most TR_GQA_CLUSTER_MAX_S rows): compiled for sm_90a here, not yet run on a GPU, off until an
+ *   A/B and the GPU tests pass with it. */
 enum { DENSE, BS1, LONG };
+/* Whether a build of `kind` for `arch` is the bulk one (TMA copies, a producer warp; sm_90a's). */
+#ifndef TR_GQA_LONG_BULK
+#define TR_GQA_LONG_BULK 0
+#endif
+static int bulk_build(int kind, int32_t arch) {
+  return kind == BS1 || (kind == LONG && arch == 90 && TR_GQA_LONG_BULK);
+}
 enum {
   DECODE_BLOCK = 128,        /* the consumer warps (4); BS1 adds a producer warp */
   DECODE_MAX_SPLITS = 256,
@@ -167,62 +178,64 @@ static tr_status *decode_spec(const tr_tensor_spec *const *in, size_t n_in, cons
   return tr_call_spec_init(out, &kDecodeCall, device, v, 8);
 }
 
-/* The ring's slots a warp (DENSE, LONG) or a CTA (BS1), and the dynamic shared memory of a
- * build: the rings, or the warps' merge buffers where larger (kernels/src/gqa_decode.cu). */
+/* The ring's slots a warp (the general build) or a CTA (the bulk build), and the dynamic shared
+ * memory of a build: the rings, or the warps' merge buffers where larger (kernels/src/gqa_decode.cu). */
 #ifndef TR_GQA_BS1_STAGES
 #define TR_GQA_BS1_STAGES 3 /* the batch-1 ring's slots at dim 128 (32 KiB each); 2, 4 and 5 measured slower on the H200 */
 #endif
 #ifndef TR_GQA_BS1_EVICT_FIRST
 #define TR_GQA_BS1_EVICT_FIRST 1 /* the batch-1 copies evict the cache from L2 first: 3.92 -> 3.97 TB/s at kv 131072 */
 #endif
-static int64_t ring_stages(int kind, int64_t dim) {
-  return kind == BS1 ? (dim == 128 ? TR_GQA_BS1_STAGES : 5) : (dim == 128 ? 3 : 4);
+static int64_t ring_stages(int bulk, int64_t dim) {
+  return bulk ? (dim == 128 ? TR_GQA_BS1_STAGES : 5) : (dim == 128 ? 3 : 4);
 }
-static int64_t smem_bytes(int kind, int64_t dim) {
-  const int64_t warps = DECODE_BLOCK / 32, stages = ring_stages(kind, dim);
-  int64_t ring = warps * stages * 2 * 16 * dim * 2; /* BS1: the CTA's slots of 16 rows a warp, as many bytes */
+static int64_t smem_bytes(int bulk, int64_t dim) {
+  const int64_t warps = DECODE_BLOCK / 32, stages = ring_stages(bulk, dim);
+  int64_t ring = warps * stages * 2 * 16 * dim * 2; /* bulk: the CTA's slots of 16 rows a warp, as many bytes */
   int64_t merge = warps * 16 * dim * 4 + 2 * warps * 16 * 4 + 16 * dim * 4 + 2 * 16 * 4; /* and the cluster's result */
   int64_t bytes = ring > merge ? ring : merge;
-  return kind == BS1 ? bytes + 2 * stages * 8 + 1024 : bytes; /* BS1: the mbarriers, 1 KiB to align the ring */
+  return bulk ? bytes + 2 * stages * 8 + 1024 : bytes; /* bulk: the mbarriers, 1 KiB to align the ring */
 }
 
 static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
   tr_dtype dt = tr_call_spec_get(call, "dtype")->as.dtype;
   const char *t = tr_intree_c_type(dt);
   if (t == NULL) return TR_STATUS(TR_VALUE, "kernel '%s' has no specialisation for dtype %s", type->key, tr_dtype_name(dt));
-  int kind = ((const tr_intree_impl *)type->ctx)->kind;
+  const int bulk = bulk_build(((const tr_intree_impl *)type->ctx)->kind, call->facts.arch);
   int64_t gq = tr_call_spec_int(call, "heads") / tr_call_spec_int(call, "heads_kv");
   int64_t dim = tr_call_spec_int(call, "dim");
   out->source = tr_src_gqa_decode;
   out->entry = "tr_gqa";
-  out->block = DECODE_BLOCK + (kind == BS1 ? 32 : 0);
+  out->block = DECODE_BLOCK + (bulk ? 32 : 0);
   tr_intree_add_text(out, "-DTR_T=%s", t);
   tr_intree_add_int(out, "-DTR_DIM=%lld", (long long)dim);
   tr_intree_add_int(out, "-DTR_GQ=%lld", (long long)gq);
-  tr_intree_add_int(out, "-DTR_STAGES=%lld", (long long)ring_stages(kind, dim));
-  if (kind == BS1) {
+  tr_intree_add_int(out, "-DTR_STAGES=%lld", (long long)ring_stages(bulk, dim));
+  if (bulk) {
     tr_intree_add_int(out, "-DTR_BULK=%lld", 1);
     out->wide_block = out->block; /* the cluster build (-DTR_SPLIT): short caches, one kernel */
     out->wide_split = 1;
     out->wide_min_arch = 90;
   }
   tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
-  if (kind == BS1) tr_intree_add_int(out, "-DTR_EVICT_FIRST=%lld", (long long)TR_GQA_BS1_EVICT_FIRST);
+  if (bulk) tr_intree_add_int(out, "-DTR_EVICT_FIRST=%lld", (long long)TR_GQA_BS1_EVICT_FIRST);
   return NULL;
 }
 
 /* Where prepare keeps the launch values (the implementation is k->impl->kind). QTILES: tiles of
  * up to 16 query heads a KV head; WAVE_CTAS: the CTAs the card holds at once (its SMs times the
  * CTAs an SM fits), which the split count fills. */
-enum { DIM_AT, HEADS_KV_AT, QTILES_AT, SMEM_AT, WAVE_CTAS_AT, CLUSTER_AT }; /* k->ints; SMEM: dynamic, bytes a CTA
-                                                                  (both builds); CLUSTER: BS1's most CTAs a cluster
-                                                                  (0: no cluster build) */
+enum { DIM_AT, HEADS_KV_AT, QTILES_AT, SMEM_AT, WAVE_CTAS_AT, CLUSTER_AT, BULK_AT }; /* k->ints; SMEM: dynamic,
+                                                                  bytes a CTA (both builds); CLUSTER: the bulk build's
+                                                                  most CTAs a cluster (0: no cluster build); BULK:
+                                                                  bulk_build */
 enum { SCALE_AT, SOFTCAP_AT };                                 /* k->reals */
 
 static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   int64_t gq = tr_call_spec_int(call, "heads") / tr_call_spec_int(call, "heads_kv");
-  int kind = k->impl->kind;
-  int64_t smem = smem_bytes(kind, tr_call_spec_int(call, "dim"));
+  const int bulk = bulk_build(k->impl->kind, call->facts.arch);
+  int64_t smem = smem_bytes(bulk, tr_call_spec_int(call, "dim"));
+  k->ints[BULK_AT] = bulk;
   k->ints[DIM_AT] = tr_call_spec_int(call, "dim");
   k->ints[HEADS_KV_AT] = tr_call_spec_int(call, "heads_kv");
   k->ints[QTILES_AT] = (gq + 15) / 16;
@@ -230,7 +243,7 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   k->reals[SCALE_AT] = tr_call_spec_float(call, "scale");
   k->reals[SOFTCAP_AT] = tr_call_spec_float(call, "softcap");
   if (k->narrow.companion == NULL) return TR_STATUS(TR_BACKEND, "kernel '%s' has no merge entry", k->key);
-  if (kind == BS1) {
+  if (bulk) {
     if (!tr_cu_has_tensor_maps()) {
       return TR_STATUS(TR_BACKEND, "kernel '%s' copies through TMA tensor maps; the CUDA driver has no "
                        "cuTensorMapEncodeTiled (a driver older than CUDA 12.0)", k->key);
@@ -245,7 +258,7 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   int64_t per_sm = budget > 0 ? (budget + 1024) / (smem + 1024) : 1;
   k->ints[WAVE_CTAS_AT] = (int64_t)k->sm_count * (per_sm < 1 ? 1 : per_sm);
   k->ints[CLUSTER_AT] = 0;
-  if (kind == BS1 && k->wide.function != NULL) {
+  if (bulk && k->wide.function != NULL) {
     TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->wide.function, (int)smem));
     int64_t most = TR_GQA_CLUSTER_MAX;
     if (most > 8 && !tr_cu_function_allow_wide_clusters(k->wide.function)) most = 8;
@@ -335,11 +348,11 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
     return TR_STATUS(TR_VALUE, "GQADecodeFwdOp: %lld batch rows of %lld heads are more than one launch covers",
                      (long long)B, (long long)heads);
   }
-  tr_cu_tensor_map maps[2] = {{{0}}, {{0}}}; /* k_cache's, v_cache's: BS1's only */
-  if (k->impl->kind == BS1) TR_RETURN_IF_ERROR(bs1_maps(k, B, S, kc, vc, maps));
+  tr_cu_tensor_map maps[2] = {{{0}}, {{0}}}; /* k_cache's, v_cache's: the bulk build's only */
+  if (k->ints[BULK_AT]) TR_RETURN_IF_ERROR(bs1_maps(k, B, S, kc, vc, maps));
   float scale = (float)k->reals[SCALE_AT], softcap = (float)k->reals[SOFTCAP_AT];
   int heads_kv_i = (int)heads_kv;
-  if (k->ints[CLUSTER_AT] > 0 && S <= TR_GQA_CLUSTER_MAX_S) { /* BS1, a short cache: one kernel */
+  if (k->ints[CLUSTER_AT] > 0 && S <= TR_GQA_CLUSTER_MAX_S) { /* the bulk build, a short cache: one kernel */
     int64_t chunk, ctas = split_rows(S, k->ints[CLUSTER_AT], &chunk);
     void *args[] = {&q, &kc, &vc, &seqlens, &o, &S, &heads_kv_i, &chunk, &scale, &softcap, &maps[0], &maps[1]};
     tr_status *status = tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)(units * ctas), (uint32_t)ctas,

@@ -32,6 +32,8 @@ ROWS = [
     ("llama3.1-8b decode batch 16 kv 8192", 16, 8192, 32, 8, 128),
     ("llama3.1-70b decode batch 16 kv 8192", 16, 8192, 64, 8, 128),
     ("kernel-selection example (heads 32/4, fp16)", 1, 4096, 32, 4, 128),
+    ("kernel-selection example kv 1024 (heads 32/4, fp16)", 1, 1024, 32, 4, 128),
+    ("kernel-selection example kv 131072 (heads 32/4, fp16)", 1, 131072, 32, 4, 128),
 ]
 
 
