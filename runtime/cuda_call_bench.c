@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
   if ((status = fam->call_spec(specs, 2, params, 2, &dev, &iface, &call)) != NULL) return fail(status);
   const tr_kernel_type *type = fam->types[1]; /* rms_norm_looped: what the selector picks for 4096 */
   tr_intree_source src;
-  if ((status = tr_intree_source_for(type, &call, &src)) != NULL) return fail(status);
+  if ((status = tr_intree_source_for(type, &call, facts.arch, &src)) != NULL) return fail(status);
   char arch[16];
   tr_intree_arch_name(facts.arch, arch, sizeof(arch));
   uint32_t threads = src.block;

@@ -212,13 +212,17 @@ TEST_CASE("a runtime destroyed while another runtime's graph replays on the othe
   cudaGraphExec_t exec = nullptr;
   REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  const uint64_t used1_with_both = driver_pool_used(1);
+  const uint64_t used1_with_both = driver_pool_used(1), used0_with_a = driver_pool_used(0);
   const uint64_t kept_before = tr_intree_get_stats().pool_kept;
-  // the graph replays on cuda:1 while runtime a is destroyed from cuda:0
-  for (int i = 0; i < 20; i++) REQUIRE(cudaGraphLaunch(exec, cudaStreamPerThread) == cudaSuccess);
+  // the graph replays on cuda:1 while runtime a is destroyed from cuda:0: 500 replays queued
+  // (each enqueue takes the host about as long as the replay takes the card, so the last are
+  // still queued or running when the destruction begins)
+  for (int i = 0; i < 500; i++) REQUIRE(cudaGraphLaunch(exec, cudaStreamPerThread) == cudaSuccess);
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   tr_op_destroy(&op_a);
   tr_runtime_destroy(&a);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(driver_pool_used(0) < used0_with_a);  // a's block on cuda:0 is the driver's again
   REQUIRE(cudaSetDevice(1) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);

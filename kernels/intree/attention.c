@@ -1,10 +1,10 @@
 /* attention.c: the attention family: GQADecodeFwdOp on cuda (kernels/src/gqa_decode.cu), the
  * three implementations of the kernel-selection spec's worked example (below). Each splits the
  * KV length, packs a KV head's query heads into one pass over its cache on the tensor cores, and
- * writes float32 partials merged by a second kernel (the bulk build, bs1's and on SM90
- * long-context's, on caches of at most TR_GQA_CLUSTER_MAX_S rows: one kernel, the splits a
- * cluster's CTAs merged through its shared memory). The split count is chosen at launch from the batch, the KV heads, the cache length
- * and the SM count, never compiled in; the partials live in stream-ordered memory taken and
+ * writes float32 partials merged by a second kernel (bs1's bulk build, and long-context's on SM90
+ * with TR_GQA_LONG_BULK=1, on caches of at most TR_GQA_CLUSTER_MAX_S rows: one kernel, the splits
+ * a cluster's CTAs merged through its shared memory). The split count is chosen at launch from
+ * the batch, the KV heads, the cache length and the SM count, never compiled in; the partials live in stream-ordered memory taken and
  * given back on the call's stream (inside a graph capture: the graph's own allocation nodes), so
  * one build serves every batch and length.
  *
@@ -62,13 +62,13 @@ static int bulk_build(int kind, int32_t arch) {
   return kind == BS1 || (kind == LONG && arch == 90 && TR_GQA_LONG_BULK);
 }
 enum {
-  DECODE_BLOCK = 128,        /* the consumer warps (4); BS1 adds a producer warp */
+  DECODE_BLOCK = 128,        /* the consumer warps (4); the bulk build adds a producer warp */
   DECODE_MAX_SPLITS = 256,
   DECODE_MIN_ROWS_A_SPLIT = 64, /* a slot (16 rows) for each of the 4 warps */
   MERGE_GROUPS = 4,             /* the merge's groups of dim threads (gqa_decode.cu's MG; its
                                    MERGE_MAX_SPLITS is DECODE_MAX_SPLITS) */
 };
-/* BS1's cluster build serves caches of at most TR_GQA_CLUSTER_MAX_S rows in one kernel: the
+/* The bulk build's cluster build serves caches of at most TR_GQA_CLUSTER_MAX_S rows in one kernel: the
  * splits are the CTAs of a cluster of at most TR_GQA_CLUSTER_MAX (above 8 where the driver allows
  * clusters past the portable size), merged through the cluster's shared memory. Measured on the
  * H200 (bench_attention.py, batch 1, 32/8 heads, dim 128, bf16, 2026-12-03): clusters of 8 took
@@ -181,10 +181,10 @@ static tr_status *decode_spec(const tr_tensor_spec *const *in, size_t n_in, cons
 /* The ring's slots a warp (the general build) or a CTA (the bulk build), and the dynamic shared
  * memory of a build: the rings, or the warps' merge buffers where larger (kernels/src/gqa_decode.cu). */
 #ifndef TR_GQA_BS1_STAGES
-#define TR_GQA_BS1_STAGES 3 /* the batch-1 ring's slots at dim 128 (32 KiB each); 2, 4 and 5 measured slower on the H200 */
+#define TR_GQA_BS1_STAGES 3 /* the bulk build's ring slots at dim 128 (32 KiB each); 2, 4 and 5 measured slower on the H200 */
 #endif
 #ifndef TR_GQA_BS1_EVICT_FIRST
-#define TR_GQA_BS1_EVICT_FIRST 1 /* the batch-1 copies evict the cache from L2 first: 3.92 -> 3.97 TB/s at kv 131072 */
+#define TR_GQA_BS1_EVICT_FIRST 1 /* the bulk build's copies evict the cache from L2 first: 3.92 -> 3.97 TB/s at kv 131072 */
 #endif
 static int64_t ring_stages(int bulk, int64_t dim) {
   return bulk ? (dim == 128 ? TR_GQA_BS1_STAGES : 5) : (dim == 128 ? 3 : 4);
@@ -197,11 +197,12 @@ static int64_t smem_bytes(int bulk, int64_t dim) {
   return bulk ? bytes + 2 * stages * 8 + 1024 : bytes; /* bulk: the mbarriers, 1 KiB to align the ring */
 }
 
-static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
+static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, int32_t arch,
+                             tr_intree_source *out) {
   tr_dtype dt = tr_call_spec_get(call, "dtype")->as.dtype;
   const char *t = tr_intree_c_type(dt);
   if (t == NULL) return TR_STATUS(TR_VALUE, "kernel '%s' has no specialisation for dtype %s", type->key, tr_dtype_name(dt));
-  const int bulk = bulk_build(((const tr_intree_impl *)type->ctx)->kind, call->facts.arch);
+  const int bulk = bulk_build(((const tr_intree_impl *)type->ctx)->kind, arch);
   int64_t gq = tr_call_spec_int(call, "heads") / tr_call_spec_int(call, "heads_kv");
   int64_t dim = tr_call_spec_int(call, "dim");
   out->source = tr_src_gqa_decode;
@@ -293,7 +294,7 @@ static int64_t split_rows(int64_t S, int64_t want, int64_t *chunk) {
   return S == 0 ? 1 : (S + *chunk - 1) / *chunk;
 }
 
-/* BS1's tensor map of one cache (`which`: "k_cache" or "v_cache"): [S][heads_kv][dim] of batch
+/* The bulk build's tensor map of one cache (`which`: "k_cache" or "v_cache"): [S][heads_kv][dim] of batch
  * row 0 (dims innermost first), boxes of 64 dims x one head x 64 rows, swizzled by 128 bytes. An
  * encoding the driver refuses keeps its code, named with the kernel, the cache and the dims. */
 static tr_status *cache_map(const tr_intree_built *k, const char *which, const void *base, const uint64_t dims[3],
@@ -315,7 +316,7 @@ static tr_status *bs1_encode(const void *ctx, const tr_cuda_map_key *key, tr_cu_
   return cache_map(k, "v_cache", key->base[1], key->dims, key->strides, &maps[1]);
 }
 
-/* BS1's checks and its caches' two maps, made before the launch allocates anything: the maps of
+/* The bulk build's checks and its caches' two maps, made before the launch allocates anything: the maps of
  * the kernel's last call where its caches were these (pointers, length, layout: k->state, shared
  * by the threads calling the kernel), else encoded and kept. maps is left as given (zeros: the
  * kernel reads none) where the kernel takes no tensor copies: an empty cache (S = 0 gives zeros;

@@ -45,7 +45,9 @@ static tr_status *add_spec(const tr_tensor_spec *const *in, size_t n_in, const t
   return tr_call_spec_init(out, &kElementwiseCall, device, v, 2);
 }
 
-static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
+static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, int32_t arch,
+                             tr_intree_source *out) {
+  (void)arch; /* one source for every architecture */
   tr_dtype dt = tr_call_spec_get(call, "dtype")->as.dtype;
   const char *t = tr_intree_c_type(dt);
   if (t == NULL) return TR_STATUS(TR_VALUE, "kernel '%s' has no specialisation for dtype %s", type->key, tr_dtype_name(dt));

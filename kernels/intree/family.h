@@ -62,9 +62,11 @@ struct tr_intree_family {
   /* 1: every build also has an "<entry>_any" entry, for pointers of any alignment (loaded as
    * narrow.any / wide.any) */
   int any_entry;
-  /* The specialisation of `type` (one of this family's) for `call`: source, entry, options,
-   * threads, and its wide build if any. A dtype with no specialisation is a ValueError. */
-  tr_status *(*source_for)(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out);
+  /* The specialisation of `type` (one of this family's) for `call` compiled for `arch` (90 for
+   * sm_90a; -1 where not known): source, entry, options, threads, and its wide build if any. A
+   * dtype with no specialisation is a ValueError. It reads the call's fields and `arch`, never
+   * call->facts: the build component gets the fields and the arch only. */
+  tr_status *(*source_for)(const tr_kernel_type *type, const tr_call_spec *call, int32_t arch, tr_intree_source *out);
   /* Reads the launch values from `call` into k->ints / k->reals, and checks the entries loaded
    * (k->narrow, k->wide) are the ones its launch needs (a BackendError naming the missing one). */
   tr_status *(*prepare)(const tr_call_spec *call, tr_intree_built *k);

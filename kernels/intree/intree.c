@@ -187,14 +187,15 @@ void tr_intree_reload_cache(void) {
   if (g_lock_ok) tr_plat_mutex_unlock(&g.lock);
 }
 
-tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
+tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *call, int32_t arch,
+                                tr_intree_source *out) {
   memset(out, 0, sizeof(*out));
   if (!tr_intree_owns(type)) {
     return TR_STATUS(TR_SELECTION, "implementation '%s' is not an in-tree kernel: it has no source to compile",
                      type ? type->key : "(none)");
   }
   out->name = type->key;
-  return ((const tr_intree_impl *)type->ctx)->family->source_for(type, call, out);
+  return ((const tr_intree_impl *)type->ctx)->family->source_for(type, call, arch, out);
 }
 
 int tr_intree_has_wide(const tr_intree_source *src, int32_t arch) {
@@ -247,7 +248,7 @@ tr_status *tr_intree_build(const tr_kernel_type *type, const tr_call_spec *call,
   const char *refused = type->refusal(type, call, reason, sizeof(reason));
   if (refused != NULL) return TR_STATUS(TR_SELECTION, "kernel '%s' does not serve this call: %s", type->key, refused);
   tr_intree_source src;
-  TR_RETURN_IF_ERROR(tr_intree_source_for(type, call, &src));
+  TR_RETURN_IF_ERROR(tr_intree_source_for(type, call, arch_number(arch), &src));
   if (src.source == NULL) return NULL; /* a library's kernels: nothing to compile */
   TR_RETURN_IF_ERROR(tr__intree_artifact(arch, &src, &out[0]));
   *n_out = 1;
@@ -358,7 +359,7 @@ tr_status *tr_intree_kernel(const tr_kernel_type *self, const tr_call_spec *call
   char arch[16];
   tr_intree_arch_name(call->facts.arch, arch, sizeof(arch));
   tr_intree_source src;
-  TR_RETURN_IF_ERROR(tr_intree_source_for(self, call, &src));
+  TR_RETURN_IF_ERROR(tr_intree_source_for(self, call, call->facts.arch, &src));
   size_t want = src.source == NULL ? 0 : tr_intree_has_wide(&src, call->facts.arch) ? 2 : 1;
   for (size_t i = 0; i < n; i++) { /* artifacts from elsewhere must be this kernel's, for this card */
     if (strcmp(arts[i].name, self->key) != 0 || strcmp(arts[i].entry, src.entry) != 0 || strcmp(arts[i].arch, arch) != 0) {

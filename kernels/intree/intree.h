@@ -50,8 +50,10 @@ void tr_intree_arch_name(int32_t arch, char *buf, size_t size);
 
 /* One specialisation's source text, options and entry: what the factory compiles, exposed so
  * CI can compile every specialisation the tests and benchmarks use without a GPU. `call` must
- * be a call spec of the type's interface that the type serves. Fills up to 16 options into
- * storage the caller gives (`option_text`, 16 x 64 bytes). */
+ * be a call spec of the type's interface that the type serves; `arch` the architecture it is
+ * compiled for (90 for sm_90a; -1 where not known: a source that depends on it takes its
+ * portable form). Fills up to 16 options into storage the caller gives (`option_text`, 16 x 64
+ * bytes). */
 typedef struct tr_intree_source {
   const char *name;   /* the kernel type's key */
   const char *source; /* common header + family source */
@@ -68,7 +70,7 @@ typedef struct tr_intree_source {
   int wide_split;
   int32_t wide_min_arch;
 } tr_intree_source;
-tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *call,
+tr_status *tr_intree_source_for(const tr_kernel_type *type, const tr_call_spec *call, int32_t arch,
                                 tr_intree_source *out) TR_MUST_USE;
 /* The source of the wide build of `src` (src->wide_block > 0): the same with more threads (and
  * -DTR_SPLIT where src->wide_split). `w` points into itself: a copy of it must point its options

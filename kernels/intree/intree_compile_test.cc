@@ -172,15 +172,15 @@ TEST_CASE("every specialisation the GPU tests and benchmarks use compiles for sm
   size_t compiled = 0;
   for (size_t i = 0; i < cases.size(); i++) {
     if ((long)(i % shards) != shard) continue;
-    tr_intree_source src;
-    REQUIRE(tr_intree_source_for(cases[i].type, &cases[i].call, &src) == nullptr);
     for (const char *arch : {"sm_90a", "sm_80"}) {
       const int32_t arch_number = std::string(arch) == "sm_80" ? 80 : 90;
       if (!supports(cases[i].type, arch_number)) continue;  // gqa_dense_decode_bs1: sm_90 only
+      tr_intree_source src;  // the source for this arch (long-context's may differ on sm_90a)
+      REQUIRE(tr_intree_source_for(cases[i].type, &cases[i].call, arch_number, &src) == nullptr);
       // the wide build (looped norms: more threads; long softmax rows on sm_90: split over a
       // cluster) where the source has one for this arch
       std::vector<tr_intree_source> builds = {src};
-      if (tr_intree_has_wide(&src, std::string(arch) == "sm_80" ? 80 : 90)) {
+      if (tr_intree_has_wide(&src, arch_number)) {
         tr_intree_source wide;
         tr_intree_wide_source(&src, &wide);
         builds.push_back(wide);
@@ -214,7 +214,7 @@ namespace {
 // The options (as one string) and the cubin of `c`'s main build for `arch`.
 std::pair<std::string, std::vector<uint8_t>> build_of(const Case &c, const char *arch) {
   tr_intree_source src;
-  REQUIRE(tr_intree_source_for(c.type, &c.call, &src) == nullptr);
+  REQUIRE(tr_intree_source_for(c.type, &c.call, std::string(arch) == "sm_80" ? 80 : 90, &src) == nullptr);
   for (size_t k = 0; k < src.n_options; k++) src.options[k] = src.option_text[k];
   std::string opts;
   for (size_t k = 0; k < src.n_options; k++) opts += std::string(" ") + src.options[k];
@@ -267,13 +267,42 @@ TEST_CASE("TILERUN_CUDA_L2_KEEP=0 changes LayerNorm's many-row build with weight
   for (size_t i = 1; i < cases.size(); i++) {
     tr_intree_source a, b;
     set_keep(nullptr);
-    REQUIRE(tr_intree_source_for(cases[i].type, &cases[i].call, &a) == nullptr);
+    REQUIRE(tr_intree_source_for(cases[i].type, &cases[i].call, 90, &a) == nullptr);
     set_keep("0");
-    REQUIRE(tr_intree_source_for(cases[i].type, &cases[i].call, &b) == nullptr);
+    REQUIRE(tr_intree_source_for(cases[i].type, &cases[i].call, 90, &b) == nullptr);
     INFO(cases[i].type->key);
     REQUIRE(a.n_options == b.n_options);
     for (size_t k = 0; k < a.n_options; k++) CHECK(std::string(a.option_text[k]) == b.option_text[k]);
   }
   set_keep(nullptr);
+  for (Case &c : cases) tr_call_spec_clear(&c.call);
+}
+
+// The build component compiles from the call's fields and the target arch only (its request
+// carries no device facts): a source that read call->facts would differ between the build side
+// and the kernel side, which then refuses the artifacts. Checked on every case without compiling.
+TEST_CASE("a specialisation's source depends on the call's fields and the target arch, never the call's facts") {
+  if (const char *i = getenv("TEST_SHARD_INDEX")) {
+    if (atol(i) != 0) return;
+  }
+  std::vector<Case> cases = all_cases();
+  for (Case &c : cases) {
+    for (int32_t arch : {90, 80}) {
+      if (!supports(c.type, arch)) continue;
+      tr_call_spec known = c.call;  // the kernel side's: the device's facts known
+      known.facts_known = 1;
+      known.facts = tr_device_facts{arch, nullptr, 132, 232448};
+      tr_intree_source bare, with;
+      REQUIRE(tr_intree_source_for(c.type, &c.call, arch, &bare) == nullptr);
+      REQUIRE(tr_intree_source_for(c.type, &known, arch, &with) == nullptr);
+      INFO(c.type->key << " for arch " << arch);
+      CHECK(std::string(bare.entry) == with.entry);
+      CHECK(bare.block == with.block);
+      CHECK(bare.wide_block == with.wide_block);
+      CHECK(bare.wide_split == with.wide_split);
+      REQUIRE(bare.n_options == with.n_options);
+      for (size_t k = 0; k < bare.n_options; k++) CHECK(std::string(bare.option_text[k]) == with.option_text[k]);
+    }
+  }
   for (Case &c : cases) tr_call_spec_clear(&c.call);
 }

@@ -234,7 +234,7 @@ TEST_CASE("a row of no elements is compiled as a row of one (its tensor is empty
     tr_test::ok(op->call_spec(in, std::string(name) == "SoftmaxFwdOp" ? 1 : 2, p, n_p, &dev, &iface, &call));
     CHECK(tr_call_spec_int(&call, "row") == 0);
     tr_intree_source src;
-    tr_test::ok(tr_intree_source_for(op->types[0], &call, &src));
+    tr_test::ok(tr_intree_source_for(op->types[0], &call, -1, &src));
     bool one = false, zero_row = false;
     for (size_t i = 0; i < src.n_options; i++) {
       one |= std::string(src.options[i]) == "-DTR_N=1";

@@ -80,7 +80,9 @@ static tr_status *rope_spec(const tr_tensor_spec *const *in, size_t n_in, const 
   return tr_call_spec_init(out, &kRopeCall, device, v, 4);
 }
 
-static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
+static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, int32_t arch,
+                             tr_intree_source *out) {
+  (void)arch; /* one source for every architecture */
   const tr_intree_impl *impl = type->ctx;
   tr_dtype dt = tr_call_spec_get(call, "dtype")->as.dtype;
   const char *t = tr_intree_c_type(dt);

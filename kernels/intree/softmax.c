@@ -118,7 +118,9 @@ static uint32_t block_threads(int64_t row, size_t elem) {
   return (uint32_t)t;
 }
 
-static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, tr_intree_source *out) {
+static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, int32_t arch,
+                             tr_intree_source *out) {
+  (void)arch; /* one source for every architecture */
   const tr_intree_impl *impl = type->ctx;
   tr_dtype dt = tr_call_spec_get(call, "dtype")->as.dtype, ot = tr_call_spec_get(call, "out_dtype")->as.dtype;
   const char *t = tr_intree_c_type(dt);
