@@ -4,7 +4,8 @@
 // naming both devices, before any build; two threads, one per card, call the same op instance
 // 10,000 times each at once, and every result is correct on its own card. The cuda output pools
 // are scoped per runtime and per card: a runtime destroyed while another runtime's graph replays
-// on the other card gives back its own blocks only, and the replays stay right.
+// on the other card gives back its own blocks only, and the replays stay right; an output of
+// cuda:1 freed with cuda:0 current while cuda:1's stream is captured is parked, not reused.
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime.h>
@@ -205,8 +206,12 @@ TEST_CASE("a runtime destroyed while another runtime's graph replays on the othe
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   REQUIRE(cudaMemset(target.data, 0, (size_t)(rows * row) * sizeof(float)) == cudaSuccess);
   REQUIRE(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+  // the captured call and the free with cuda:0 current: the pool asks about cuda:1's per-thread
+  // stream, not the current context's
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
   ok(tr_op_call_into(op_b, in, 2, into, 1));
-  made.reset();  // freed while captured: parked, not freed
+  made.reset();  // freed while cuda:1's stream is captured: parked, not kept for reuse
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
   cudaGraph_t graph = nullptr;
   REQUIRE(cudaStreamEndCapture(cudaStreamPerThread, &graph) == cudaSuccess);
   cudaGraphExec_t exec = nullptr;
@@ -236,6 +241,12 @@ TEST_CASE("a runtime destroyed while another runtime's graph replays on the othe
   std::vector<float> got((size_t)(rows * row));
   REQUIRE(cudaMemcpy(got.data(), target.data, got.size() * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
   CHECK(mismatches(got, rms_ref(xv, wv, row)) == 0);
+  {  // an eager call of b's on cuda:1 at the same size gets a block of its own, not the parked one
+    tr_test::Outputs again;
+    ok(tr_op_call(op_b, in, 2, again.items, 1));
+    CHECK(again.items[0]->dl_tensor.data != target.data);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  }
   // b still calls on cuda:0 (a's end left b's state there alone)
   {
     OnDevice x0(0, xv);

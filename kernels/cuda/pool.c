@@ -77,6 +77,23 @@ static int poolable(tr_cu_stream stream) { return stream == TR_CU_PER_THREAD_STR
  * cannot be captured). */
 static int capturing(tr_cu_stream stream) { return stream != LEGACY_STREAM && tr_cu_stream_capturing(stream); }
 
+/* The same for a stream of the device whose context is `ctx`, whichever context is current: the
+ * per-thread default stream names the current context's, so for it `ctx` is made current while
+ * asked (a cuda:1 output made or freed with cuda:0 current asks about cuda:1's stream). Where
+ * `ctx` cannot be made current, the current context's is asked. */
+static int capturing_in(tr_cu_ctx ctx, tr_cu_stream stream) {
+  if (stream != TR_CU_PER_THREAD_STREAM) return capturing(stream);
+  tr_cu_ctx previous;
+  tr_status *entered = tr_cu_enter_context(ctx, &previous);
+  if (entered != NULL) {
+    tr_status_destroy(&entered);
+    return capturing(stream);
+  }
+  int captured = capturing(stream);
+  tr_cu_restore_context(ctx, previous);
+  return captured;
+}
+
 /* ---- the pool ---- */
 
 tr_status *tr_cuda_pool_new(tr_cuda_pool **out) {
@@ -439,7 +456,7 @@ tr_status *tr_cuda_pool_alloc(tr_cuda_pool *pool, int32_t index, size_t bytes, v
   tr_cu_stream stream = tr_cu_current_stream(index);
   if (bytes == 0) bytes = 1;
   device_pool *d = device_of(pool, index);
-  int captured = capturing(stream);
+  int captured = capturing_in(ctx, stream);
   origin->pool = pool;
   origin->stream = (void *)stream;
   origin->thread = (uintptr_t)stream_owner(stream);
@@ -490,7 +507,7 @@ static void free_block(int32_t index, void *ptr, size_t bytes, const tr_cuda_ori
   int other_thread = !origin->graph && home == TR_CU_PER_THREAD_STREAM && origin->thread != me;
   if (status == NULL && !origin->graph) {
     /* made outside a capture, freed while the current stream or its own is captured: parked */
-    int captured = capturing(current) || (home != current && !other_thread && capturing(home));
+    int captured = capturing_in(ctx, current) || (home != current && !other_thread && capturing_in(ctx, home));
     if (captured) {
       if (d != NULL) {
         tr_plat_mutex_lock(&d->lock);
@@ -519,7 +536,7 @@ static void free_block(int32_t index, void *ptr, size_t bytes, const tr_cuda_ori
        * stream, which is ordered after the legacy stream's work (parked while that is captured) */
       home = current == LEGACY_STREAM ? TR_CU_PER_THREAD_STREAM : current;
       other_thread = 0;
-      if (home != current && capturing(home)) {
+      if (home != current && capturing_in(ctx, home)) {
         park_locked(d, ptr);
         tr_plat_mutex_unlock(&d->lock);
         return;
