@@ -36,6 +36,16 @@ struct CudaTensor {
   ~CudaTensor() { cudaFree(dev); }
 };
 
+// What the driver's default pool of `device` has handed out (cudaMemPoolAttrUsedMemCurrent), in
+// bytes; all ones where the pool cannot be read.
+inline uint64_t driver_pool_used(int device = 0) {
+  cudaMemPool_t pool;
+  unsigned long long v = 0;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess) return ~0ull;
+  (void)cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v);
+  return (uint64_t)v;
+}
+
 // A float32 cuda tensor's values (after the device is idle).
 inline std::vector<float> host(const DLTensor &t) {
   int64_t n = 1;

@@ -11,19 +11,8 @@
 #include "runtime/cuda_testing.h"
 #include "runtime/runtime_testing.h"
 
+using tr_test::driver_pool_used;
 using tr_test::ok;
-
-namespace {
-
-uint64_t driver_pool_used() {  // what the driver's pool of device 0 has handed out
-  cudaMemPool_t pool;
-  unsigned long long v = 0;
-  if (cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess) return ~0ull;
-  (void)cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v);
-  return (uint64_t)v;
-}
-
-}  // namespace
 
 TEST_CASE("destroying one runtime leaves alone the blocks another runtime's graph replays into") {
   const int64_t row = 4096, rows = 64;

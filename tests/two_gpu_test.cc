@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/intree/intree.h"
+#include "runtime/cuda_testing.h"
 #include "runtime/runtime_testing.h"
 
 namespace {
@@ -54,14 +55,6 @@ struct OnDevice {
 
 DLTensor view(const OnDevice &t, std::vector<int64_t> &shape) {
   return DLTensor{t.ptr, {kDLCUDA, t.device}, (int32_t)shape.size(), TR_FLOAT32, shape.data(), nullptr, 0};
-}
-
-uint64_t driver_pool_used(int device) {  // what the driver's pool of `device` has handed out
-  cudaMemPool_t pool;
-  unsigned long long v = 0;
-  if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess) return ~0ull;
-  (void)cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v);
-  return (uint64_t)v;
 }
 
 void need_two() {

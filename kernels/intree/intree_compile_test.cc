@@ -149,6 +149,9 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
+// The arch number of an NVRTC architecture name ("sm_90a" 90, "sm_80" 80).
+int32_t arch_number_of(const char *arch) { return std::string(arch) == "sm_80" ? 80 : 90; }
+
 // 1 when `type` is available on `arch` (its supported architectures list it, or it has none).
 bool supports(const tr_kernel_type *type, int32_t arch) {
   if (type->supported_archs == nullptr) return true;
@@ -173,7 +176,7 @@ TEST_CASE("every specialisation the GPU tests and benchmarks use compiles for sm
   for (size_t i = 0; i < cases.size(); i++) {
     if ((long)(i % shards) != shard) continue;
     for (const char *arch : {"sm_90a", "sm_80"}) {
-      const int32_t arch_number = std::string(arch) == "sm_80" ? 80 : 90;
+      const int32_t arch_number = arch_number_of(arch);
       if (!supports(cases[i].type, arch_number)) continue;  // gqa_dense_decode_bs1: sm_90 only
       tr_intree_source src;  // the source for this arch (long-context's may differ on sm_90a)
       REQUIRE(tr_intree_source_for(cases[i].type, &cases[i].call, arch_number, &src) == nullptr);
@@ -214,7 +217,7 @@ namespace {
 // The options (as one string) and the cubin of `c`'s main build for `arch`.
 std::pair<std::string, std::vector<uint8_t>> build_of(const Case &c, const char *arch) {
   tr_intree_source src;
-  REQUIRE(tr_intree_source_for(c.type, &c.call, std::string(arch) == "sm_80" ? 80 : 90, &src) == nullptr);
+  REQUIRE(tr_intree_source_for(c.type, &c.call, arch_number_of(arch), &src) == nullptr);
   for (size_t k = 0; k < src.n_options; k++) src.options[k] = src.option_text[k];
   std::string opts;
   for (size_t k = 0; k < src.n_options; k++) opts += std::string(" ") + src.options[k];
