@@ -9,7 +9,7 @@ calls over rotating inputs and outputs (so host overhead is out of it), as
 the graph: the graph's own allocation nodes). Bandwidth counts each tensor once (the
 manifest's roofline bytes) and is given as a percentage of the copy rate.
 
-    python3 python/bench/bench_gpu.py [--ops SUBSTRING] [--no-compile] [--calls N]
+    python3 python/bench/bench_gpu.py [--ops SUBSTRING] [--rows SUBSTRING] [--no-compile] [--calls N]
 
 Needs TILERUN_LIBRARY (or the binding's default search) and TILERUN_MANIFEST_DIR.
 """
@@ -168,6 +168,7 @@ def case(op_name, shape):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default="", help="only ops whose name contains this")
+    ap.add_argument("--rows", default="", help="only rows whose label holds this text")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (minutes of compiling)")
     ap.add_argument("--calls", type=int, default=20, help="calls per captured graph (default 20)")
     args = ap.parse_args()
@@ -184,6 +185,8 @@ def main():
         if args.ops not in op_name:
             continue
         for label, shape in rows:
+            if args.rows not in label:
+                continue
             op, ref, make, out_dtype, byts = case(op_name, shape)
             numel = 1
             for d in shape:
