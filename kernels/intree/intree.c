@@ -210,8 +210,13 @@ static int32_t arch_number(const char *arch) {
 
 void tr_intree_wide_source(const tr_intree_source *src, tr_intree_source *w) {
   *w = *src;
-  for (size_t i = 0; i < w->n_options; i++) w->options[i] = w->option_text[i];
-  snprintf(w->option_text[w->n_options - 1], 64, "-DTR_BLOCK=%u", w->wide_block);
+  size_t at = w->n_options; /* the -DTR_BLOCK= option, wherever the family put it */
+  for (size_t i = 0; i < w->n_options; i++) {
+    w->options[i] = w->option_text[i];
+    if (strncmp(w->option_text[i], "-DTR_BLOCK=", 11) == 0) at = i;
+  }
+  if (at < w->n_options) snprintf(w->option_text[at], 64, "-DTR_BLOCK=%u", w->wide_block);
+  else tr_intree_add_int(w, "-DTR_BLOCK=%lld", (long long)w->wide_block);
   if (w->wide_split) tr_intree_add_text(w, "%s", "-DTR_SPLIT");
   for (size_t i = 0; i < w->n_options; i++) { /* no register cap: few rows, latency */
     if (strncmp(w->option_text[i], "-DTR_MINB=", 10) == 0) snprintf(w->option_text[i], 64, "-DTR_MINB=1");

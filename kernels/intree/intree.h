@@ -62,8 +62,8 @@ typedef struct tr_intree_source {
   const char *options[16];
   char option_text[16][64];
   uint32_t block; /* threads per block */
-  /* Built a second time for calls of few rows, with this many threads (replacing the last
-   * option, -DTR_BLOCK=...); 0: no second build. Looped norms: the same kernel, wider. Softmax
+  /* Built a second time for calls of few rows, with this many threads (replacing the option
+   * -DTR_BLOCK=...); 0: no second build. Looped norms: the same kernel, wider. Softmax
    * rows of at least 16384 elements (block and looped): split over a thread-block cluster
    * (`wide_split`, -DTR_SPLIT), for architectures of `wide_min_arch` (90) and later only. */
   uint32_t wide_block;

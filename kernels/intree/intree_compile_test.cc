@@ -4,6 +4,7 @@
 // before any GPU machine sees it. Sharded (each shard compiles every n-th specialisation).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -278,6 +279,40 @@ TEST_CASE("TILERUN_CUDA_L2_KEEP=0 changes LayerNorm's many-row build with weight
     for (size_t k = 0; k < a.n_options; k++) CHECK(std::string(a.option_text[k]) == b.option_text[k]);
   }
   set_keep(nullptr);
+  for (Case &c : cases) tr_call_spec_clear(&c.call);
+}
+
+// A wide build is its narrow build with more threads (and -DTR_SPLIT, and no register cap): every
+// other option stays, wherever the family put its -DTR_BLOCK= (the bulk GQA decode build adds one
+// after it, which the cluster build once lost). Checked on every case without compiling.
+TEST_CASE("a wide build keeps every option of its narrow build but the block's threads") {
+  if (const char *i = getenv("TEST_SHARD_INDEX")) {
+    if (atol(i) != 0) return;
+  }
+  std::vector<Case> cases = all_cases();
+  size_t wide_builds = 0;
+  for (Case &c : cases) {
+    for (int32_t arch : {90, 80}) {
+      if (!supports(c.type, arch)) continue;
+      tr_intree_source src, wide;
+      REQUIRE(tr_intree_source_for(c.type, &c.call, arch, &src) == nullptr);
+      if (!tr_intree_has_wide(&src, arch)) continue;
+      tr_intree_wide_source(&src, &wide);
+      wide_builds++;
+      INFO(c.type->key << " for arch " << arch);
+      std::vector<std::string> got(wide.option_text, wide.option_text + wide.n_options);
+      const std::string block = "-DTR_BLOCK=" + std::to_string(src.wide_block);
+      CHECK(std::count(got.begin(), got.end(), block) == 1);
+      CHECK(std::count(got.begin(), got.end(), std::string("-DTR_SPLIT")) == (src.wide_split ? 1 : 0));
+      for (size_t k = 0; k < src.n_options; k++) {
+        const std::string o = src.option_text[k];
+        if (o.rfind("-DTR_BLOCK=", 0) == 0 || o.rfind("-DTR_MINB=", 0) == 0) continue;
+        INFO(o);
+        CHECK(std::count(got.begin(), got.end(), o) == 1);
+      }
+    }
+  }
+  CHECK(wide_builds > 0);
   for (Case &c : cases) tr_call_spec_clear(&c.call);
 }
 
