@@ -188,6 +188,12 @@ static tr_status *decode_spec(const tr_tensor_spec *const *in, size_t n_in, cons
 #ifndef TR_GQA_BS1_EVICT_FIRST
 #define TR_GQA_BS1_EVICT_FIRST 1
 #endif
+/* q.K^T's k steps summed in two independent accumulators, added at the end (-DTR_GQA_QK_CHAINS=2):
+ * a tile's chain of dependent products half as long; not measured yet */
+#ifndef TR_GQA_QK_CHAINS
+#define TR_GQA_QK_CHAINS 1
+#endif
+_Static_assert(TR_GQA_QK_CHAINS == 1 || TR_GQA_QK_CHAINS == 2, "one or two chains");
 static int64_t ring_stages(int bulk, int64_t dim) {
   return bulk ? (dim == 128 ? TR_GQA_BS1_STAGES : 5) : (dim == 128 ? 3 : 4);
 }
@@ -214,6 +220,7 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   tr_intree_add_int(out, "-DTR_DIM=%lld", (long long)dim);
   tr_intree_add_int(out, "-DTR_GQ=%lld", (long long)gq);
   tr_intree_add_int(out, "-DTR_STAGES=%lld", (long long)ring_stages(bulk, dim));
+  if (TR_GQA_QK_CHAINS != 1) tr_intree_add_int(out, "-DTR_QK_CHAINS=%lld", (long long)TR_GQA_QK_CHAINS);
   if (bulk) {
     tr_intree_add_int(out, "-DTR_BULK=%lld", 1);
     out->wide_block = out->block; /* the cluster build (-DTR_SPLIT): short caches, one kernel */

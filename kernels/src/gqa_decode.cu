@@ -51,6 +51,11 @@ constexpr int QTILES = (GQ + QT - 1) / QT;
 #ifndef TR_EVICT_FIRST
 #define TR_EVICT_FIRST 0
 #endif
+#ifndef TR_QK_CHAINS
+#define TR_QK_CHAINS 1
+#endif
+constexpr int QK_CHAINS = TR_QK_CHAINS;  // 1 or 2 (attention.c's TR_GQA_QK_CHAINS)
+static_assert(QK_CHAINS == 1 || QK_CHAINS == 2, "one or two chains of q.K^T products");
 constexpr int BLOCK = TR_BLOCK;
 constexpr int WARPS = BLOCK / 32 - (TR_BULK ? 1 : 0);  // the consumer warps
 constexpr int STAGES = TR_STAGES;
@@ -129,15 +134,32 @@ __device__ __forceinline__ void attend16(Acc &a, const unsigned (&qa)[KSTEPS][4]
   const int mat = lane / 8, mrow = lane % 8;
   const int k_row = (mat >> 1) * 8 + mrow, k_chunk = mat & 1;
   const int v_row = (mat & 1) * 8 + mrow, v_chunk = mat >> 1;
-  float sc[2][4];  // keys 0-7 and 8-15 of the tile
+  // keys 0-7 and 8-15 of the tile, the k steps summed in QK_CHAINS independent accumulators (the
+  // chain of dependent products shorter), added at the end
+  float sc[2][4], sc2[2][4];
 #pragma unroll
-  for (int j = 0; j < 2; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+  for (int j = 0; j < 2; j++) {
+    sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+    sc2[j][0] = sc2[j][1] = sc2[j][2] = sc2[j][3] = 0.f;
+  }
 #pragma unroll
   for (int kk = 0; kk < KSTEPS; kk++) {
     unsigned kf[4];
     ldmatrix_x4<false>(kf, kt + L::at(k_row, 2 * kk + k_chunk));
-    mma16816<T>(sc[0], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[0], kf[1]);
-    mma16816<T>(sc[1], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[2], kf[3]);
+    if (QK_CHAINS > 1 && (kk & 1)) {
+      mma16816<T>(sc2[0], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[0], kf[1]);
+      mma16816<T>(sc2[1], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[2], kf[3]);
+    } else {
+      mma16816<T>(sc[0], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[0], kf[1]);
+      mma16816<T>(sc[1], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[2], kf[3]);
+    }
+  }
+  if (QK_CHAINS > 1) {
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) sc[j][e] += sc2[j][e];
+    }
   }
   float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
