@@ -188,6 +188,11 @@ static tr_status *decode_spec(const tr_tensor_spec *const *in, size_t n_in, cons
 #ifndef TR_GQA_BS1_EVICT_FIRST
 #define TR_GQA_BS1_EVICT_FIRST 1
 #endif
+/* the same for its cluster build (caches of at most TR_GQA_CLUSTER_MAX_S rows): off, as it was
+ * measured (kv 1024 and 4096 above); -DTR_GQA_CLUSTER_EVICT_FIRST=1 turns it on, not measured yet */
+#ifndef TR_GQA_CLUSTER_EVICT_FIRST
+#define TR_GQA_CLUSTER_EVICT_FIRST 0
+#endif
 /* q.K^T's k steps summed in two independent accumulators, added at the end (-DTR_GQA_QK_CHAINS=2):
  * a tile's chain of dependent products half as long; not measured yet */
 #ifndef TR_GQA_QK_CHAINS
@@ -229,6 +234,7 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   }
   tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
   if (bulk) tr_intree_add_int(out, "-DTR_EVICT_FIRST=%lld", (long long)TR_GQA_BS1_EVICT_FIRST);
+  if (bulk && TR_GQA_CLUSTER_EVICT_FIRST) tr_intree_add_text(out, "%s", "-DTR_EVICT_FIRST_SPLIT=1");
   return NULL;
 }
 

@@ -29,8 +29,8 @@
 //
 // Macros: TR_T (f16, bf16), TR_DIM (64, 128), TR_GQ (query heads a KV head), TR_STAGES (the ring's
 // slots: a warp's, or with TR_BULK the CTA's), TR_BULK, TR_EVICT_FIRST (with TR_BULK: the tensor
-// copies mark the cache's lines evict-first in L2), TR_SPLIT (with TR_BULK: the cluster build,
-// below), TR_BLOCK (threads a CTA: four consumer warps, and the producer warp with TR_BULK).
+// copies mark the cache's lines evict-first in L2; TR_EVICT_FIRST_SPLIT the same for the cluster
+// build), TR_SPLIT (with TR_BULK: the cluster build, below), TR_QK_CHAINS, TR_BLOCK (threads a CTA: four consumer warps, and the producer warp with TR_BULK).
 // Dynamic shared memory: the larger of the rings and the merge buffers (with the cluster build's
 // result), and with TR_BULK the mbarriers (kernels/intree/attention.c's smem_bytes).
 // Entries: tr_gqa(const T *q, const T *k, const T *v, const int *seqlens, float *part_o,
@@ -50,6 +50,14 @@ constexpr int QTILES = (GQ + QT - 1) / QT;
 #endif
 #ifndef TR_EVICT_FIRST
 #define TR_EVICT_FIRST 0
+#endif
+#ifndef TR_EVICT_FIRST_SPLIT
+#define TR_EVICT_FIRST_SPLIT 0
+#endif
+#if defined(TR_SPLIT)  // the cluster build has its own choice (attention.c's TR_GQA_CLUSTER_EVICT_FIRST)
+#define EVICT_FIRST TR_EVICT_FIRST_SPLIT
+#else
+#define EVICT_FIRST TR_EVICT_FIRST
 #endif
 #ifndef TR_QK_CHAINS
 #define TR_QK_CHAINS 1
@@ -396,7 +404,7 @@ struct Boxed {
 // `once`.
 __device__ __forceinline__ void copy_box(unsigned dst, const tensor_map *map, int c0, int c1, int c2, unsigned bar,
                                          u64 once) {
-#if TR_EVICT_FIRST
+#if EVICT_FIRST
   tensor_copy_hint(dst, map, c0, c1, c2, bar, once);
 #else
   (void)once;
@@ -419,7 +427,7 @@ __device__ __forceinline__ void bulk_ring(Unit u, const int *__restrict__ seqlen
   const unsigned full = ring + BULK_RING_BYTES, empty = full + 8 * STAGES;  // STAGES mbarriers each
   const int most = u.cap > u.start ? (int)((u.cap - u.start + SLOT_ROWS - 1) / SLOT_ROWS) : 0;
   const int early = most < STAGES ? most : STAGES;  // slots issued before the length is known
-  const u64 once = TR_EVICT_FIRST ? l2_policy_stream() : 0;  // the cache is read once a step: evicted first
+  const u64 once = EVICT_FIRST ? l2_policy_stream() : 0;  // the cache is read once a step: evicted first
   auto issue = [&](int it) {  // slot `it` of the split, by the producer's lane 0
     const int s = it % STAGES;
     const int key0 = (int)(u.start + (i64)it * SLOT_ROWS);
