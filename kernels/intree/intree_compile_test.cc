@@ -290,7 +290,7 @@ TEST_CASE("a wide build keeps every option of its narrow build but the block's t
     if (atol(i) != 0) return;
   }
   std::vector<Case> cases = all_cases();
-  size_t wide_builds = 0;
+  size_t wide_builds = 0, bs1_wide = 0;
   for (Case &c : cases) {
     for (int32_t arch : {90, 80}) {
       if (!supports(c.type, arch)) continue;
@@ -302,17 +302,26 @@ TEST_CASE("a wide build keeps every option of its narrow build but the block's t
       INFO(c.type->key << " for arch " << arch);
       std::vector<std::string> got(wide.option_text, wide.option_text + wide.n_options);
       const std::string block = "-DTR_BLOCK=" + std::to_string(src.wide_block);
+      if (std::string(c.type->key) == "gqa_dense_decode_bs1") bs1_wide++;
+      CHECK(got.size() == src.n_options + (src.wide_split ? 1 : 0));
       CHECK(std::count(got.begin(), got.end(), block) == 1);
       CHECK(std::count(got.begin(), got.end(), std::string("-DTR_SPLIT")) == (src.wide_split ? 1 : 0));
+      size_t minb = 0;
       for (size_t k = 0; k < src.n_options; k++) {
         const std::string o = src.option_text[k];
-        if (o.rfind("-DTR_BLOCK=", 0) == 0 || o.rfind("-DTR_MINB=", 0) == 0) continue;
+        if (o.rfind("-DTR_BLOCK=", 0) == 0) continue;
+        if (o.rfind("-DTR_MINB=", 0) == 0) {  // no register cap in a wide build
+          minb++;
+          continue;
+        }
         INFO(o);
         CHECK(std::count(got.begin(), got.end(), o) == 1);
       }
+      CHECK(std::count(got.begin(), got.end(), std::string("-DTR_MINB=1")) == minb);
     }
   }
   CHECK(wide_builds > 0);
+  CHECK(bs1_wide > 0);  // the build whose last option is not -DTR_BLOCK=: its cluster build checked
   for (Case &c : cases) tr_call_spec_clear(&c.call);
 }
 

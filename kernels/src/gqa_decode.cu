@@ -400,7 +400,7 @@ struct Boxed {
   }
 };
 
-// A box of a cache to shared `dst`, counted on `bar`; with TR_EVICT_FIRST under the L2 policy
+// A box of a cache to shared `dst`, counted on `bar`; with EVICT_FIRST under the L2 policy
 // `once`.
 __device__ __forceinline__ void copy_box(unsigned dst, const tensor_map *map, int c0, int c1, int c2, unsigned bar,
                                          u64 once) {
