@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -306,7 +307,7 @@ TEST_CASE("a wide build keeps every option of its narrow build but the block's t
       CHECK(got.size() == src.n_options + (src.wide_split ? 1 : 0));
       CHECK(std::count(got.begin(), got.end(), block) == 1);
       CHECK(std::count(got.begin(), got.end(), std::string("-DTR_SPLIT")) == (src.wide_split ? 1 : 0));
-      size_t minb = 0;
+      std::ptrdiff_t minb = 0;  // as std::count counts
       for (size_t k = 0; k < src.n_options; k++) {
         const std::string o = src.option_text[k];
         if (o.rfind("-DTR_BLOCK=", 0) == 0) continue;
