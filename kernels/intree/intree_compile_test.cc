@@ -163,6 +163,13 @@ bool supports(const tr_kernel_type *type, int32_t arch) {
   return false;
 }
 
+// Whether this is the first of the test's shards (or it is not sharded): the cases that check
+// every specialisation once run there only.
+bool in_first_shard() {
+  const char *i = getenv("TEST_SHARD_INDEX");
+  return i == nullptr || atol(i) == 0;
+}
+
 }  // namespace
 
 TEST_CASE("every specialisation the GPU tests and benchmarks use compiles for sm_90a and sm_80, where available") {
@@ -241,9 +248,7 @@ void set_keep(const char *value) {
 }  // namespace
 
 TEST_CASE("TILERUN_CUDA_L2_KEEP=0 changes LayerNorm's many-row build with weight and bias, and no other") {
-  if (const char *i = getenv("TEST_SHARD_INDEX")) {
-    if (atol(i) != 0) return;  // compiles: in one shard only
-  }
+  if (!in_first_shard()) return;  // compiles: in one shard only
   std::vector<Case> cases;
   const tr_intree_op *ln = tr_intree_find("LayerNormFwdOp"), *rms = tr_intree_find("RMSNormFwdOp");
   auto spec = [](int64_t row, bool w, bool b) {
@@ -287,9 +292,7 @@ TEST_CASE("TILERUN_CUDA_L2_KEEP=0 changes LayerNorm's many-row build with weight
 // other option stays, wherever the family put its -DTR_BLOCK= (the bulk GQA decode build adds one
 // after it, which the cluster build once lost). Checked on every case without compiling.
 TEST_CASE("a wide build keeps every option of its narrow build but the block's threads") {
-  if (const char *i = getenv("TEST_SHARD_INDEX")) {
-    if (atol(i) != 0) return;
-  }
+  if (!in_first_shard()) return;
   std::vector<Case> cases = all_cases();
   size_t wide_builds = 0, bs1_wide = 0;
   for (Case &c : cases) {
@@ -330,9 +333,7 @@ TEST_CASE("a wide build keeps every option of its narrow build but the block's t
 // carries no device facts): a source that read call->facts would differ between the build side
 // and the kernel side, which then refuses the artifacts. Checked on every case without compiling.
 TEST_CASE("a specialisation's source depends on the call's fields and the target arch, never the call's facts") {
-  if (const char *i = getenv("TEST_SHARD_INDEX")) {
-    if (atol(i) != 0) return;
-  }
+  if (!in_first_shard()) return;
   std::vector<Case> cases = all_cases();
   for (Case &c : cases) {
     for (int32_t arch : {90, 80}) {
