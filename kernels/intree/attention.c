@@ -86,13 +86,6 @@ enum {
 #ifndef TR_GQA_CLUSTER_MAX_S
 #define TR_GQA_CLUSTER_MAX_S 4096
 #endif
-/* The cluster build's consumer warps (4 or 8; -DTR_GQA_CLUSTER_WARPS=8: a slot of 128 rows, 16 a
- * warp, so a CTA's warps each take half the slots they take with 4: the consumers' serial work on
- * a split, not the copies' arrival, may be what sets kv 1024 and 4096's time); not measured yet */
-#ifndef TR_GQA_CLUSTER_WARPS
-#define TR_GQA_CLUSTER_WARPS 4
-#endif
-_Static_assert(TR_GQA_CLUSTER_WARPS == 4 || TR_GQA_CLUSTER_WARPS == 8, "the cluster build has 4 or 8 consumer warps");
 static const tr_intree_impl kImpls[] = {
     {&tr_intree_attention_family, DENSE, 0},
     {&tr_intree_attention_family, BS1, 0},
@@ -209,8 +202,8 @@ _Static_assert(TR_GQA_QK_CHAINS == 1 || TR_GQA_QK_CHAINS == 2, "one or two chain
 static int64_t ring_stages(int bulk, int64_t dim) {
   return bulk ? (dim == 128 ? TR_GQA_BS1_STAGES : 5) : (dim == 128 ? 3 : 4);
 }
-static int64_t smem_bytes(int bulk, int64_t warps, int64_t dim) {
-  const int64_t stages = ring_stages(bulk, dim);
+static int64_t smem_bytes(int bulk, int64_t dim) {
+  const int64_t warps = DECODE_BLOCK / 32, stages = ring_stages(bulk, dim);
   int64_t ring = warps * stages * 2 * 16 * dim * 2; /* bulk: the CTA's slots of 16 rows a warp, as many bytes */
   int64_t merge = warps * 16 * dim * 4 + 2 * warps * 16 * 4 + 16 * dim * 4 + 2 * 16 * 4; /* and the cluster's result */
   int64_t bytes = ring > merge ? ring : merge;
@@ -235,7 +228,7 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   if (TR_GQA_QK_CHAINS != 1) tr_intree_add_int(out, "-DTR_QK_CHAINS=%lld", (long long)TR_GQA_QK_CHAINS);
   if (bulk) {
     tr_intree_add_int(out, "-DTR_BULK=%lld", 1);
-    out->wide_block = 32 * TR_GQA_CLUSTER_WARPS + 32; /* the cluster build (-DTR_SPLIT): short caches, one kernel */
+    out->wide_block = out->block; /* the cluster build (-DTR_SPLIT): short caches, one kernel */
     out->wide_split = 1;
     out->wide_min_arch = 90;
   }
@@ -248,15 +241,16 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
 /* Where prepare keeps the launch values (the implementation is k->impl->kind). QTILES: tiles of
  * up to 16 query heads a KV head; WAVE_CTAS: the CTAs the card holds at once (its SMs times the
  * CTAs an SM fits), which the split count fills. */
-enum { DIM_AT, HEADS_KV_AT, QTILES_AT, SMEM_AT, WAVE_CTAS_AT, CLUSTER_AT, BULK_AT, CLUSTER_SMEM_AT };
-/* k->ints; SMEM: dynamic, bytes a CTA (the narrow builds); CLUSTER: the bulk build's most CTAs a
- * cluster (0: no cluster build); BULK: bulk_build; CLUSTER_SMEM: the cluster build's SMEM */
+enum { DIM_AT, HEADS_KV_AT, QTILES_AT, SMEM_AT, WAVE_CTAS_AT, CLUSTER_AT, BULK_AT }; /* k->ints; SMEM: dynamic,
+                                                                  bytes a CTA (both builds); CLUSTER: the bulk build's
+                                                                  most CTAs a cluster (0: no cluster build); BULK:
+                                                                  bulk_build */
 enum { SCALE_AT, SOFTCAP_AT };                                 /* k->reals */
 
 static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   int64_t gq = tr_call_spec_int(call, "heads") / tr_call_spec_int(call, "heads_kv");
   const int bulk = bulk_build(k->impl->kind, call->facts.arch);
-  int64_t smem = smem_bytes(bulk, DECODE_BLOCK / 32, tr_call_spec_int(call, "dim"));
+  int64_t smem = smem_bytes(bulk, tr_call_spec_int(call, "dim"));
   k->ints[BULK_AT] = bulk;
   k->ints[DIM_AT] = tr_call_spec_int(call, "dim");
   k->ints[HEADS_KV_AT] = tr_call_spec_int(call, "heads_kv");
@@ -280,12 +274,8 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   int64_t per_sm = budget > 0 ? (budget + 1024) / (smem + 1024) : 1;
   k->ints[WAVE_CTAS_AT] = (int64_t)k->sm_count * (per_sm < 1 ? 1 : per_sm);
   k->ints[CLUSTER_AT] = 0;
-  k->ints[CLUSTER_SMEM_AT] = 0;
   if (bulk && k->wide.function != NULL) {
-    const int64_t wide_smem = smem_bytes(bulk, TR_GQA_CLUSTER_WARPS, tr_call_spec_int(call, "dim"));
-    TR_RETURN_IF_ERROR(tr_intree_smem_fits(k, call, wide_smem));
-    TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->wide.function, (int)wide_smem));
-    k->ints[CLUSTER_SMEM_AT] = wide_smem;
+    TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->wide.function, (int)smem));
     int64_t most = TR_GQA_CLUSTER_MAX;
     if (most > 8 && !tr_cu_function_allow_wide_clusters(k->wide.function)) most = 8;
     k->ints[CLUSTER_AT] = most;
@@ -310,11 +300,12 @@ static int64_t split_count(int64_t units, int64_t S, int64_t wave_ctas) {
   return want < 1 ? 1 : want;
 }
 
-/* S rows in at most `want` splits of a whole number of `unit` rows each (16 for each consumer warp):
- * the rows a split in *chunk, and the count (an empty cache: one split, which reads nothing). */
-static int64_t split_rows(int64_t S, int64_t want, int64_t unit, int64_t *chunk) {
+/* S rows in at most `want` splits of a whole number of DECODE_MIN_ROWS_A_SPLIT rows each (a slot
+ * for each consumer warp): the rows a split in *chunk, and the count (an empty cache: one split,
+ * which reads nothing). */
+static int64_t split_rows(int64_t S, int64_t want, int64_t *chunk) {
   const int64_t rows = S == 0 ? 1 : (S + want - 1) / want;
-  *chunk = (rows + unit - 1) / unit * unit;
+  *chunk = (rows + DECODE_MIN_ROWS_A_SPLIT - 1) / DECODE_MIN_ROWS_A_SPLIT * DECODE_MIN_ROWS_A_SPLIT;
   return S == 0 ? 1 : (S + *chunk - 1) / *chunk;
 }
 
@@ -378,16 +369,15 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   float scale = (float)k->reals[SCALE_AT], softcap = (float)k->reals[SOFTCAP_AT];
   int heads_kv_i = (int)heads_kv;
   if (k->ints[CLUSTER_AT] > 0 && S <= TR_GQA_CLUSTER_MAX_S) { /* the bulk build, a short cache: one kernel */
-    int64_t chunk, ctas = split_rows(S, k->ints[CLUSTER_AT], 16 * TR_GQA_CLUSTER_WARPS, &chunk);
+    int64_t chunk, ctas = split_rows(S, k->ints[CLUSTER_AT], &chunk);
     void *args[] = {&q, &kc, &vc, &seqlens, &o, &S, &heads_kv_i, &chunk, &scale, &softcap, &maps[0], &maps[1]};
     tr_status *status = tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)(units * ctas), (uint32_t)ctas,
-                                             k->wide_threads, (uint32_t)k->ints[CLUSTER_SMEM_AT], stream, args,
+                                             k->wide_threads, (uint32_t)k->ints[SMEM_AT], stream, args,
                                              k->overlap);
     if (status == NULL) return NULL;
     tr_status_destroy(&status); /* no clusters here (MPS, a partitioned GPU): the two kernels */
   }
-  int64_t chunk, splits = split_rows(S, S == 0 ? 1 : split_count(units, S, k->ints[WAVE_CTAS_AT]),
-                                     DECODE_MIN_ROWS_A_SPLIT, &chunk);
+  int64_t chunk, splits = split_rows(S, S == 0 ? 1 : split_count(units, S, k->ints[WAVE_CTAS_AT]), &chunk);
   size_t part_bytes = (size_t)(B * heads * splits) * (size_t)(dim + 2) * sizeof(float);
   tr_cu_ptr part = 0;
   TR_RETURN_IF_ERROR(tr_cu_alloc_async(part_bytes, stream, &part));

@@ -30,9 +30,7 @@
 // Macros: TR_T (f16, bf16), TR_DIM (64, 128), TR_GQ (query heads a KV head), TR_STAGES (the ring's
 // slots: a warp's, or with TR_BULK the CTA's), TR_BULK, TR_EVICT_FIRST (with TR_BULK: the tensor
 // copies mark the cache's lines evict-first in L2; TR_EVICT_FIRST_SPLIT the same for the cluster
-// build), TR_SPLIT (with TR_BULK: the cluster build, below), TR_QK_CHAINS, TR_BLOCK (threads a CTA: four consumer
-// warps, and the producer warp with TR_BULK; the cluster build may have eight consumer warps, its
-// slots then 128 rows, two boxes of 64 rows a copy).
+// build), TR_SPLIT (with TR_BULK: the cluster build, below), TR_QK_CHAINS, TR_BLOCK (threads a CTA: four consumer warps, and the producer warp with TR_BULK).
 // Dynamic shared memory: the larger of the rings and the merge buffers (with the cluster build's
 // result), and with TR_BULK the mbarriers (kernels/intree/attention.c's smem_bytes).
 // Entries: tr_gqa(const T *q, const T *k, const T *v, const int *seqlens, float *part_o,
@@ -390,9 +388,7 @@ __device__ __forceinline__ void warp_rings(const Unit &u, const unsigned (&qa)[K
 #if TR_BULK
 constexpr int SLOT_ROWS = WARPS * KW;  // cache rows a slot: 16 for each consumer warp
 constexpr int BOXES = DIM / 64;        // 64-dim boxes a row (128 bytes each)
-constexpr int ROW_BOXES = SLOT_ROWS / 64;  // the maps' boxes are 64 rows: one a slot for 4 consumer warps
-static_assert(SLOT_ROWS % 64 == 0, "the bulk build's consumer warps come in fours (64-row boxes)");
-constexpr int BOX_BYTES = SLOT_ROWS * 128;  // a slot's rows of one 64-dim box, in 64-row boxes one after the other
+constexpr int BOX_BYTES = SLOT_ROWS * 128;
 constexpr int TILE_BYTES = BOXES * BOX_BYTES;  // one of K or V
 constexpr int BULK_RING_BYTES = STAGES * 2 * TILE_BYTES;
 
@@ -439,12 +435,8 @@ __device__ __forceinline__ void bulk_ring(Unit u, const int *__restrict__ seqlen
     const unsigned kt = ring + s * 2 * TILE_BYTES, vt = kt + TILE_BYTES;
 #pragma unroll
     for (int bx = 0; bx < BOXES; bx++) {
-#pragma unroll
-      for (int rb = 0; rb < ROW_BOXES; rb++) {
-        const unsigned at = bx * BOX_BYTES + rb * 64 * 128;
-        copy_box(kt + at, km, 64 * bx, u.g, key0 + 64 * rb, full + 8 * s, once);
-        copy_box(vt + at, vm, 64 * bx, u.g, key0 + 64 * rb, full + 8 * s, once);
-      }
+      copy_box(kt + bx * BOX_BYTES, km, 64 * bx, u.g, key0, full + 8 * s, once);
+      copy_box(vt + bx * BOX_BYTES, vm, 64 * bx, u.g, key0, full + 8 * s, once);
     }
   };
   if (threadIdx.x == WARPS * 32) {  // the producer's lane 0 sets the barriers up and issues
