@@ -2,8 +2,8 @@
  * three implementations of the kernel-selection spec's worked example (below). Each splits the
  * KV length, packs a KV head's query heads into one pass over its cache on the tensor cores, and
  * writes float32 partials merged by a second kernel (bs1's bulk build, and long-context's on SM90
- * with TR_GQA_LONG_BULK=1, on caches of at most TR_GQA_CLUSTER_MAX_S rows: one kernel, the splits
- * a cluster's CTAs merged through its shared memory). The split count is chosen at launch from
+ * (TR_GQA_LONG_BULK), on caches of at most TR_GQA_CLUSTER_MAX_S rows: one kernel, the splits a
+ * cluster's CTAs merged through its shared memory). The split count is chosen at launch from
  * the batch, the KV heads, the cache length and the SM count, never compiled in; the partials
  * live in stream-ordered memory taken and given back on the call's stream (inside a graph
  * capture: the graph's own allocation nodes), so one build serves every batch and length.
@@ -46,17 +46,21 @@ static const tr_kernel_interface kDecodeIface = {
  * - BS1 `gqa_dense_decode_bs1`, SM90 only, batch 1: a producer warp feeds the consumer warps'
  *   tensor cores through Hopper's bulk copies (TMA) into a ring of slots with mbarriers;
  * - LONG `gqa_dense_decode_long_context`, SM80 on, the spec's long-context range (batch 1, KV of
- *   1024 and more, heads 32/4, dim 128, float16, no softcap), preferred over bs1: the general
- *   kernel, as the spec's long-context class is a subclass of the general one that changes only
- *   which calls it serves. On an H100 (2026-12-05) it took 11.8 us at kv 4096, 0.80x sdpa's
- *   speed, where bs1 took 11.4 on twice the cache (heads 32/8). Every call it serves is batch 1,
- *   so -DTR_GQA_LONG_BULK=1 gives it bs1's bulk build on SM90 (the cluster build on caches of at
- *   most TR_GQA_CLUSTER_MAX_S rows): compiled for sm_90a here, not yet run on a GPU, off until an
- *   A/B and the GPU tests pass with it. */
+ *   1024 and more, heads 32/4, dim 128, float16, no softcap), preferred over bs1: the spec's
+ *   long-context class is a subclass of the general one that changes only which calls it serves,
+ *   and on SM80 and SM89 it runs the general kernel. Every call it serves is batch 1, so on SM90
+ *   it runs bs1's bulk build (the cluster build on caches of at most TR_GQA_CLUSTER_MAX_S rows;
+ *   -DTR_GQA_LONG_BULK=0: the general kernel there too). Measured on an H100 (bench_attention.py
+ *   --rows kernel-selection, 2026-12-06, five rounds alternating with the general kernel over two
+ *   visits): kv 4096 10.53-10.84 us against 11.47-11.69 (0.91-0.92x sdpa's speed, against 0.84),
+ *   kv 131072 93.65-95.72 against 94.71-97.37, kv 1024 6.66-6.95 against 6.54-6.81 (about 0.1 us
+ *   slower: 4 KV heads give the cluster build 32 CTAs; without the cluster build,
+ *   -DTR_GQA_CLUSTER_MAX_S=-1, kv 1024 was 6.71-6.74 and kv 4096 11.69-11.73). The GPU tests pass
+ *   with it. */
 enum { DENSE, BS1, LONG };
 /* Whether a build of `kind` for `arch` is the bulk one (TMA copies, a producer warp; sm_90a's). */
 #ifndef TR_GQA_LONG_BULK
-#define TR_GQA_LONG_BULK 0
+#define TR_GQA_LONG_BULK 1
 #endif
 static int bulk_build(int kind, int32_t arch) {
   return kind == BS1 || (kind == LONG && arch == 90 && TR_GQA_LONG_BULK);
@@ -189,12 +193,17 @@ static tr_status *decode_spec(const tr_tensor_spec *const *in, size_t n_in, cons
 #define TR_GQA_BS1_EVICT_FIRST 1
 #endif
 /* the same for its cluster build (caches of at most TR_GQA_CLUSTER_MAX_S rows): off, as it was
- * measured (kv 1024 and 4096 above); -DTR_GQA_CLUSTER_EVICT_FIRST=1 turns it on, not measured yet */
+ * measured (kv 1024 and 4096 above); -DTR_GQA_CLUSTER_EVICT_FIRST=1 turns it on: no change in an
+ * A/B on an H100 (2026-12-06: kv 1024 7.36 us against 7.26, kv 4096 11.38 against 11.36) */
 #ifndef TR_GQA_CLUSTER_EVICT_FIRST
 #define TR_GQA_CLUSTER_EVICT_FIRST 0
 #endif
 /* q.K^T's k steps summed in two independent accumulators, added at the end (-DTR_GQA_QK_CHAINS=2):
- * a tile's chain of dependent products half as long; not measured yet */
+ * a tile's chain of dependent products half as long. No change in an A/B on an H100 (2026-12-06,
+ * batch 1, 32/8 heads: kv 1024 7.29 us against 7.30, kv 4096 11.44 against 11.42, kv 131072 179.89
+ * against 179.88); so 1. Neither did eight consumer warps in the cluster build (slots of 128 rows,
+ * each warp half the tiles) help: kv 1024 8.70 against 7.26, kv 4096 13.83 against 11.36 (the same
+ * visit; that change was not kept). The consumers' work is not what sets the short rows' time. */
 #ifndef TR_GQA_QK_CHAINS
 #define TR_GQA_QK_CHAINS 1
 #endif

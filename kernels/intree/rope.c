@@ -33,7 +33,9 @@ static const tr_kernel_interface kRopeIface = {
 enum { NEOX, INTERLEAVED };
 enum { ROPE_BLOCK = 128, ROPE_MAX_HEAD_DIM = 1024 };  /* 128 measured 1-5% above 256 on the H200 */
 /* Chunks a thread takes at a time, every one's x and position loaded before any cache row
- * (-DTR_ROPE_UNITS=N, 1 to 8). */
+ * (-DTR_ROPE_UNITS=N, 1 to 8). 2 was slower in an A/B on an H100 (bench_gpu.py --ops RoPE --rows
+ * prefill, 2026-12-06): queries 14.67 us against 14.19, keys 5.28 against 4.73 (the grid halves
+ * with it, and every thread of the keys row already fits the card at once); so 1. */
 #ifndef TR_ROPE_UNITS
 #define TR_ROPE_UNITS 1
 #endif
