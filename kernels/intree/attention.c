@@ -48,7 +48,7 @@ static const tr_kernel_interface kDecodeIface = {
  * - LONG `gqa_dense_decode_long_context`, SM80 on, the spec's long-context range (batch 1, KV of
  *   1024 and more, heads 32/4, dim 128, float16, no softcap), preferred over bs1: the spec's
  *   long-context class is a subclass of the general one that changes only which calls it serves,
- *   and on SM80 and SM89 it runs the general kernel. Every call it serves is batch 1, so on SM90
+ *   and on every arch but SM90 it runs the general kernel. Every call it serves is batch 1, so on SM90
  *   it runs bs1's bulk build (the cluster build on caches of at most TR_GQA_CLUSTER_MAX_S rows;
  *   -DTR_GQA_LONG_BULK=0: the general kernel there too). Measured on an H100 (bench_attention.py
  *   --rows kernel-selection, 2026-12-06, five rounds alternating with the general kernel over two
@@ -194,7 +194,8 @@ static tr_status *decode_spec(const tr_tensor_spec *const *in, size_t n_in, cons
 #endif
 /* the same for its cluster build (caches of at most TR_GQA_CLUSTER_MAX_S rows): off, as it was
  * measured (kv 1024 and 4096 above); -DTR_GQA_CLUSTER_EVICT_FIRST=1 turns it on: no change in an
- * A/B on an H100 (2026-12-06: kv 1024 7.36 us against 7.26, kv 4096 11.38 against 11.36) */
+ * A/B on an H100 beyond 0.1 us (2026-12-06: kv 1024 7.36 us against 7.26, kv 4096 11.38 against
+ * 11.36) */
 #ifndef TR_GQA_CLUSTER_EVICT_FIRST
 #define TR_GQA_CLUSTER_EVICT_FIRST 0
 #endif

@@ -16,7 +16,7 @@
 // dim, merges the splits' partials and writes o. The split count and its chunk are launch values:
 // one build serves every batch and length.
 //
-// The bulk build (-DTR_BULK, sm_90: the batch-1 implementation) loads differently: a fifth,
+// The bulk build (-DTR_BULK, sm_90: the batch-1 implementations, bs1 and long-context) loads differently: a fifth,
 // producer warp fills a ring of STAGES slots shared by the CTA, 16 rows for each of the four
 // consumer warps a slot, with Hopper's tensor copies (cp.async.bulk.tensor, the TMA unit, through
 // tensor maps the host encodes for the call's caches: boxes of 64 rows x 64 dims, swizzled by the

@@ -4,7 +4,8 @@ by side in one run on one GPU, with the card's copy rate measured in the same ru
 
 Each figure is the median device time of one call, as bench_gpu.py times (CUDA-graph replay of
 20 calls over rotating inputs, so the L2 holds none of them: at least 256 MB of caches in
-rotation). Every row at full length (seqlens = S). Bandwidth counts q, both caches and o once.
+rotation, each call of a replay on its own set, the graph holding as many calls as there are
+sets where that is more than 20). Every row at full length (seqlens = S). Bandwidth counts q, both caches and o once.
 A decode step mostly reads, so besides the copy rate (read plus write) the run measures a read
 rate: torch.sum over 2 GiB of fp16, timed the same way. "impl" is the implementation tilerun chose
 (the selection rules: batch 1 goes to gqa_dense_decode_bs1 on sm_90, the spec's long-context
@@ -58,7 +59,8 @@ def read_rate_gbps():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--calls", type=int, default=20, help="calls per captured graph (default 20)")
+    ap.add_argument("--calls", type=int, default=20,
+                    help="calls per captured graph (default 20; more where a row rotates more input sets)")
     ap.add_argument("--rows", default="", help="only the rows whose label holds this text")
     args = ap.parse_args()
     if torch is None or not torch.cuda.is_available():
@@ -76,7 +78,10 @@ def main():
             continue
         dt = torch.float16 if "fp16" in label else torch.bfloat16
         cache_bytes = 2 * B * S * kv * dim * 2
-        n = max(2, min(16, (256 << 20) // cache_bytes + 1))
+        # sets enough that a replay's calls read 256 MB of caches (a 50 MB L2 holds none of them);
+        # a graph of fewer calls than sets would replay the same few sets, so it gets one call a set
+        n = max(2, (256 << 20) // cache_bytes + 1)
+        calls = max(args.calls, n)
         op = tilerun.op("GQADecodeFwdOp", heads=heads, heads_kv=kv, dim=dim)
         sets = []
         for _ in range(n):
@@ -104,8 +109,8 @@ def main():
         def run_sdpa():
             return F.scaled_dot_product_attention(*tsets[nxt()], enable_gqa=True)
 
-        t_us = bench_gpu.graph_us(run_tilerun, args.calls)
-        s_us = bench_gpu.graph_us(run_sdpa, args.calls)
+        t_us = bench_gpu.graph_us(run_tilerun, calls)
+        s_us = bench_gpu.graph_us(run_sdpa, calls)
         byts = cache_bytes + 2 * B * heads * dim * 2
         impl = op.kernel_config()["implementation"].replace("gqa_dense_decode", "") or "general"
         t_gbs, s_gbs = byts / t_us / 1e3, byts / s_us / 1e3
