@@ -54,7 +54,8 @@ static const tr_kernel_interface kDecodeIface = {
  *   --rows kernel-selection, 2026-12-06, five rounds alternating with the general kernel over two
  *   visits): kv 4096 10.53-10.84 us against 11.47-11.69 (0.91-0.92x sdpa's speed, against 0.84),
  *   kv 131072 93.65-95.72 against 94.71-97.37, kv 1024 6.66-6.95 against 6.54-6.81 (about 0.1 us
- *   slower: 4 KV heads give the cluster build 32 CTAs; without the cluster build,
+ *   slower, with 32 MB of caches in rotation, so partly L2-warm: 4 KV heads give the cluster
+ *   build 32 CTAs; without the cluster build,
  *   -DTR_GQA_CLUSTER_MAX_S=-1, kv 1024 was 6.71-6.74 and kv 4096 11.69-11.73). The GPU tests pass
  *   with it. */
 enum { DENSE, BS1, LONG };
