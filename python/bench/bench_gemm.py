@@ -66,6 +66,7 @@ def main():
         bf = torch.bfloat16
         byts = (m * k + n * k + m * n) * 2
         sets = max(2, min(16, (400 << 20) // byts + 1))  # operands of 400 MB in all: none stays in L2
+        calls = max(args.calls, sets)  # each call of a replay on its own set
         a = [torch.randn(m, k, device="cuda").to(bf) for _ in range(sets)]
         b = [(torch.randn(n, k, device="cuda") if tb else torch.randn(k, n, device="cuda")).to(bf)
              for _ in range(sets)]
@@ -81,12 +82,12 @@ def main():
         run_torch = lambda: (lambda j: torch.matmul(a[j], b[j].t() if tb else b[j], out=d[j]))(nxt())  # noqa: E731
         op.call_into([a[0], b[0]], [d[0]])
         impl = op.kernel_config().get("implementation")
-        t_untuned = graph_us(run_tr, args.calls)
+        t_untuned = graph_us(run_tr, calls)
         op.request_tune()
         op.call_into([a[0], b[0]], [d[0]])
         cfg = op.kernel_config()
-        t_tuned = graph_us(run_tr, args.calls)
-        t_torch = graph_us(run_torch, args.calls)
+        t_tuned = graph_us(run_tr, calls)
+        t_torch = graph_us(run_torch, calls)
         extra = ", ".join(f"{key}={v}" for key, v in cfg.items() if key in ("split", "algorithm", "algorithms_offered"))
         tflops = 2 * m * n * k / t_tuned / 1e6
         pct = 100 * byts / t_tuned / 1e3 / copy
@@ -94,7 +95,7 @@ def main():
         cp = "- | -"
         if m <= 64:
             del a, b, d  # room for the copy's buffers, rotated as the operands were
-            cp_us = same_bytes_copy_us(byts, args.calls, sets)
+            cp_us = same_bytes_copy_us(byts, calls, sets)
             cp = f"{cp_us:.2f} | {t_tuned / cp_us:.2f}"
         print(f"| {label} | {m}x{n}x{k} | {impl} ({extra}) | {t_untuned:.2f} | {t_tuned:.2f} | {t_torch:.2f} | "
               f"{tflops:.1f} | {pct:.0f}% | {ratio:.2f} | {cp} |", flush=True)

@@ -4,7 +4,9 @@ card's copy bandwidth measured in the same run.
 
 Every figure is the median device time of one call, timed as the replay of a CUDA graph of 20
 calls over rotating inputs and outputs (so host overhead is out of it), as
-../shared/anchors/torch_kernels.py times PyTorch. "tilerun" writes into the rotating outputs
+../shared/anchors/torch_kernels.py times PyTorch: sets of them enough that a replay touches at
+least 256 MB (so the L2 holds none of them), one graph call a set where that is more than 20, at
+most 64 sets (the decode rows, a few KB a set, stay in L2 as a model's would). "tilerun" writes into the rotating outputs
 (Op.call_into); "tilerun alloc" lets tilerun allocate each output, as PyTorch's calls do (inside
 the graph: the graph's own allocation nodes). Bandwidth counts each tensor once (the
 manifest's roofline bytes) and is given as a percentage of the copy rate.
@@ -85,10 +87,23 @@ def graph_us(fn, calls, reps=20):
     return ts[len(ts) // 2]
 
 
-def same_bytes_copy_us(byts, calls, sets=2):
+ROTATED = 256 << 20  # bytes a replay touches at least, where the sets allow
+MOST_SETS = 64
+
+
+def rotated_sets(byts):
+    """Input sets of `byts` bytes each enough that a replay of one call a set touches ROTATED
+    bytes (at least 2, at most MOST_SETS)."""
+    return max(2, min(MOST_SETS, -(-ROTATED // max(1, byts))))
+
+
+def same_bytes_copy_us(byts, calls, sets=None):
     """The same traffic as one device copy (read + write of byts / 2 bytes), timed as graph_us
-    times, over `sets` source/destination pairs in turn: the ceiling at this size, where launch
-    ramp and tail weigh more than on 2 GiB."""
+    times, over `sets` source/destination pairs in turn (default: rotated_sets(byts)), a graph of
+    at least one call a pair: the ceiling at this size, where launch ramp and tail weigh more than
+    on 2 GiB."""
+    sets = rotated_sets(byts) if sets is None else sets
+    calls = max(calls, sets)
     half = max(1, byts // 4)  # float16 elements in byts / 2 bytes
     src = [torch.empty(half, device="cuda", dtype=torch.float16) for _ in range(sets)]
     dst = [torch.empty(half, device="cuda", dtype=torch.float16) for _ in range(sets)]
@@ -170,7 +185,8 @@ def main():
     ap.add_argument("--ops", default="", help="only ops whose name contains this")
     ap.add_argument("--rows", default="", help="only rows whose label holds this text")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (minutes of compiling)")
-    ap.add_argument("--calls", type=int, default=20, help="calls per captured graph (default 20)")
+    ap.add_argument("--calls", type=int, default=20,
+                    help="calls per captured graph (default 20; more where a row rotates more input sets)")
     args = ap.parse_args()
     if torch is None or not torch.cuda.is_available():
         sys.exit("bench_gpu.py: needs PyTorch with a CUDA device (import torch failed or no GPU)")
@@ -191,7 +207,8 @@ def main():
             numel = 1
             for d in shape:
                 numel *= d
-            k = max(2, min(8, (1 << 28) // (numel * 2)))
+            k = rotated_sets(byts)
+            calls = max(args.calls, k)  # each call of a replay on its own set
             ins = [make() for _ in range(k)]
             outs = [torch.empty(shape, device="cuda", dtype=out_dtype) for _ in range(k)]
             i = [0]
@@ -210,18 +227,18 @@ def main():
             def run_eager():
                 return ref(*ins[nxt()])
 
-            t_us = graph_us(run_tilerun, args.calls)
-            a_us = graph_us(run_tilerun_alloc, args.calls)
-            e_us = graph_us(run_eager, args.calls)
+            t_us = graph_us(run_tilerun, calls)
+            a_us = graph_us(run_tilerun_alloc, calls)
+            e_us = graph_us(run_eager, calls)
             c_txt = "-"
             if not args.no_compile:
                 cref = torch.compile(ref)
-                c_us = graph_us(lambda: cref(*ins[nxt()]), args.calls)
+                c_us = graph_us(lambda: cref(*ins[nxt()]), calls)
                 c_txt = f"{c_us:.2f} | {100 * byts / c_us / 1e3 / copy:.0f}%"
             else:
                 c_txt = "- | -"
             pct = 100 * byts / t_us / 1e3 / copy
-            cp_us = same_bytes_copy_us(byts, args.calls)
+            cp_us = same_bytes_copy_us(byts, calls)
             print(f"| {op_name} | {label} | {'x'.join(map(str, shape))} | {t_us:.2f} | {byts / t_us / 1e3:.0f} | "
                   f"{pct:.0f}% | {a_us:.2f} | {100 * byts / a_us / 1e3 / copy:.0f}% | {e_us:.2f} | {100 * byts / e_us / 1e3 / copy:.0f}% | {c_txt} | {t_us / e_us:.2f} | "
                   f"{cp_us:.2f} | {t_us / cp_us:.2f} |", flush=True)
