@@ -18,7 +18,8 @@ Usage:
       Runs the GPU tests (those whose file name holds a PATTERN, or all), each under a time limit
       (TEST_TIMEOUT seconds, default 240; killed 15 s after), printing a line per test as it ends
       (also appended to summary.txt) and the end of a failing test's log; exits 1 if any failed or
-      ran out of time. Logs go to $OUT (where set) or /tmp/tilerun-gpu. --variant: the Python
+      ran out of time. summary.txt and test-logs.tgz (every log, as the device machine brings
+      back at most 8 files) go to $OUT (where set) or /tmp/tilerun-gpu. --variant: the Python
       tests load .gpu/var/NAME/libtilerun.so.
   tools/gpu.sh ab [--rounds N] VARIANT -- COMMAND...   (there)
       Runs COMMAND 2N times (N default 2): with the packed library and with
@@ -104,7 +105,10 @@ variant_lib() {  # variant_lib NAME: its library's path, or die
 }
 
 test_cmd() {
-  local logs=${OUT:-/tmp/tilerun-gpu} limit=${TEST_TIMEOUT:-240} lib=""
+  # summary.txt and test-logs.tgz (every test's log) in $OUT, or /tmp/tilerun-gpu: the device
+  # machine brings back at most 8 files of $OUT, so the logs travel as one archive, remade as each
+  # test ends (a run cut short keeps what ended); the logs themselves stay in the folder `work`
+  local logs=${OUT:-/tmp/tilerun-gpu} limit=${TEST_TIMEOUT:-240} lib="" work
   [[ "$limit" =~ ^[1-9][0-9]*$ ]] || die "TEST_TIMEOUT is a positive number of seconds; got '$limit'"
   if [ "${1:-}" = --variant ]; then
     [ $# -ge 2 ] || die "--variant takes a NAME"
@@ -116,6 +120,7 @@ test_cmd() {
   environment "$lib"
   mkdir -p "$logs" || die "cannot make $logs"
   : >"$logs/summary.txt" || die "cannot write the logs to $logs"
+  work=$(mktemp -d) || die "no temporary folder for the logs"
   cp .gpu/bin/tilerun tools/tilerun  # launch_cuda_test starts tools/tilerun serve launch
   local tests=(".gpu/bin/probe_test" ".gpu/bin/device_guard_test" ".gpu/bin/cuda_ops_test"
                ".gpu/bin/pool_scope_test" ".gpu/bin/inspect_gpu_test" ".gpu/bin/launch_cuda_test"
@@ -140,7 +145,7 @@ test_cmd() {
     local name=${t##*/}  # the file name, a program's or a script's
     local start=$SECONDS rc
     # shellcheck disable=SC2086  # a test is a command line: split into its words
-    timeout -k 15 "$limit" $t >"$logs/$name.log" 2>&1
+    timeout -k 15 "$limit" $t >"$work/$name.log" 2>&1
     rc=$?
     local verdict=PASS
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then verdict="TIMEOUT after ${limit} s"
@@ -148,12 +153,13 @@ test_cmd() {
     [ "$verdict" = PASS ] || failed=1
     local line; line=$(printf '[%d/%d] %-28s %s (%d s)' "$i" "${#chosen[@]}" "$name" "$verdict" $((SECONDS - start)))
     echo "$line" | tee -a "$logs/summary.txt"
-    [ "$verdict" = PASS ] || tail -n 15 "$logs/$name.log" | sed 's/^/    /'
+    [ "$verdict" = PASS ] || tail -n 15 "$work/$name.log" | sed 's/^/    /'
+    tar czf "$logs/test-logs.tgz" -C "$work" . || echo "tools/gpu.sh: could not archive the logs into $logs" >&2
   done
   if [ "$failed" -eq 0 ]; then
-    echo "tools/gpu.sh: every GPU test chosen passed (logs in $logs)"
+    echo "tools/gpu.sh: every GPU test chosen passed (logs in $logs/test-logs.tgz and $work)"
   else
-    echo "tools/gpu.sh: some GPU tests FAILED (logs in $logs)"
+    echo "tools/gpu.sh: some GPU tests FAILED (logs in $logs/test-logs.tgz and $work)"
   fi
   return "$failed"
 }

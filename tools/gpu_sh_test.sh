@@ -89,10 +89,21 @@ mkdir -p "$root/repo/python/tests"
 printf 'import os, sys\nprint(os.environ["TILERUN_LIBRARY"])\nsys.exit(0)\n' >"$root/repo/python/tests/test_gemm_gpu.py"
 check "test --variant: the Python tests load the variant's library" 0 "^\[1/1\] test_gemm_gpu.py +PASS" \
   env OUT="$root/out" "$g" test --variant v gemm
-if grep -qx "$root/repo/.gpu/var/v/libtilerun.so" "$root/out/test_gemm_gpu.py.log"; then
-  echo "ok: test --variant sets TILERUN_LIBRARY"
+seen=$(tar xzOf "$root/out/test-logs.tgz" ./test_gemm_gpu.py.log 2>&1)
+if [ "$seen" = "$root/repo/.gpu/var/v/libtilerun.so" ]; then
+  echo "ok: test --variant sets TILERUN_LIBRARY (the log read from \$OUT/test-logs.tgz)"
 else
-  echo "FAIL: the test saw: $(cat "$root/out/test_gemm_gpu.py.log")"; fails=$((fails + 1))
+  echo "FAIL: the test saw: $seen"; fails=$((fails + 1))
+fi
+# $OUT holds the summary and one archive, whatever the number of tests (the device machine
+# brings back at most 8 files)
+env OUT="$root/out2" "$g" test probe guard cuda_ops >/dev/null 2>&1
+if [ "$(cd "$root/out2" && ls | tr '\n' ' ')" = "summary.txt test-logs.tgz " ] &&
+   [ "$(tar tzf "$root/out2/test-logs.tgz" | grep -c '\.log$')" = 3 ]; then
+  echo "ok: three tests leave two files in \$OUT, their three logs in the archive"
+else
+  echo "FAIL: \$OUT holds: $(ls "$root/out2"); the archive: $(tar tzf "$root/out2/test-logs.tgz" 2>&1 | tr '\n' ' ')"
+  fails=$((fails + 1))
 fi
 check "test --variant of an unknown variant" 2 "no variant 'w' in .gpu/var/" env OUT="$root/out" "$g" test --variant w gemm
 # two GPUs: the two-card tests are chosen too
