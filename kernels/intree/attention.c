@@ -91,6 +91,14 @@ enum {
 #ifndef TR_GQA_CLUSTER_MAX_S
 #define TR_GQA_CLUSTER_MAX_S 4096
 #endif
+/* A cache short enough for one CTA a KV head (64 rows or fewer) gives clusters of one CTA;
+ * -DTR_GQA_SINGLE_PLAIN=1 launches those without the cluster attribute (each CTA is then its own
+ * implicit cluster of one, which the kernel's cluster reads and barriers serve alike). With the
+ * caches in L2 such a launch took 7.81 us at 64 rows against 5.68 at 256 (four CTAs a head) on
+ * an H100 (decode_lengths.py, 2026-12-06); not measured yet. */
+#ifndef TR_GQA_SINGLE_PLAIN
+#define TR_GQA_SINGLE_PLAIN 0
+#endif
 static const tr_intree_impl kImpls[] = {
     {&tr_intree_attention_family, DENSE, 0},
     {&tr_intree_attention_family, BS1, 0},
@@ -382,9 +390,12 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   if (k->ints[CLUSTER_AT] > 0 && S <= TR_GQA_CLUSTER_MAX_S) { /* the bulk build, a short cache: one kernel */
     int64_t chunk, ctas = split_rows(S, k->ints[CLUSTER_AT], &chunk);
     void *args[] = {&q, &kc, &vc, &seqlens, &o, &S, &heads_kv_i, &chunk, &scale, &softcap, &maps[0], &maps[1]};
-    tr_status *status = tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)(units * ctas), (uint32_t)ctas,
-                                             k->wide_threads, (uint32_t)k->ints[SMEM_AT], stream, args,
-                                             k->overlap);
+    tr_status *status =
+        TR_GQA_SINGLE_PLAIN && ctas == 1
+            ? tr_cu_launch_ex(k->wide.function, k->key, (uint32_t)units, 1, k->wide_threads, (uint32_t)k->ints[SMEM_AT],
+                              stream, args, k->overlap)
+            : tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)(units * ctas), (uint32_t)ctas,
+                                   k->wide_threads, (uint32_t)k->ints[SMEM_AT], stream, args, k->overlap);
     if (status == NULL) return NULL;
     tr_status_destroy(&status); /* no clusters here (MPS, a partitioned GPU): the two kernels */
   }
