@@ -201,23 +201,16 @@ static tr_status *decode_spec(const tr_tensor_spec *const *in, size_t n_in, cons
 #ifndef TR_GQA_BS1_EVICT_FIRST
 #define TR_GQA_BS1_EVICT_FIRST 1
 #endif
-/* the same for its cluster build (caches of at most TR_GQA_CLUSTER_MAX_S rows): off, as it was
- * measured (kv 1024 and 4096 above); -DTR_GQA_CLUSTER_EVICT_FIRST=1 turns it on: no change in an
- * A/B on an H100 beyond 0.1 us (2026-12-06: kv 1024 7.36 us against 7.26, kv 4096 11.38 against
- * 11.36) */
-#ifndef TR_GQA_CLUSTER_EVICT_FIRST
-#define TR_GQA_CLUSTER_EVICT_FIRST 0
-#endif
-/* q.K^T's k steps summed in two independent accumulators, added at the end (-DTR_GQA_QK_CHAINS=2):
- * a tile's chain of dependent products half as long. No change in an A/B on an H100 (2026-12-06,
- * batch 1, 32/8 heads: kv 1024 7.29 us against 7.30, kv 4096 11.44 against 11.42, kv 131072 179.89
- * against 179.88); so 1. Neither did eight consumer warps in the cluster build (slots of 128 rows,
- * each warp half the tiles) help: kv 1024 8.70 against 7.26, kv 4096 13.83 against 11.36 (the same
- * visit; that change was not kept). The consumers' work is not what sets the short rows' time. */
-#ifndef TR_GQA_QK_CHAINS
-#define TR_GQA_QK_CHAINS 1
-#endif
-_Static_assert(TR_GQA_QK_CHAINS == 1 || TR_GQA_QK_CHAINS == 2, "one or two chains");
+/* Not in its cluster build (caches of at most TR_GQA_CLUSTER_MAX_S rows; gqa_decode.cu keeps it off
+ * there), as the kv 1024 and 4096 figures above were measured: with it on there, an A/B on an H100
+ * (2026-12-06) moved neither by more than 0.1 us (kv 1024 7.36 us against 7.26, kv 4096 11.38
+ * against 11.36). */
+/* Tried and not kept (an A/B on an H100, 2026-12-06, batch 1, 32/8 heads): q.K^T's k steps summed
+ * in two independent accumulators, a tile's chain of dependent products half as long, changed
+ * nothing (kv 1024 7.29 us against 7.30, kv 4096 11.44 against 11.42, kv 131072 179.89 against
+ * 179.88); eight consumer warps in the cluster build (slots of 128 rows, each warp half the tiles)
+ * were slower (kv 1024 8.70 against 7.26, kv 4096 13.83 against 11.36). The consumers' work is not
+ * what sets the short rows' time. */
 static int64_t ring_stages(int bulk, int64_t dim) {
   return bulk ? (dim == 128 ? TR_GQA_BS1_STAGES : 5) : (dim == 128 ? 3 : 4);
 }
@@ -244,7 +237,6 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   tr_intree_add_int(out, "-DTR_DIM=%lld", (long long)dim);
   tr_intree_add_int(out, "-DTR_GQ=%lld", (long long)gq);
   tr_intree_add_int(out, "-DTR_STAGES=%lld", (long long)ring_stages(bulk, dim));
-  if (TR_GQA_QK_CHAINS != 1) tr_intree_add_int(out, "-DTR_QK_CHAINS=%lld", (long long)TR_GQA_QK_CHAINS);
   if (bulk) {
     tr_intree_add_int(out, "-DTR_BULK=%lld", 1);
     out->wide_block = out->block; /* the cluster build (-DTR_SPLIT): short caches, one kernel */
@@ -253,7 +245,6 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   }
   tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
   if (bulk) tr_intree_add_int(out, "-DTR_EVICT_FIRST=%lld", (long long)TR_GQA_BS1_EVICT_FIRST);
-  if (bulk && TR_GQA_CLUSTER_EVICT_FIRST) tr_intree_add_text(out, "%s", "-DTR_EVICT_FIRST_SPLIT=1");
   return NULL;
 }
 

@@ -32,14 +32,10 @@ static const tr_kernel_interface kRopeIface = {
 
 enum { NEOX, INTERLEAVED };
 enum { ROPE_BLOCK = 128, ROPE_MAX_HEAD_DIM = 1024 };  /* 128 measured 1-5% above 256 on the H200 */
-/* Chunks a thread takes at a time, every one's x and position loaded before any cache row
- * (-DTR_ROPE_UNITS=N, 1 to 8). 2 was slower in an A/B on an H100 (bench_gpu.py --ops RoPE --rows
- * prefill, 2026-12-06): queries 14.67 us against 14.19, keys 5.28 against 4.73 (the grid halves
- * with it, and every thread of the keys row already fits the card at once); so 1. */
-#ifndef TR_ROPE_UNITS
-#define TR_ROPE_UNITS 1
-#endif
-_Static_assert(TR_ROPE_UNITS >= 1 && TR_ROPE_UNITS <= 8, "TR_ROPE_UNITS is 1 to 8");
+/* Tried and not kept: two chunks a thread, both chunks' x and positions loaded before either
+ * cache row, was slower in an A/B on an H100 (bench_gpu.py --ops RoPE --rows prefill, 2026-12-06):
+ * queries 14.67 us against 14.19, keys 5.28 against 4.73 (the grid halves, and every thread of the
+ * keys row already fits the card at once). */
 static const tr_intree_impl kImpls[] = {
     {&tr_intree_rope_family, NEOX, 0},
     {&tr_intree_rope_family, INTERLEAVED, 0},
@@ -102,7 +98,6 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   tr_intree_add_text(out, "-DTR_P=%s", tr_dtype_equal(tr_call_spec_get(call, "pos_dtype")->as.dtype, TR_INT64) ? "i64" : "int");
   tr_intree_add_int(out, "-DTR_D=%lld", (long long)tr_call_spec_int(call, "head_dim"));
   tr_intree_add_int(out, "-DTR_NEOX=%lld", impl->kind == NEOX);
-  if (TR_ROPE_UNITS != 1) tr_intree_add_int(out, "-DTR_UNITS=%lld", (long long)TR_ROPE_UNITS);
   tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
   return NULL;
 }
@@ -156,7 +151,7 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   int64_t rows = in[2]->shape[0];
   int64_t dim = k->ints[0];
   int64_t per_unit = dim / 2 >= 8 && (dim / 2) % 8 == 0 ? 16 : 2; /* elements a thread, roughly */
-  uint32_t blocks = tr_cuda_elements_grid(tr_intree_numel(in[1]), (int64_t)k->block * per_unit * TR_ROPE_UNITS,
+  uint32_t blocks = tr_cuda_elements_grid(tr_intree_numel(in[1]), (int64_t)k->block * per_unit,
                                           (int64_t)k->sm_count * 16);
   if (blocks == 0) return NULL;
   if (tr_cu_stream_capturing(stream)) {

@@ -25,25 +25,13 @@ static const tr_kernel_interface kSoftmaxIface = {
 
 enum { WARP, BLOCK, LOOPED, STRIDED };
 enum { WARP_MAX_ROW = 1024, BLOCK_MAX_ROW = 32768, WARP_BLOCK = 128, LOOPED_BLOCK = 1024 };
-/* Rows this long or longer get a split build (a row over a cluster of up to
- * TR_SOFTMAX_SPLIT_MAX_CTAS CTAs of SPLIT_BLOCK threads) on sm_90 and later, launched for fewer
- * rows than SMs. */
-enum { SPLIT_MIN_ROW = 16384, SPLIT_BLOCK = 512, SPLIT_MIN_ARCH = 90 };
-/* The most CTAs a row's cluster takes, a power of two: 8, the portable size; 16
- * (-DTR_SOFTMAX_SPLIT_MAX_CTAS=16) where the driver allows clusters past it, else 8. */
-#ifndef TR_SOFTMAX_SPLIT_MAX_CTAS
-#define TR_SOFTMAX_SPLIT_MAX_CTAS 8
-#endif
-_Static_assert(TR_SOFTMAX_SPLIT_MAX_CTAS >= 1 && TR_SOFTMAX_SPLIT_MAX_CTAS <= 16 &&
-                   (TR_SOFTMAX_SPLIT_MAX_CTAS & (TR_SOFTMAX_SPLIT_MAX_CTAS - 1)) == 0,
-               "a cluster of 1, 2, 4, 8 or 16 CTAs");
-/* -DTR_SOFTMAX_SPLIT_KEEP=1: a split CTA whose run is one step of its loads keeps the values in
- * registers for the outputs, no second read. Both switches together changed nothing in an A/B on
- * an H100 (bench_gpu.py --ops Softmax --rows logits, 2026-12-06: 1x128256 6.18 us against 6.12,
- * 64x128256 30.77 against 30.66); so 8 and 0. */
-#ifndef TR_SOFTMAX_SPLIT_KEEP
-#define TR_SOFTMAX_SPLIT_KEEP 0
-#endif
+/* Rows this long or longer get a split build (a row over a cluster of up to SPLIT_MAX_CTAS CTAs
+ * of SPLIT_BLOCK threads) on sm_90 and later, launched for fewer rows than SMs. */
+enum { SPLIT_MIN_ROW = 16384, SPLIT_BLOCK = 512, SPLIT_MAX_CTAS = 8, SPLIT_MIN_ARCH = 90 };
+/* Tried and not kept (an A/B on an H100, bench_gpu.py --ops Softmax --rows logits, 2026-12-06):
+ * clusters of 16 where the driver allows them, together with a CTA whose run is one step of its
+ * loads keeping the values in registers instead of reading them again: 1x128256 6.18 us against
+ * 6.12, 64x128256 30.77 against 30.66. */
 
 static const tr_intree_impl kImpls[] = {
     {&tr_intree_softmax_family, WARP, 0},
@@ -156,20 +144,16 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
     out->wide_block = SPLIT_BLOCK;
     out->wide_split = 1;
     out->wide_min_arch = SPLIT_MIN_ARCH;
-    if (TR_SOFTMAX_SPLIT_KEEP) tr_intree_add_text(out, "%s", "-DTR_KEEP=1");
   }
   tr_intree_add_text(out, "-DTR_OUT=%s", tr_intree_c_type(ot));
   tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
   return NULL;
 }
 
-/* ints[0]: the row length; ints[1]: the inner stride; ints[2]: the most CTAs a row's cluster takes. */
+/* ints[0]: the row length; ints[1]: the inner stride. */
 static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   k->ints[0] = tr_call_spec_int(call, "row");
   k->ints[1] = tr_call_spec_int(call, "inner");
-  int64_t most = TR_SOFTMAX_SPLIT_MAX_CTAS;
-  if (most > 8 && (k->wide.function == NULL || !tr_cu_function_allow_wide_clusters(k->wide.function))) most = 8;
-  k->ints[2] = most;
   return NULL;
 }
 
@@ -185,12 +169,12 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
   }
   if (k->wide.function != NULL && outer < k->sm_count) {
     /* few long rows: each over a cluster of the fewest CTAs (a power of two, at most
-     * ints[2]) that make at least as many CTAs as SMs (measured on the H200 at
+     * SPLIT_MAX_CTAS) that make at least as many CTAs as SMs (measured on the H200 at
      * 64 x 128256: asking for twice as many, 8 CTAs a row, was 20% slower). Where clusters
      * cannot be launched (no cuLaunchKernelEx, or none fit: MPS, a partitioned GPU), a block per
      * row as for many rows (such launch errors do not stick). */
     uint32_t ctas = 1;
-    while (ctas < k->ints[2] && outer * (int64_t)ctas < k->sm_count) ctas *= 2;
+    while (ctas < SPLIT_MAX_CTAS && outer * (int64_t)ctas < k->sm_count) ctas *= 2;
     tr_status *clustered = tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)outer * ctas, ctas,
                                                 k->wide_threads, 0, stream, args, k->overlap);
     if (clustered == NULL) {

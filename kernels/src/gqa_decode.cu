@@ -16,21 +16,23 @@
 // dim, merges the splits' partials and writes o. The split count and its chunk are launch values:
 // one build serves every batch and length.
 //
-// The bulk build (-DTR_BULK, sm_90: the batch-1 implementations, bs1 and long-context) loads differently: a fifth,
-// producer warp fills a ring of STAGES slots shared by the CTA, 16 rows for each of the four
-// consumer warps a slot, with Hopper's tensor copies (cp.async.bulk.tensor, the TMA unit, through
-// tensor maps the host encodes for the call's caches: boxes of 64 rows x 64 dims, swizzled by the
-// unit), each slot's arrival counted in bytes on its "full" mbarrier; the consumers wait on it,
-// compute as above, and release the slot on its "empty" mbarrier. The producer fetches the maps
-// into the copy unit while the kernel waits for the one before, and issues the split's first
-// slots before it reads seqlens (at batch 1 the launch's fixed cost is most of a short cache's
-// time: this took 0.45 us off 6.9 at kv 1024 and 0.55 off 10.6 at kv 4096 on the H200). A cache
-// that is not 16-byte aligned takes the register path of the other build in either.
+// The bulk build (-DTR_BULK, sm_90: the batch-1 implementations, bs1 and long-context) loads
+// differently: a fifth, producer warp fills a ring of STAGES slots shared by the CTA, 16 rows for
+// each of the four consumer warps a slot, with Hopper's tensor copies (cp.async.bulk.tensor, the
+// TMA unit, through tensor maps the host encodes for the call's caches: boxes of 64 rows x 64
+// dims, swizzled by the unit), each slot's arrival counted in bytes on its "full" mbarrier; the
+// consumers wait on it, compute as above, and release the slot on its "empty" mbarrier. The
+// producer fetches the maps into the copy unit while the kernel waits for the one before, and
+// issues the split's first slots before it reads seqlens (at batch 1 the launch's fixed cost is
+// most of a short cache's time: this took 0.45 us off 6.9 at kv 1024 and 0.55 off 10.6 at kv 4096
+// on the H200). A cache that is not 16-byte aligned takes the register path of the other build in
+// either.
 //
 // Macros: TR_T (f16, bf16), TR_DIM (64, 128), TR_GQ (query heads a KV head), TR_STAGES (the ring's
 // slots: a warp's, or with TR_BULK the CTA's), TR_BULK, TR_EVICT_FIRST (with TR_BULK: the tensor
-// copies mark the cache's lines evict-first in L2; TR_EVICT_FIRST_SPLIT the same for the cluster
-// build), TR_SPLIT (with TR_BULK: the cluster build, below), TR_QK_CHAINS, TR_BLOCK (threads a CTA: four consumer warps, and the producer warp with TR_BULK).
+// copies mark the cache's lines evict-first in L2; not in the cluster build), TR_SPLIT (with
+// TR_BULK: the cluster build, below), TR_BLOCK (threads a CTA: four consumer warps, and the
+// producer warp with TR_BULK).
 // Dynamic shared memory: the larger of the rings and the merge buffers (with the cluster build's
 // result), and with TR_BULK the mbarriers (kernels/intree/attention.c's smem_bytes).
 // Entries: tr_gqa(const T *q, const T *k, const T *v, const int *seqlens, float *part_o,
@@ -51,19 +53,11 @@ constexpr int QTILES = (GQ + QT - 1) / QT;
 #ifndef TR_EVICT_FIRST
 #define TR_EVICT_FIRST 0
 #endif
-#ifndef TR_EVICT_FIRST_SPLIT
-#define TR_EVICT_FIRST_SPLIT 0
-#endif
-#if defined(TR_SPLIT)  // the cluster build has its own choice (attention.c's TR_GQA_CLUSTER_EVICT_FIRST)
-#define EVICT_FIRST TR_EVICT_FIRST_SPLIT
+#if defined(TR_SPLIT)  // the cluster build: never (attention.c has the measurements)
+#define EVICT_FIRST 0
 #else
 #define EVICT_FIRST TR_EVICT_FIRST
 #endif
-#ifndef TR_QK_CHAINS
-#define TR_QK_CHAINS 1
-#endif
-constexpr int QK_CHAINS = TR_QK_CHAINS;  // 1 or 2 (attention.c's TR_GQA_QK_CHAINS)
-static_assert(QK_CHAINS == 1 || QK_CHAINS == 2, "one or two chains of q.K^T products");
 constexpr int BLOCK = TR_BLOCK;
 constexpr int WARPS = BLOCK / 32 - (TR_BULK ? 1 : 0);  // the consumer warps
 constexpr int STAGES = TR_STAGES;
@@ -142,32 +136,15 @@ __device__ __forceinline__ void attend16(Acc &a, const unsigned (&qa)[KSTEPS][4]
   const int mat = lane / 8, mrow = lane % 8;
   const int k_row = (mat >> 1) * 8 + mrow, k_chunk = mat & 1;
   const int v_row = (mat & 1) * 8 + mrow, v_chunk = mat >> 1;
-  // keys 0-7 and 8-15 of the tile, the k steps summed in QK_CHAINS independent accumulators (the
-  // chain of dependent products shorter), added at the end
-  float sc[2][4], sc2[2][4];
+  float sc[2][4];  // keys 0-7 and 8-15 of the tile
 #pragma unroll
-  for (int j = 0; j < 2; j++) {
-    sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
-    sc2[j][0] = sc2[j][1] = sc2[j][2] = sc2[j][3] = 0.f;
-  }
+  for (int j = 0; j < 2; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
 #pragma unroll
   for (int kk = 0; kk < KSTEPS; kk++) {
     unsigned kf[4];
     ldmatrix_x4<false>(kf, kt + L::at(k_row, 2 * kk + k_chunk));
-    if (QK_CHAINS > 1 && (kk & 1)) {
-      mma16816<T>(sc2[0], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[0], kf[1]);
-      mma16816<T>(sc2[1], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[2], kf[3]);
-    } else {
-      mma16816<T>(sc[0], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[0], kf[1]);
-      mma16816<T>(sc[1], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[2], kf[3]);
-    }
-  }
-  if (QK_CHAINS > 1) {
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) sc[j][e] += sc2[j][e];
-    }
+    mma16816<T>(sc[0], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[0], kf[1]);
+    mma16816<T>(sc[1], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kf[2], kf[3]);
   }
   float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll

@@ -52,45 +52,28 @@ template <int N> __device__ __forceinline__ void store_n(T *p, bool vec, const f
   }
 }
 
-// One chunk of one head of one token, in two steps: begin() loads its x and its position (neither
-// depends on the other), finish() the cache row's chunk, then rotates and stores. A thread takes
-// UNITS chunks at a time, every begin() before any finish(), so the position-then-cache chain of
-// each overlaps the others' loads (TR_UNITS, default 1).
-#ifndef TR_UNITS
-#define TR_UNITS 1
-#endif
-constexpr int UNITS = TR_UNITS;
-template <class I> struct unit_t {
-  I th;       // token * heads + head
-  int chunk;  // which chunk of the head
-  i64 p;      // the token's position
-  vec_t<T, XN> a, b;
-};
-
+// One chunk of one head of one token: its x is loaded first (it does not depend on the
+// position), then the position and the cache row's chunk, so the two loads overlap.
 template <class I>
-__device__ __forceinline__ void begin(unit_t<I> &w, I u, const P *__restrict__ positions, const T *__restrict__ x,
-                                      I heads, bool vec) {
-  w.chunk = (int)(u % (I)CHUNKS);
-  w.th = u / (I)CHUNKS;
-  const i64 base = (i64)w.th * D;
-  const int j = w.chunk * PAIRS;  // the first pair's frequency index
-  w.a = load_raw<XN>(x + base + (TR_NEOX ? j : 2 * j), vec);
-  if (TR_NEOX) w.b = load_raw<XN>(x + base + HALF + j, vec);
-  w.p = (i64)positions[w.th / heads];
-}
-
-template <class I>
-__device__ __forceinline__ void finish(const unit_t<I> &w, const T *__restrict__ cache, T *__restrict__ y, I heads,
-                                       i64 rows, u64 *bad, bool vec) {
-  const i64 base = (i64)w.th * D;
-  const int j = w.chunk * PAIRS;
+__device__ __forceinline__ void rotate(I u, const P *__restrict__ positions, const T *__restrict__ x,
+                                       const T *__restrict__ cache, T *__restrict__ y, I heads, i64 rows, u64 *bad,
+                                       bool vec) {
+  const int chunk = (int)(u % (I)CHUNKS);
+  const I th = u / (I)CHUNKS;  // token * heads + head
+  const I t = th / heads;
+  const i64 base = (i64)th * D;
+  const int j = chunk * PAIRS;  // the first pair's frequency index
+  const vec_t<T, XN> a = load_raw<XN>(x + base + (TR_NEOX ? j : 2 * j), vec);
+  vec_t<T, XN> b;
+  if (TR_NEOX) b = load_raw<XN>(x + base + HALF + j, vec);
+  const i64 p = (i64)positions[t];
   float c[PAIRS], s[PAIRS];
-  if (w.p >= 0 && w.p < rows) {
-    const T *row = cache + w.p * D;
+  if (p >= 0 && p < rows) {
+    const T *row = cache + p * D;
     load_n<PAIRS>(row + j, vec, c);
     load_n<PAIRS>(row + HALF + j, vec, s);
   } else {  // never read: this token's heads come out as zeros
-    if (bad != nullptr && w.chunk == 0) atomicMin(bad, (u64)(w.th / heads));
+    if (bad != nullptr && chunk == 0) atomicMin(bad, (u64)t);
 #pragma unroll
     for (int k = 0; k < PAIRS; k++) c[k] = s[k] = 0.f;
   }
@@ -98,7 +81,7 @@ __device__ __forceinline__ void finish(const unit_t<I> &w, const T *__restrict__
     float o1[XN], o2[XN];
 #pragma unroll
     for (int k = 0; k < PAIRS; k++) {
-      const float x1 = to_f32(w.a.v[k]), x2 = to_f32(w.b.v[k]);
+      const float x1 = to_f32(a.v[k]), x2 = to_f32(b.v[k]);
       o1[k] = x1 * c[k] - x2 * s[k];
       o2[k] = x2 * c[k] + x1 * s[k];
     }
@@ -108,27 +91,11 @@ __device__ __forceinline__ void finish(const unit_t<I> &w, const T *__restrict__
     float o[XN];
 #pragma unroll
     for (int k = 0; k < PAIRS; k++) {
-      const float x1 = to_f32(w.a.v[2 * k]), x2 = to_f32(w.a.v[2 * k + 1]);
+      const float x1 = to_f32(a.v[2 * k]), x2 = to_f32(a.v[2 * k + 1]);
       o[2 * k] = x1 * c[k] - x2 * s[k];
       o[2 * k + 1] = x2 * c[k] + x1 * s[k];
     }
     store_n<XN>(y + base + 2 * j, vec, o);
-  }
-}
-
-// The chunks u, u + stride, ..., UNITS of them, those below n.
-template <class I>
-__device__ __forceinline__ void rotate(I u, I stride, I n, const P *__restrict__ positions, const T *__restrict__ x,
-                                       const T *__restrict__ cache, T *__restrict__ y, I heads, i64 rows, u64 *bad,
-                                       bool vec) {
-  unit_t<I> w[UNITS];
-#pragma unroll
-  for (int k = 0; k < UNITS; k++) {
-    if (u + (I)k * stride < n) begin<I>(w[k], u + (I)k * stride, positions, x, heads, vec);
-  }
-#pragma unroll
-  for (int k = 0; k < UNITS; k++) {
-    if (u + (I)k * stride < n) finish<I>(w[k], cache, y, heads, rows, bad, vec);
   }
 }
 
@@ -138,17 +105,15 @@ extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_rope(const P *__restri
   await_previous_kernel();
   const bool vec = aligned16(x) && aligned16(y) && aligned16(cache);
   const i64 units = tokens * heads * CHUNKS;
-  // 32-bit index arithmetic (the divisions are a third of 64-bit ones); u + UNITS * stride stays
-  // below 2^32 (the grid is at most a few hundred thousand threads)
-  if (units <= 0x7fffffffLL) {
+  if (units <= 0x7fffffffLL) {  // 32-bit index arithmetic: the divisions are a third of 64-bit ones
     const unsigned n = (unsigned)units, stride = gridDim.x * TR_BLOCK;
-    for (unsigned u = blockIdx.x * TR_BLOCK + threadIdx.x; u < n; u += UNITS * stride) {
-      rotate<unsigned>(u, stride, n, positions, x, cache, y, (unsigned)heads, rows, bad, vec);
+    for (unsigned u = blockIdx.x * TR_BLOCK + threadIdx.x; u < n; u += stride) {
+      rotate<unsigned>(u, positions, x, cache, y, (unsigned)heads, rows, bad, vec);
     }
   } else {
     const i64 stride = (i64)gridDim.x * TR_BLOCK;
-    for (i64 u = (i64)blockIdx.x * TR_BLOCK + threadIdx.x; u < units; u += UNITS * stride) {
-      rotate<i64>(u, stride, units, positions, x, cache, y, heads, rows, bad, vec);
+    for (i64 u = (i64)blockIdx.x * TR_BLOCK + threadIdx.x; u < units; u += stride) {
+      rotate<i64>(u, positions, x, cache, y, heads, rows, bad, vec);
     }
   }
 }

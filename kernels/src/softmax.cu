@@ -137,9 +137,6 @@ __device__ __forceinline__ void softmax_row_looped(const T *x, O *y, float *scra
 }
 
 #if defined(TR_SPLIT)
-#ifndef TR_KEEP
-#define TR_KEEP 0
-#endif
 // e^d for d <= 0 (d = x - max) as 2^(d log2 e) by the approximate exp2 instruction (2 ulp;
 // results below float32's normal range are 0): three instructions against expf's eight, where
 // only a few SMs work on a row.
@@ -149,86 +146,53 @@ __device__ __forceinline__ float exp_neg(float d) {
   return r;
 }
 
-// A step of the split row: the vectors i0, i0 + TR_BLOCK, ..., U of them, those below hi.
-template <int V, int U> __device__ __forceinline__ void split_load(const T *x, int i0, int hi, float (&v)[U][V]) {
-#pragma unroll
-  for (int u = 0; u < U; u++) {
-    if (i0 + u * TR_BLOCK < hi) load_f32<T, V>(x + (i64)(i0 + u * TR_BLOCK) * V, v[u]);
-  }
-}
-
-// A step's values into a thread's online (max, sum).
-template <int V, int U>
-__device__ __forceinline__ void split_accumulate(const float (&v)[U][V], int i0, int hi, float &m, float &s) {
-  float lm = NEG_INF;
-#pragma unroll
-  for (int u = 0; u < U; u++) {
-    if (i0 + u * TR_BLOCK < hi) {
-#pragma unroll
-      for (int k = 0; k < V; k++) lm = fmaxf(lm, v[u][k]);
-    }
-  }
-  if (lm > m) {
-    s = rescale(s, m, lm);
-    m = lm;
-  }
-  if (m == NEG_INF) { /* all -inf or NaN so far: a NaN is kept (and -inf - -inf would be NaN) */
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      if (i0 + u * TR_BLOCK < hi) {
-#pragma unroll
-        for (int k = 0; k < V; k++) s += nan_of(v[u][k]);
-      }
-    }
-    return;
-  }
-#pragma unroll
-  for (int u = 0; u < U; u++) {
-    if (i0 + u * TR_BLOCK < hi) {
-#pragma unroll
-      for (int k = 0; k < V; k++) s += exp_neg(v[u][k] - m);
-    }
-  }
-}
-
-// A step's outputs from its values and the row's (M, 1 / S).
-template <int V, int U>
-__device__ __forceinline__ void split_write(float (&v)[U][V], O *y, int i0, int hi, float M, float inv) {
-#pragma unroll
-  for (int u = 0; u < U; u++) {
-    if (i0 + u * TR_BLOCK < hi) {
-#pragma unroll
-      for (int k = 0; k < V; k++) v[u][k] = exp_neg(v[u][k] - M) * inv;
-      if constexpr (V * sizeof(O) == 16) store16_f32<O, V>(y + (i64)(i0 + u * TR_BLOCK) * V, v[u]);
-      else store_f32<O, V>(y + (i64)(i0 + u * TR_BLOCK) * V, v[u]);
-    }
-  }
-}
-
-// A row split over the C CTAs of a thread-block cluster (sm_90 on; C from the launch, at most 16):
+// A row split over the C CTAs of a thread-block cluster (sm_90 on; C from the launch, at most 8):
 // CTA r takes the r-th of C equal runs of the row's vectors. Each thread keeps an online (max,
 // sum) over its vectors, U loads in flight at once; the block merges them, then every CTA reads
 // the C merged pairs from the cluster's shared memory and merges them alike (the same result in
-// every CTA), and writes its run: from the values still in registers where the run is one step
-// (TR_KEEP), else with a second read (from L2). Exponentials by exp_neg. For few long rows (a
-// logits row of 128256): one block per row would leave all but a few SMs idle.
+// every CTA), and writes its run with a second read (from L2). Exponentials by exp_neg. For few
+// long rows (a logits row of 128256): one block per row would leave all but a few SMs idle.
 template <int V>
 __device__ __forceinline__ void softmax_row_split(const T *x, O *y, float *scratch, float *part) {
   constexpr int NV = TR_N / V, U = 8;
   const int tid = threadIdx.x;
   const unsigned rank = cluster_rank(), ctas = cluster_ctas();
   const int run = (int)((NV + ctas - 1) / ctas), lo = (int)rank * run, hi = NV - lo < run ? NV : lo + run;
-  const bool keep = TR_KEEP && hi - lo <= U * TR_BLOCK; /* the same in every thread of the CTA */
   float m = NEG_INF, s = 0.f;
-  float kept[U][V];
-  if (keep) {
-    split_load<V, U>(x, lo + tid, hi, kept);
-    split_accumulate<V, U>(kept, lo + tid, hi, m, s);
-  } else {
-    for (int i0 = lo + tid; i0 < hi; i0 += U * TR_BLOCK) {
-      float v[U][V];
-      split_load<V, U>(x, i0, hi, v);
-      split_accumulate<V, U>(v, i0, hi, m, s);
+  for (int i0 = lo + tid; i0 < hi; i0 += U * TR_BLOCK) {
+    float v[U][V];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (i0 + u * TR_BLOCK < hi) load_f32<T, V>(x + (i64)(i0 + u * TR_BLOCK) * V, v[u]);
+    }
+    float lm = NEG_INF;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (i0 + u * TR_BLOCK < hi) {
+#pragma unroll
+        for (int k = 0; k < V; k++) lm = fmaxf(lm, v[u][k]);
+      }
+    }
+    if (lm > m) {
+      s = rescale(s, m, lm);
+      m = lm;
+    }
+    if (m == NEG_INF) { /* all -inf or NaN so far: a NaN is kept (and -inf - -inf would be NaN) */
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        if (i0 + u * TR_BLOCK < hi) {
+#pragma unroll
+          for (int k = 0; k < V; k++) s += nan_of(v[u][k]);
+        }
+      }
+      continue;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (i0 + u * TR_BLOCK < hi) {
+#pragma unroll
+        for (int k = 0; k < V; k++) s += exp_neg(v[u][k] - m);
+      }
     }
   }
   block_merge<TR_BLOCK>(m, s, tid, scratch);
@@ -246,13 +210,20 @@ __device__ __forceinline__ void softmax_row_split(const T *x, O *y, float *scrat
   warp_merge(M, S);
   cluster_arrive(); /* done with the other CTAs' parts: they may exit after their last wait */
   const float inv = M == NEG_INF ? QNAN : 1.f / S; /* an all -inf row is NaN, as torch's */
-  if (keep) {
-    split_write<V, U>(kept, y, lo + tid, hi, M, inv);
-  } else {
-    for (int i0 = lo + tid; i0 < hi; i0 += U * TR_BLOCK) {
-      float v[U][V];
-      split_load<V, U>(x, i0, hi, v);
-      split_write<V, U>(v, y, i0, hi, M, inv);
+  for (int i0 = lo + tid; i0 < hi; i0 += U * TR_BLOCK) {
+    float v[U][V];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (i0 + u * TR_BLOCK < hi) load_f32<T, V>(x + (i64)(i0 + u * TR_BLOCK) * V, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (i0 + u * TR_BLOCK < hi) {
+#pragma unroll
+        for (int k = 0; k < V; k++) v[u][k] = exp_neg(v[u][k] - M) * inv;
+        if constexpr (V * sizeof(O) == 16) store16_f32<O, V>(y + (i64)(i0 + u * TR_BLOCK) * V, v[u]);
+        else store_f32<O, V>(y + (i64)(i0 + u * TR_BLOCK) * V, v[u]);
+      }
     }
   }
   cluster_wait(); /* this CTA's part stays until every CTA has read it */
