@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_gpu  # noqa: E402  (graph_us, copy_rate_gbps; adds python/ to the path)
+import bench_gpu  # noqa: E402  (graph_us, copy_rate_gbps, rotated_sets; adds python/ to the path)
 import tilerun  # noqa: E402
 
 torch = bench_gpu.torch
@@ -80,7 +80,7 @@ def main():
         cache_bytes = 2 * B * S * kv * dim * 2
         # sets enough that a replay's calls read 256 MB of caches (a 50 MB L2 holds none of them);
         # a graph of fewer calls than sets would replay the same few sets, so it gets one call a set
-        n = max(2, (256 << 20) // cache_bytes + 1)
+        n = bench_gpu.rotated_sets(cache_bytes, most=1 << 20)
         calls = max(args.calls, n)
         op = tilerun.op("GQADecodeFwdOp", heads=heads, heads_kv=kv, dim=dim)
         sets = []

@@ -6,8 +6,8 @@ Every figure is the median device time of one call, timed as the replay of a CUD
 calls over rotating inputs and outputs (so host overhead is out of it), as
 ../shared/anchors/torch_kernels.py times PyTorch: sets of them enough that a replay touches at
 least 256 MB (so the L2 holds none of them), one graph call a set where that is more than 20, at
-most 64 sets (the decode rows, a few KB a set, stay in L2 as a model's would). "tilerun" writes into the rotating outputs
-(Op.call_into); "tilerun alloc" lets tilerun allocate each output, as PyTorch's calls do (inside
+most 64 sets (the decode rows, a few KB a set, stay in L2 as a model's would). "tilerun" writes
+into the rotating outputs (Op.call_into); "tilerun alloc" lets tilerun allocate each output, as PyTorch's calls do (inside
 the graph: the graph's own allocation nodes). Bandwidth counts each tensor once (the
 manifest's roofline bytes) and is given as a percentage of the copy rate.
 
@@ -91,10 +91,10 @@ ROTATED = 256 << 20  # bytes a replay touches at least, where the sets allow
 MOST_SETS = 64
 
 
-def rotated_sets(byts):
+def rotated_sets(byts, most=MOST_SETS):
     """Input sets of `byts` bytes each enough that a replay of one call a set touches ROTATED
-    bytes (at least 2, at most MOST_SETS)."""
-    return max(2, min(MOST_SETS, -(-ROTATED // max(1, byts))))
+    bytes (at least 2, at most `most`)."""
+    return max(2, min(most, -(-ROTATED // max(1, byts))))
 
 
 def same_bytes_copy_us(byts, calls, sets=None):

@@ -17,13 +17,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_gpu  # noqa: E402  (graph_us; adds python/ to the path)
+import bench_gpu  # noqa: E402  (graph_us, rotated_sets; adds python/ to the path)
 import tilerun  # noqa: E402
 
 torch = bench_gpu.torch
 HEADS, HEADS_KV, DIM = 32, 8, 128
 MOST_CTAS, SLOT_ROWS = 8, 64  # attention.c's TR_GQA_CLUSTER_MAX and DECODE_MIN_ROWS_A_SPLIT
-ROTATED, MOST_SETS = 256 << 20, 2048
+MOST_SETS = 2048
 
 
 def split(S):
@@ -66,7 +66,7 @@ def main():
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for S in lengths:
         set_bytes = 2 * S * HEADS_KV * DIM * 2
-        n = min(MOST_SETS, max(16, -(-ROTATED // set_bytes)))
+        n = bench_gpu.rotated_sets(set_bytes, most=MOST_SETS)
         # the sets as views of one allocation a tensor: set i is batch row i, on its own
         k = torch.randn(n, S, HEADS_KV, DIM, device="cuda", dtype=dt)
         v = torch.randn(n, S, HEADS_KV, DIM, device="cuda", dtype=dt)
