@@ -91,13 +91,30 @@ enum {
 #ifndef TR_GQA_CLUSTER_MAX_S
 #define TR_GQA_CLUSTER_MAX_S 4096
 #endif
-/* A cache short enough for one CTA a KV head (64 rows or fewer) gives clusters of one CTA;
- * -DTR_GQA_SINGLE_PLAIN=1 launches those without the cluster attribute (each CTA is then its own
- * implicit cluster of one, which the kernel's cluster reads and barriers serve alike). With the
- * caches in L2 such a launch took 7.81 us at 64 rows against 5.68 at 256 (four CTAs a head) on
- * an H100 (decode_lengths.py, 2026-12-06); not measured yet. */
+/* A cache short enough for one CTA a KV head (64 rows or fewer) gives clusters of one CTA, launched
+ * without the cluster attribute (each CTA is then its own implicit cluster of one, which the
+ * kernel's cluster reads and barriers serve alike). An A/B on an H100 (decode_lengths.py 16 64
+ * 256, cold L2, 2026-12-06): 16 rows 6.93 us against 7.67 with the attribute, 64 rows 6.99
+ * against 7.70, 256 rows (clusters of four) 5.82 against 5.86; -DTR_GQA_SINGLE_PLAIN=0 turns it
+ * off. */
 #ifndef TR_GQA_SINGLE_PLAIN
-#define TR_GQA_SINGLE_PLAIN 0
+#define TR_GQA_SINGLE_PLAIN 1
+#endif
+/* The cluster build's merge. A cluster of one writes o from its own shared memory: 16 rows 3.85 us
+ * against 6.89 with the cluster's merge below (the same launch), 64 rows 3.88 against 7.02 (an
+ * A/B on an H100, 2026-12-06, decode_lengths.py). Larger clusters: with TR_GQA_CLUSTER_PUSH
+ * (default 1) each CTA stores its parts into the CTA that merges them and one cluster barrier
+ * follows; with 0, each CTA reads the others' parts from their shared memory (two barriers and
+ * two round trips a merged element), as before. Two rounds, H100, 2026-12-06 (decode_lengths.py,
+ * push against pull): 128 rows 5.37-5.48 us against 6.52-6.56, 256 5.27-5.28 against 5.84-5.88,
+ * 512 5.71-5.72 against 6.20-6.25, 1024 6.71-6.74 against 7.17-7.25, 2048 8.07-8.09 against
+ * 8.59-8.61, 4096 10.75-10.84 against 11.27-11.34. Tried and not kept: launches
+ * asking the whole shared-memory budget, so that no SM holds two of the cluster build's CTAs, were
+ * slower (two rounds, H100: kv 512 6.55 us against 6.15, 1024 7.38 against 7.14, 4096 12.63
+ * against 11.17; ncu shows the clusters spread over the SMs already), and so were clusters of 16
+ * that way (kv 1024 12.87 against 7.30). */
+#ifndef TR_GQA_CLUSTER_PUSH
+#define TR_GQA_CLUSTER_PUSH 1
 #endif
 static const tr_intree_impl kImpls[] = {
     {&tr_intree_attention_family, DENSE, 0},
@@ -222,6 +239,10 @@ static int64_t smem_bytes(int bulk, int64_t dim) {
   return bulk ? bytes + 2 * stages * 8 + 1024 : bytes; /* bulk: the mbarriers, 1 KiB to align the ring */
 }
 
+/* The cluster build's receive area with TR_GQA_CLUSTER_PUSH (gqa_decode.cu): a max and a sum of
+ * each of 16 heads from each of at most 16 CTAs, and o of 16 heads' dims and 16 more floats. */
+static int64_t cluster_recv_bytes(int64_t dim) { return (2 * 16 * 16 + 16 * dim + 16) * 4; }
+
 static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, int32_t arch,
                              tr_intree_source *out) {
   tr_dtype dt = tr_call_spec_get(call, "dtype")->as.dtype;
@@ -245,16 +266,16 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   }
   tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
   if (bulk) tr_intree_add_int(out, "-DTR_EVICT_FIRST=%lld", (long long)TR_GQA_BS1_EVICT_FIRST);
+  if (bulk && !TR_GQA_CLUSTER_PUSH) tr_intree_add_int(out, "-DTR_CLUSTER_PUSH=%lld", 0);
   return NULL;
 }
 
 /* Where prepare keeps the launch values (the implementation is k->impl->kind). QTILES: tiles of
  * up to 16 query heads a KV head; WAVE_CTAS: the CTAs the card holds at once (its SMs times the
  * CTAs an SM fits), which the split count fills. */
-enum { DIM_AT, HEADS_KV_AT, QTILES_AT, SMEM_AT, WAVE_CTAS_AT, CLUSTER_AT, BULK_AT }; /* k->ints; SMEM: dynamic,
-                                                                  bytes a CTA (both builds); CLUSTER: the bulk build's
-                                                                  most CTAs a cluster (0: no cluster build); BULK:
-                                                                  bulk_build */
+enum { DIM_AT, HEADS_KV_AT, QTILES_AT, SMEM_AT, WAVE_CTAS_AT, CLUSTER_AT, BULK_AT, WIDE_SMEM_AT }; /* k->ints;
+    SMEM: dynamic, bytes a CTA (both builds); CLUSTER: the bulk build's most CTAs a cluster (0: no cluster
+    build); BULK: bulk_build; WIDE_SMEM: the cluster build's (SMEM and its receive area) */
 enum { SCALE_AT, SOFTCAP_AT };                                 /* k->reals */
 
 static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
@@ -285,7 +306,10 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   k->ints[WAVE_CTAS_AT] = (int64_t)k->sm_count * (per_sm < 1 ? 1 : per_sm);
   k->ints[CLUSTER_AT] = 0;
   if (bulk && k->wide.function != NULL) {
-    TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->wide.function, (int)smem));
+    int64_t wide_smem = smem + (TR_GQA_CLUSTER_PUSH ? cluster_recv_bytes(k->ints[DIM_AT]) : 0);
+    TR_RETURN_IF_ERROR(tr_intree_smem_fits(k, call, wide_smem));
+    TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->wide.function, (int)wide_smem));
+    k->ints[WIDE_SMEM_AT] = wide_smem;
     int64_t most = TR_GQA_CLUSTER_MAX;
     if (most > 8 && !tr_cu_function_allow_wide_clusters(k->wide.function)) most = 8;
     k->ints[CLUSTER_AT] = most;
@@ -383,10 +407,10 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
     void *args[] = {&q, &kc, &vc, &seqlens, &o, &S, &heads_kv_i, &chunk, &scale, &softcap, &maps[0], &maps[1]};
     tr_status *status =
         TR_GQA_SINGLE_PLAIN && ctas == 1
-            ? tr_cu_launch_ex(k->wide.function, k->key, (uint32_t)units, 1, k->wide_threads, (uint32_t)k->ints[SMEM_AT],
-                              stream, args, k->overlap)
+            ? tr_cu_launch_ex(k->wide.function, k->key, (uint32_t)units, 1, k->wide_threads,
+                              (uint32_t)k->ints[WIDE_SMEM_AT], stream, args, k->overlap)
             : tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)(units * ctas), (uint32_t)ctas,
-                                   k->wide_threads, (uint32_t)k->ints[SMEM_AT], stream, args, k->overlap);
+                                   k->wide_threads, (uint32_t)k->ints[WIDE_SMEM_AT], stream, args, k->overlap);
     if (status == NULL) return NULL;
     tr_status_destroy(&status); /* no clusters here (MPS, a partitioned GPU): the two kernels */
   }

@@ -218,6 +218,18 @@ __device__ __forceinline__ unsigned cluster_index() {
 // Every thread of the cluster's CTAs: writes to shared memory before are seen by reads after.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+// An arrival that orders nothing (with a wait later: every CTA of the cluster has started, so its
+// shared memory may be written).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+}
+// `f` stored at `p` (this CTA's shared memory) in CTA `rank`'s shared memory.
+__device__ __forceinline__ void store_cluster(float *p, unsigned rank, float f) {
+  unsigned local, remote;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(f) : "memory");
+}
 // The float at `p` (this CTA's shared memory) in CTA `rank`'s shared memory.
 __device__ __forceinline__ float load_cluster(const float *p, unsigned rank) {
   unsigned local, remote;

@@ -506,13 +506,19 @@ __device__ __forceinline__ void prefetch_maps(const T *k, const T *v, const tens
 #ifdef TR_SPLIT
 // The cluster build (-DTR_SPLIT, with TR_BULK: sm_90, short caches): the C CTAs of a cluster (C
 // from the launch, at most CLUSTER_MAX; 1-D clusters of consecutive blocks) are the C splits of
-// one unit, the CTA's cluster rank its split. Each CTA keeps its merged (max, sum, o) in its own
-// shared memory; after a cluster barrier the CTAs take the unit's (head, dim) elements in turn and
-// merge the C CTAs' values from the cluster's shared memory in rank order (the same result
-// wherever the CTAs ran), then write o. No partials in global memory, no second kernel.
+// one unit, the CTA's cluster rank its split. The unit's (head, dim) elements are shared out among
+// the CTAs; each CTA stores its (max, sum, o) of an element into the shared memory of the CTA that
+// merges it, and after one cluster barrier each merges its elements' C values in rank order (the
+// same result wherever the CTAs ran) and writes o (TR_CLUSTER_PUSH=0: each CTA keeps its values
+// and the mergers read them, with a barrier before and after). A cluster of one writes o directly.
+// No partials in global memory, no second kernel.
 // Entry: tr_gqa(q, k, v, seqlens, T *o, i64 S, int heads_kv, i64 chunk, float scale, float softcap,
 //               tensor_map km, tensor_map vm), grid (units x C) in clusters of C.
 static_assert(TR_BULK, "the cluster build is the bulk one");
+#ifndef TR_CLUSTER_PUSH
+#define TR_CLUSTER_PUSH 1
+#endif
+static_assert(WARPS * QT * (DIM + 2) * 4 <= BULK_RING_BYTES, "merge_warps' buffers end before the receive area");
 constexpr int CLUSTER_MAX = 16;  // attention.c's TR_GQA_CLUSTER_MAX at most
 extern "C" __global__ void __launch_bounds__(BLOCK)
     tr_gqa(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, const int *__restrict__ seqlens,
@@ -522,10 +528,58 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
   await_previous_kernel();
   extern __shared__ __align__(1024) char smem[];
   const unsigned rank = cluster_rank(), ctas = cluster_ctas();
+#if TR_CLUSTER_PUSH
+  if (ctas > 1) cluster_arrive_relaxed();  // waited for before the first store to another CTA
+#endif
   const Unit u = unit_of(k, v, S, heads_kv, chunk, (int)(blockIdx.x / ctas), (int)rank);
   Acc a;
   attend_split(q, k, v, seqlens, u, a, scale, softcap, smem, &km, &vm);
   merge_warps(a, smem);
+  if (ctas == 1) {  // a cluster of one (attention.c launches it plainly): the CTA's result is o
+    for (int i = threadIdx.x; i < u.nq * DIM; i += BLOCK) {
+      const int h = i / DIM, d = i % DIM;
+      const Part p = cta_part(smem, h, d);
+      o[((i64)u.b * u.heads + u.h0 + h) * DIM + d] = from_f32<T>(p.l > 0.f ? p.o / p.l : 0.f);
+    }
+    return;
+  }
+#if TR_CLUSTER_PUSH
+  // Each CTA merges `per` of the unit's elements: every CTA stores its (max, sum) of each head and
+  // its o of those elements into that CTA's receive area (stores, no round trips), one cluster
+  // barrier, then each merges its elements from its own shared memory in rank order and writes o.
+  // The receive area, past the ring and its mbarriers (attention.c's smem_bytes adds it): recv_m
+  // and recv_l [CLUSTER_MAX][QT], then recv_o [C][per] (C * per < QT * DIM + CLUSTER_MAX).
+  const int n = u.nq * DIM, per = (n + (int)ctas - 1) / (int)ctas;
+  float *recv_m = reinterpret_cast<float *>(
+      smem + (((smem_addr(smem) + 1023u) & ~1023u) - smem_addr(smem)) + BULK_RING_BYTES + 16 * STAGES);
+  float *recv_l = recv_m + CLUSTER_MAX * QT, *recv_o = recv_l + CLUSTER_MAX * QT;
+  cluster_wait();  // every CTA has started: its receive area may be written (ctas > 1 here)
+  for (int i = threadIdx.x; i < n; i += BLOCK) {
+    const int h = i / DIM, d = i % DIM;
+    const Part p = cta_part(smem, h, d);
+    const unsigned owner = (unsigned)(i / per);
+    store_cluster(&recv_o[(int)rank * per + i - (int)owner * per], owner, p.o);
+    if (d == 0) {
+      for (unsigned c = 0; c < ctas; c++) {
+        store_cluster(&recv_m[rank * QT + h], c, p.m);
+        store_cluster(&recv_l[rank * QT + h], c, p.l);
+      }
+    }
+  }
+  cluster_arrive();  // this CTA's stores are done ...
+  cluster_wait();    // ... and every CTA's
+  for (int e = threadIdx.x; e < per && (int)rank * per + e < n; e += BLOCK) {
+    const int i = (int)rank * per + e, h = i / DIM, d = i % DIM;
+    float M = NEG_INF, L = 0.f, O = 0.f;
+    for (int c = 0; c < (int)ctas; c++) M = fmaxf(M, recv_m[c * QT + h]);
+    for (int c = 0; c < (int)ctas; c++) {
+      const float mc = recv_m[c * QT + h], w = mc == NEG_INF ? 0.f : exp2f(mc - M);
+      L = fmaf(recv_l[c * QT + h], w, L);
+      O = fmaf(recv_o[c * per + e], w, O);
+    }
+    o[((i64)u.b * u.heads + u.h0 + h) * DIM + d] = from_f32<T>(L > 0.f ? O / L : 0.f);
+  }
+#else
   // this CTA's result: res_o [QT][DIM], res_m and res_l [QT], past merge_warps' buffers
   float *res_o = reinterpret_cast<float *>(smem) + WARPS * QT * (DIM + 2);
   float *res_m = res_o + QT * DIM, *res_l = res_m + QT;
@@ -573,6 +627,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
   }
   cluster_arrive();  // done reading the others' results; each CTA's stay until all are done
   cluster_wait();
+#endif
 }
 #else
 extern "C" __global__ void __launch_bounds__(BLOCK)
