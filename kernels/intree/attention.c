@@ -91,31 +91,27 @@ enum {
 #ifndef TR_GQA_CLUSTER_MAX_S
 #define TR_GQA_CLUSTER_MAX_S 4096
 #endif
-/* A cache short enough for one CTA a KV head (64 rows or fewer) gives clusters of one CTA, launched
- * without the cluster attribute (each CTA is then its own implicit cluster of one, which the
- * kernel's cluster reads and barriers serve alike). An A/B on an H100 (decode_lengths.py 16 64
- * 256, cold L2, 2026-12-06): 16 rows 6.93 us against 7.67 with the attribute, 64 rows 6.99
- * against 7.70, 256 rows (clusters of four) 5.82 against 5.86; -DTR_GQA_SINGLE_PLAIN=0 turns it
- * off. */
+/* A cache short enough for one CTA a KV head (64 rows or fewer) gives clusters of one CTA,
+ * launched without the cluster attribute (the kernel then writes o from the CTA's own shared
+ * memory, no cluster barrier). An A/B on an H100 (decode_lengths.py 16 64 256, cold L2,
+ * 2026-12-06): 16 rows 6.93 us against 7.67 with the attribute, 64 rows 6.99 against 7.70, 256
+ * rows (clusters of four) 5.82 against 5.86 (both before the merge changes below);
+ * -DTR_GQA_SINGLE_PLAIN=0 turns it off. */
 #ifndef TR_GQA_SINGLE_PLAIN
 #define TR_GQA_SINGLE_PLAIN 1
 #endif
 /* The cluster build's merge. A cluster of one writes o from its own shared memory: 16 rows 3.85 us
- * against 6.89 with the cluster's merge below (the same launch), 64 rows 3.88 against 7.02 (an
- * A/B on an H100, 2026-12-06, decode_lengths.py). Larger clusters: with TR_GQA_CLUSTER_PUSH
- * (default 1) each CTA stores its parts into the CTA that merges them and one cluster barrier
- * follows; with 0, each CTA reads the others' parts from their shared memory (two barriers and
- * two round trips a merged element), as before. Two rounds, H100, 2026-12-06 (decode_lengths.py,
- * push against pull): 128 rows 5.37-5.48 us against 6.52-6.56, 256 5.27-5.28 against 5.84-5.88,
- * 512 5.71-5.72 against 6.20-6.25, 1024 6.71-6.74 against 7.17-7.25, 2048 8.07-8.09 against
- * 8.59-8.61, 4096 10.75-10.84 against 11.27-11.34. Tried and not kept: launches
- * asking the whole shared-memory budget, so that no SM holds two of the cluster build's CTAs, were
- * slower (two rounds, H100: kv 512 6.55 us against 6.15, 1024 7.38 against 7.14, 4096 12.63
- * against 11.17; ncu shows the clusters spread over the SMs already), and so were clusters of 16
- * that way (kv 1024 12.87 against 7.30). */
-#ifndef TR_GQA_CLUSTER_PUSH
-#define TR_GQA_CLUSTER_PUSH 1
-#endif
+ * against 6.89 with the cluster's merge (the same launch), 64 rows 3.88 against 7.02 (an A/B on an
+ * H100, 2026-12-06, decode_lengths.py). Larger clusters: each CTA stores its parts into the CTA
+ * that merges them and one cluster barrier follows, where each CTA read the others' parts from
+ * their shared memory before (two barriers and two round trips a merged element). Two rounds,
+ * H100, 2026-12-06 (decode_lengths.py, push against pull): 128 rows 5.37-5.48 us against
+ * 6.52-6.56, 256 5.27-5.28 against 5.84-5.88, 512 5.71-5.72 against 6.20-6.25, 1024 6.71-6.74
+ * against 7.17-7.25, 2048 8.07-8.09 against 8.59-8.61, 4096 10.75-10.84 against 11.27-11.34. Tried
+ * and not kept: launches asking the whole shared-memory budget, so that no SM holds two of the
+ * cluster build's CTAs, were slower (two rounds, H100: kv 512 6.55 us against 6.15, 1024 7.38
+ * against 7.14, 4096 12.63 against 11.17; ncu shows the clusters spread over the SMs already), and
+ * so were clusters of 16 that way (kv 1024 12.87 against 7.30). */
 static const tr_intree_impl kImpls[] = {
     {&tr_intree_attention_family, DENSE, 0},
     {&tr_intree_attention_family, BS1, 0},
@@ -234,12 +230,12 @@ static int64_t ring_stages(int bulk, int64_t dim) {
 static int64_t smem_bytes(int bulk, int64_t dim) {
   const int64_t warps = DECODE_BLOCK / 32, stages = ring_stages(bulk, dim);
   int64_t ring = warps * stages * 2 * 16 * dim * 2; /* bulk: the CTA's slots of 16 rows a warp, as many bytes */
-  int64_t merge = warps * 16 * dim * 4 + 2 * warps * 16 * 4 + 16 * dim * 4 + 2 * 16 * 4; /* and the cluster's result */
+  int64_t merge = warps * 16 * dim * 4 + 2 * warps * 16 * 4;
   int64_t bytes = ring > merge ? ring : merge;
   return bulk ? bytes + 2 * stages * 8 + 1024 : bytes; /* bulk: the mbarriers, 1 KiB to align the ring */
 }
 
-/* The cluster build's receive area with TR_GQA_CLUSTER_PUSH (gqa_decode.cu): a max and a sum of
+/* The cluster build's receive area (gqa_decode.cu): a max and a sum of
  * each of 16 heads from each of at most 16 CTAs, and o of 16 heads' dims and 16 more floats. */
 static int64_t cluster_recv_bytes(int64_t dim) { return (2 * 16 * 16 + 16 * dim + 16) * 4; }
 
@@ -266,7 +262,6 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
   }
   tr_intree_add_int(out, "-DTR_BLOCK=%lld", (long long)out->block);
   if (bulk) tr_intree_add_int(out, "-DTR_EVICT_FIRST=%lld", (long long)TR_GQA_BS1_EVICT_FIRST);
-  if (bulk && !TR_GQA_CLUSTER_PUSH) tr_intree_add_int(out, "-DTR_CLUSTER_PUSH=%lld", 0);
   return NULL;
 }
 
@@ -306,7 +301,7 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   k->ints[WAVE_CTAS_AT] = (int64_t)k->sm_count * (per_sm < 1 ? 1 : per_sm);
   k->ints[CLUSTER_AT] = 0;
   if (bulk && k->wide.function != NULL) {
-    int64_t wide_smem = smem + (TR_GQA_CLUSTER_PUSH ? cluster_recv_bytes(k->ints[DIM_AT]) : 0);
+    int64_t wide_smem = smem + cluster_recv_bytes(k->ints[DIM_AT]);
     TR_RETURN_IF_ERROR(tr_intree_smem_fits(k, call, wide_smem));
     TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->wide.function, (int)wide_smem));
     k->ints[WIDE_SMEM_AT] = wide_smem;

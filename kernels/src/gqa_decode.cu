@@ -33,8 +33,9 @@
 // copies mark the cache's lines evict-first in L2; not in the cluster build), TR_SPLIT (with
 // TR_BULK: the cluster build, below), TR_BLOCK (threads a CTA: four consumer warps, and the
 // producer warp with TR_BULK).
-// Dynamic shared memory: the larger of the rings and the merge buffers (with the cluster build's
-// result), and with TR_BULK the mbarriers (kernels/intree/attention.c's smem_bytes).
+// Dynamic shared memory: the larger of the rings and the merge buffers, with TR_BULK the mbarriers,
+// and in the cluster build its receive area (kernels/intree/attention.c's smem_bytes and
+// cluster_recv_bytes).
 // Entries: tr_gqa(const T *q, const T *k, const T *v, const int *seqlens, float *part_o,
 //                 float *part_ml, i64 S, int heads_kv, int splits, i64 chunk, float scale,
 //                 float softcap, tensor_map km, tensor_map vm)   (the maps read with TR_BULK only;
@@ -509,15 +510,12 @@ __device__ __forceinline__ void prefetch_maps(const T *k, const T *v, const tens
 // one unit, the CTA's cluster rank its split. The unit's (head, dim) elements are shared out among
 // the CTAs; each CTA stores its (max, sum, o) of an element into the shared memory of the CTA that
 // merges it, and after one cluster barrier each merges its elements' C values in rank order (the
-// same result wherever the CTAs ran) and writes o (TR_CLUSTER_PUSH=0: each CTA keeps its values
-// and the mergers read them, with a barrier before and after). A cluster of one writes o directly.
+// same result wherever the CTAs ran) and writes o: no remote loads, one barrier (kernels/intree/
+// attention.c has the measurements). A cluster of one writes o directly.
 // No partials in global memory, no second kernel.
 // Entry: tr_gqa(q, k, v, seqlens, T *o, i64 S, int heads_kv, i64 chunk, float scale, float softcap,
 //               tensor_map km, tensor_map vm), grid (units x C) in clusters of C.
 static_assert(TR_BULK, "the cluster build is the bulk one");
-#ifndef TR_CLUSTER_PUSH
-#define TR_CLUSTER_PUSH 1
-#endif
 static_assert(WARPS * QT * (DIM + 2) * 4 <= BULK_RING_BYTES, "merge_warps' buffers end before the receive area");
 constexpr int CLUSTER_MAX = 16;  // attention.c's TR_GQA_CLUSTER_MAX at most
 extern "C" __global__ void __launch_bounds__(BLOCK)
@@ -528,9 +526,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
   await_previous_kernel();
   extern __shared__ __align__(1024) char smem[];
   const unsigned rank = cluster_rank(), ctas = cluster_ctas();
-#if TR_CLUSTER_PUSH
   if (ctas > 1) cluster_arrive_relaxed();  // waited for before the first store to another CTA
-#endif
   const Unit u = unit_of(k, v, S, heads_kv, chunk, (int)(blockIdx.x / ctas), (int)rank);
   Acc a;
   attend_split(q, k, v, seqlens, u, a, scale, softcap, smem, &km, &vm);
@@ -543,11 +539,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
     }
     return;
   }
-#if TR_CLUSTER_PUSH
   // Each CTA merges `per` of the unit's elements: every CTA stores its (max, sum) of each head and
   // its o of those elements into that CTA's receive area (stores, no round trips), one cluster
   // barrier, then each merges its elements from its own shared memory in rank order and writes o.
-  // The receive area, past the ring and its mbarriers (attention.c's smem_bytes adds it): recv_m
+  // The receive area, past the ring and its mbarriers (attention.c's cluster_recv_bytes): recv_m
   // and recv_l [CLUSTER_MAX][QT], then recv_o [C][per] (C * per < QT * DIM + CLUSTER_MAX).
   const int n = u.nq * DIM, per = (n + (int)ctas - 1) / (int)ctas;
   float *recv_m = reinterpret_cast<float *>(
@@ -579,55 +574,6 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
     }
     o[((i64)u.b * u.heads + u.h0 + h) * DIM + d] = from_f32<T>(L > 0.f ? O / L : 0.f);
   }
-#else
-  // this CTA's result: res_o [QT][DIM], res_m and res_l [QT], past merge_warps' buffers
-  float *res_o = reinterpret_cast<float *>(smem) + WARPS * QT * (DIM + 2);
-  float *res_m = res_o + QT * DIM, *res_l = res_m + QT;
-  for (int i = threadIdx.x; i < u.nq * DIM; i += BLOCK) {
-    const int h = i / DIM, d = i % DIM;
-    const Part p = cta_part(smem, h, d);
-    res_o[i] = p.o;
-    if (d == 0) {
-      res_m[h] = p.m;
-      res_l[h] = p.l;
-    }
-  }
-  cluster_arrive();
-  cluster_wait();
-  for (int i = (int)rank * BLOCK + threadIdx.x; i < u.nq * DIM; i += (int)ctas * BLOCK) {
-    const int h = i / DIM, d = i % DIM;
-    // the CTAs' maxima, then their sums and o in groups of 8, each group's loads issued before
-    // any is used (the remote loads overlap: three round trips for 16 CTAs, not 48)
-    float w[CLUSTER_MAX];
-#pragma unroll
-    for (int c = 0; c < CLUSTER_MAX; c++) w[c] = c < (int)ctas ? load_cluster(&res_m[h], (unsigned)c) : NEG_INF;
-    float M = NEG_INF, L = 0.f, O = 0.f;
-#pragma unroll
-    for (int c = 0; c < CLUSTER_MAX; c++) M = fmaxf(M, w[c]);
-#pragma unroll
-    for (int c = 0; c < CLUSTER_MAX; c++) w[c] = w[c] == NEG_INF ? 0.f : exp2f(w[c] - M);
-#pragma unroll
-    for (int c0 = 0; c0 < CLUSTER_MAX; c0 += 8) {
-      if (c0 < (int)ctas) {
-        float lc[8], oc[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-          const bool in = c0 + j < (int)ctas;
-          lc[j] = in ? load_cluster(&res_l[h], (unsigned)(c0 + j)) : 0.f;
-          oc[j] = in ? load_cluster(&res_o[i], (unsigned)(c0 + j)) : 0.f;
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-          L = fmaf(lc[j], w[c0 + j], L);
-          O = fmaf(oc[j], w[c0 + j], O);
-        }
-      }
-    }
-    o[((i64)u.b * u.heads + u.h0 + h) * DIM + d] = from_f32<T>(L > 0.f ? O / L : 0.f);
-  }
-  cluster_arrive();  // done reading the others' results; each CTA's stay until all are done
-  cluster_wait();
-#endif
 }
 #else
 extern "C" __global__ void __launch_bounds__(BLOCK)
