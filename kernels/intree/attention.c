@@ -92,8 +92,8 @@ enum {
 #define TR_GQA_CLUSTER_MAX_S 4096
 #endif
 /* A cache short enough for one CTA a KV head (64 rows or fewer) gives clusters of one CTA,
- * launched without the cluster attribute (the kernel then writes o from the CTA's own shared
- * memory, no cluster barrier). An A/B on an H100 (decode_lengths.py 16 64 256, cold L2,
+ * launched without the cluster attribute (the kernel writes a cluster of one's o from the CTA's own
+ * shared memory, with or without the attribute). An A/B on an H100 (decode_lengths.py 16 64 256, cold L2,
  * 2026-12-06): 16 rows 6.93 us against 7.67 with the attribute, 64 rows 6.99 against 7.70, 256
  * rows (clusters of four) 5.82 against 5.86 (both before the merge changes below);
  * -DTR_GQA_SINGLE_PLAIN=0 turns it off. */
@@ -103,15 +103,16 @@ enum {
 /* The cluster build's merge. A cluster of one writes o from its own shared memory: 16 rows 3.85 us
  * against 6.89 with the cluster's merge (the same launch), 64 rows 3.88 against 7.02 (an A/B on an
  * H100, 2026-12-06, decode_lengths.py). Larger clusters: each CTA stores its parts into the CTA
- * that merges them and one cluster barrier follows, where each CTA read the others' parts from
- * their shared memory before (two barriers and two round trips a merged element). Two rounds,
- * H100, 2026-12-06 (decode_lengths.py, push against pull): 128 rows 5.37-5.48 us against
- * 6.52-6.56, 256 5.27-5.28 against 5.84-5.88, 512 5.71-5.72 against 6.20-6.25, 1024 6.71-6.74
- * against 7.17-7.25, 2048 8.07-8.09 against 8.59-8.61, 4096 10.75-10.84 against 11.27-11.34. Tried
- * and not kept: launches asking the whole shared-memory budget, so that no SM holds two of the
- * cluster build's CTAs, were slower (two rounds, H100: kv 512 6.55 us against 6.15, 1024 7.38
- * against 7.14, 4096 12.63 against 11.17; ncu shows the clusters spread over the SMs already), and
- * so were clusters of 16 that way (kv 1024 12.87 against 7.30). */
+ * that merges them, then a cluster barrier (the one before the stores is arrived at when the
+ * kernel starts), where each CTA read the others' parts from their shared memory before (two
+ * barriers after the work, two round trips a merged element). Two rounds, H100, 2026-12-06
+ * (decode_lengths.py, push against pull): 128 rows 5.37-5.48 us against 6.52-6.56, 256 5.27-5.28
+ * against 5.84-5.88, 512 5.71-5.72 against 6.20-6.25, 1024 6.71-6.74 against 7.17-7.25, 2048
+ * 8.07-8.09 against 8.59-8.61, 4096 10.75-10.84 against 11.27-11.34. Tried and not kept: launches
+ * asking the whole shared-memory budget, so that no SM holds two of the cluster build's CTAs, were
+ * slower (two rounds, H100: kv 512 6.55 us against 6.15, 1024 7.38 against 7.14, 4096 12.63
+ * against 11.17; ncu shows the clusters spread over the SMs already), and so were clusters of 16
+ * that way (kv 1024 12.87 against 7.30). */
 static const tr_intree_impl kImpls[] = {
     {&tr_intree_attention_family, DENSE, 0},
     {&tr_intree_attention_family, BS1, 0},
@@ -270,7 +271,8 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
  * CTAs an SM fits), which the split count fills. */
 enum { DIM_AT, HEADS_KV_AT, QTILES_AT, SMEM_AT, WAVE_CTAS_AT, CLUSTER_AT, BULK_AT, WIDE_SMEM_AT }; /* k->ints;
     SMEM: dynamic, bytes a CTA (both builds); CLUSTER: the bulk build's most CTAs a cluster (0: no cluster
-    build); BULK: bulk_build; WIDE_SMEM: the cluster build's (SMEM and its receive area) */
+    build); BULK: bulk_build; WIDE_SMEM: the cluster build's clusters of more than one CTA (SMEM and
+    the receive area) */
 enum { SCALE_AT, SOFTCAP_AT };                                 /* k->reals */
 
 static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
@@ -302,12 +304,13 @@ static tr_status *prepare(const tr_call_spec *call, tr_intree_built *k) {
   k->ints[CLUSTER_AT] = 0;
   if (bulk && k->wide.function != NULL) {
     int64_t wide_smem = smem + cluster_recv_bytes(k->ints[DIM_AT]);
-    TR_RETURN_IF_ERROR(tr_intree_smem_fits(k, call, wide_smem));
-    TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->wide.function, (int)wide_smem));
-    k->ints[WIDE_SMEM_AT] = wide_smem;
-    int64_t most = TR_GQA_CLUSTER_MAX;
-    if (most > 8 && !tr_cu_function_allow_wide_clusters(k->wide.function)) most = 8;
-    k->ints[CLUSTER_AT] = most;
+    if (budget <= 0 || wide_smem <= budget) { /* else (a ring of many stages) the two kernels only */
+      TR_RETURN_IF_ERROR(tr_cu_function_set_smem(k->wide.function, (int)wide_smem));
+      k->ints[WIDE_SMEM_AT] = wide_smem;
+      int64_t most = TR_GQA_CLUSTER_MAX;
+      if (most > 8 && !tr_cu_function_allow_wide_clusters(k->wide.function)) most = 8;
+      k->ints[CLUSTER_AT] = most;
+    }
   }
   return tr_cu_function_set_smem(k->narrow.function, (int)smem);
 }
@@ -403,7 +406,7 @@ static tr_status *launch(const tr_intree_built *k, DLTensor *const *in, size_t n
     tr_status *status =
         TR_GQA_SINGLE_PLAIN && ctas == 1
             ? tr_cu_launch_ex(k->wide.function, k->key, (uint32_t)units, 1, k->wide_threads,
-                              (uint32_t)k->ints[WIDE_SMEM_AT], stream, args, k->overlap)
+                              (uint32_t)k->ints[SMEM_AT], stream, args, k->overlap) /* no receive area */
             : tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)(units * ctas), (uint32_t)ctas,
                                    k->wide_threads, (uint32_t)k->ints[WIDE_SMEM_AT], stream, args, k->overlap);
     if (status == NULL) return NULL;

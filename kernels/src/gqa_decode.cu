@@ -436,7 +436,7 @@ __device__ __forceinline__ void bulk_ring(Unit u, const int *__restrict__ seqlen
         issue(it);
       }
     }
-    __syncwarp();  // the warp reconverged before finish's barriers
+    __syncwarp();  // the warp reconverged before finish's (or merge_warps') barriers
     return;
   }
   for (int it = 0; it < slots; it++) {
@@ -508,10 +508,11 @@ __device__ __forceinline__ void prefetch_maps(const T *k, const T *v, const tens
 // The cluster build (-DTR_SPLIT, with TR_BULK: sm_90, short caches): the C CTAs of a cluster (C
 // from the launch, at most CLUSTER_MAX; 1-D clusters of consecutive blocks) are the C splits of
 // one unit, the CTA's cluster rank its split. The unit's (head, dim) elements are shared out among
-// the CTAs; each CTA stores its (max, sum, o) of an element into the shared memory of the CTA that
-// merges it, and after one cluster barrier each merges its elements' C values in rank order (the
-// same result wherever the CTAs ran) and writes o: no remote loads, one barrier (kernels/intree/
-// attention.c has the measurements). A cluster of one writes o directly.
+// the CTAs; each CTA stores its o of an element into the shared memory of the CTA that merges it
+// (and its max and sum of each head into every CTA's), then each merges its elements' C values in
+// rank order (the same result wherever the CTAs ran) and writes o. No remote loads, and of the two
+// cluster barriers the first is arrived at when the kernel starts (kernels/intree/attention.c has
+// the measurements). A cluster of one writes o directly.
 // No partials in global memory, no second kernel.
 // Entry: tr_gqa(q, k, v, seqlens, T *o, i64 S, int heads_kv, i64 chunk, float scale, float softcap,
 //               tensor_map km, tensor_map vm), grid (units x C) in clusters of C.
@@ -539,9 +540,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
     }
     return;
   }
-  // Each CTA merges `per` of the unit's elements: every CTA stores its (max, sum) of each head and
-  // its o of those elements into that CTA's receive area (stores, no round trips), one cluster
-  // barrier, then each merges its elements from its own shared memory in rank order and writes o.
+  // Each CTA merges `per` of the unit's elements: every CTA stores its o of those elements into
+  // that CTA's receive area, and its (max, sum) of each head into every CTA's (stores, no round
+  // trips); after the cluster barrier each merges its elements from its own shared memory in rank
+  // order and writes o.
   // The receive area, past the ring and its mbarriers (attention.c's cluster_recv_bytes): recv_m
   // and recv_l [CLUSTER_MAX][QT], then recv_o [C][per] (C * per < QT * DIM + CLUSTER_MAX).
   const int n = u.nq * DIM, per = (n + (int)ctas - 1) / (int)ctas;
