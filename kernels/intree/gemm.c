@@ -218,6 +218,12 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
 #if TR_SKINNY_WG_MAX_STAGES < 2
 #error "TR_SKINNY_WG_MAX_STAGES: the ring needs at least two stages"
 #endif
+/* Tried and not kept: the split builds' partials stored into the shared memory of the CTA that
+ * sums them, one cluster barrier after (as GQA decode's cluster build merges), instead of read
+ * from the others' with a barrier before and after: no change on an H100 (bench_gemm.py --rows
+ * "decode m=", two rounds, 2026-12-06; 4096x4096 at m = 1 14.21-14.22 us against 14.23, at m = 16
+ * 14.24-14.82 against 14.63; the other rows moved with the machine between runs, up to 6%, not
+ * with the build). A 14 us kernel's merge is not its cost. */
 #ifndef TR_SKINNY_WG_LARGE_ROWS
 #define TR_SKINNY_WG_LARGE_ROWS 128
 #endif
@@ -233,6 +239,7 @@ typedef struct skinny_wg_shape {
  * (kernels/src/gemm.cu's RING_BYTES + 1024 + 16 * WG_STAGES) */
 static skinny_wg_shape skinny_wg_shape_of(int64_t L, int64_t S) {
   skinny_wg_shape w;
+  if (S < 1) S = 1; /* as source_for compiles it */
   w.small = L <= 8192;
   w.rows = w.small ? TR_SKINNY_WG_SMALL_ROWS : TR_SKINNY_WG_LARGE_ROWS;
   int64_t ring = (w.small ? TR_SKINNY_WG_SMALL_RING_KIB : SKINNY_WG_SMEM / 1024) * 1024;
