@@ -103,16 +103,22 @@ enum {
 /* The cluster build's merge. A cluster of one writes o from its own shared memory: 16 rows 3.85 us
  * against 6.89 with the cluster's merge (the same launch), 64 rows 3.88 against 7.02 (an A/B on an
  * H100, 2026-12-06, decode_lengths.py). Larger clusters: each CTA stores its parts into the CTA
- * that merges them, then a cluster barrier (the one before the stores is arrived at when the
- * kernel starts), where each CTA read the others' parts from their shared memory before (two
- * barriers after the work, two round trips a merged element). Two rounds, H100, 2026-12-06
- * (decode_lengths.py, push against pull): 128 rows 5.37-5.48 us against 6.52-6.56, 256 5.27-5.28
- * against 5.84-5.88, 512 5.71-5.72 against 6.20-6.25, 1024 6.71-6.74 against 7.17-7.25, 2048
- * 8.07-8.09 against 8.59-8.61, 4096 10.75-10.84 against 11.27-11.34. Tried and not kept: launches
- * asking the whole shared-memory budget, so that no SM holds two of the cluster build's CTAs, were
- * slower (two rounds, H100: kv 512 6.55 us against 6.15, 1024 7.38 against 7.14, 4096 12.63
- * against 11.17; ncu shows the clusters spread over the SMs already), and so were clusters of 16
- * that way (kv 1024 12.87 against 7.30). */
+ * that merges them (push), where each CTA read the others' parts from their shared memory before
+ * (pull: two barriers after the work, two round trips a merged element). Two rounds, H100,
+ * 2026-12-06 (decode_lengths.py, push against pull): 128 rows 5.37-5.48 us against 6.52-6.56, 256
+ * 5.27-5.28 against 5.84-5.88, 512 5.71-5.72 against 6.20-6.25, 1024 6.71-6.74 against 7.17-7.25,
+ * 2048 8.07-8.09 against 8.59-8.61, 4096 10.75-10.84 against 11.27-11.34. Tried and not kept:
+ * launches asking the whole shared-memory budget, so that no SM holds two of the cluster build's
+ * CTAs, were slower (two rounds, H100: kv 512 6.55 us against 6.15, 1024 7.38 against 7.14, 4096
+ * 12.63 against 11.17; ncu shows the clusters spread over the SMs already), and so were clusters
+ * of 16 that way (kv 1024 12.87 against 7.30). Then (an A/B on an H100, 2026-12-06, one round,
+ * decode_lengths.py): the pushes as st.async counted on the receiving CTA's mbarrier, which it
+ * waits on, instead of plain stores and a second cluster barrier: 512 rows 5.02 us against 5.64,
+ * 1024 6.12 against 6.64, 4096 10.57 against 10.97; and each head's weights in the warps' merge
+ * computed once, not at every dim (gqa_decode.cu's merge_warps): 64 rows 3.68 against 3.84, 512
+ * 5.51 against 5.67, 1024 6.54 against 6.63, 4096 10.93 against 11.09. Both kept;
+ * test_gqa_decode_gpu.py passed with that build (its PTX, compiled here with nvcc, is the one
+ * these sources give). */
 static const tr_intree_impl kImpls[] = {
     {&tr_intree_attention_family, DENSE, 0},
     {&tr_intree_attention_family, BS1, 0},
@@ -231,14 +237,15 @@ static int64_t ring_stages(int bulk, int64_t dim) {
 static int64_t smem_bytes(int bulk, int64_t dim) {
   const int64_t warps = DECODE_BLOCK / 32, stages = ring_stages(bulk, dim);
   int64_t ring = warps * stages * 2 * 16 * dim * 2; /* bulk: the CTA's slots of 16 rows a warp, as many bytes */
-  int64_t merge = warps * 16 * dim * 4 + 2 * warps * 16 * 4;
+  int64_t merge = (warps * 16 * (dim + 3) + 2 * 16) * 4; /* gqa_decode.cu's MERGE_FLOATS */
   int64_t bytes = ring > merge ? ring : merge;
   return bulk ? bytes + 2 * stages * 8 + 1024 : bytes; /* bulk: the mbarriers, 1 KiB to align the ring */
 }
 
 /* The cluster build's receive area (gqa_decode.cu): a max and a sum of
- * each of 16 heads from each of at most 16 CTAs, and o of 16 heads' dims and 16 more floats. */
-static int64_t cluster_recv_bytes(int64_t dim) { return (2 * 16 * 16 + 16 * dim + 16) * 4; }
+ * each of 16 heads from each of at most 16 CTAs, o of 16 heads' dims and 16 more floats, and an
+ * mbarrier. */
+static int64_t cluster_recv_bytes(int64_t dim) { return (2 * 16 * 16 + 16 * dim + 16) * 4 + 16; }
 
 static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *call, int32_t arch,
                              tr_intree_source *out) {

@@ -223,12 +223,16 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
 }
-// `f` stored at `p` (this CTA's shared memory) in CTA `rank`'s shared memory.
-__device__ __forceinline__ void store_cluster(float *p, unsigned rank, float f) {
-  unsigned local, remote;
+// `f` stored at `p` (this CTA's shared memory) in CTA `rank`'s shared memory without waiting, its
+// 4 bytes counted on the mbarrier at `bar` (this CTA's shared-memory address) of that CTA.
+__device__ __forceinline__ void store_async_cluster(float *p, unsigned bar, unsigned rank, float f) {
+  unsigned local, remote, remote_bar;
   asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
   asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(f) : "memory");
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(bar), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote),
+               "r"(__float_as_uint(f)), "r"(remote_bar)
+               : "memory");
 }
 // The float at `p` (this CTA's shared memory) in CTA `rank`'s shared memory.
 __device__ __forceinline__ float load_cluster(const float *p, unsigned rank) {
@@ -357,6 +361,18 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 }
 // The barriers' initialisation made visible to the other threads and to the copy unit (then a
 // barrier of the threads that use them).
+// As mbar_wait, with the cluster's scope: what other CTAs wrote and counted on it is seen after.
+__device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, "
+        "p; }"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  }
+}
 __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 
 // The box at (c0, c1, c2) of the map (innermost first) to shared `dst`, counted on `bar`

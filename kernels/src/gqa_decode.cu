@@ -261,7 +261,10 @@ __device__ __forceinline__ void begin(const T *__restrict__ q, const Unit &u, in
 }
 
 // The warps' accumulators merged in shared memory (every thread of the CTA calls it; only the
-// consumer warps' are merged): red_o [WARPS][QT][DIM], then red_m and red_l [WARPS][QT], at smem.
+// consumer warps' are merged): red_o [WARPS][QT][DIM], then red_m and red_l [WARPS][QT], then each
+// warp's weight of each head (exp2 of its max less the CTA's) wt [WARPS][QT] and the CTA's max and
+// sum of each head, cta_m and cta_l [QT], at smem (MERGE_FLOATS floats; cta_part reads them).
+constexpr int MERGE_FLOATS = WARPS * QT * (DIM + 3) + 2 * QT;
 __device__ __forceinline__ void merge_warps(Acc &a, char *smem) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 4, t = lane % 4;
 #pragma unroll
@@ -272,6 +275,7 @@ __device__ __forceinline__ void merge_warps(Acc &a, char *smem) {
   __syncthreads();  // every warp is done with the rings: the memory is the merge's now
   float *red_o = reinterpret_cast<float *>(smem);
   float *red_m = red_o + WARPS * QT * DIM, *red_l = red_m + WARPS * QT;
+  float *wt = red_l + WARPS * QT, *cta_m = wt + WARPS * QT, *cta_l = cta_m + QT;
   if (warp < WARPS) {
 #pragma unroll
     for (int n = 0; n < NT; n++) {
@@ -287,6 +291,22 @@ __device__ __forceinline__ void merge_warps(Acc &a, char *smem) {
     }
   }
   __syncthreads();
+  if (threadIdx.x < QT) {  // a head each: its warps' weights, once rather than at every dim
+    const int h = threadIdx.x;
+    float m = NEG_INF, l = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS; w++) m = fmaxf(m, red_m[w * QT + h]);
+#pragma unroll
+    for (int w = 0; w < WARPS; w++) {
+      const float mw = red_m[w * QT + h];
+      const float f = mw == NEG_INF ? 0.f : exp2f(mw - m);
+      wt[w * QT + h] = f;
+      l = fmaf(red_l[w * QT + h], f, l);
+    }
+    cta_m[h] = m;
+    cta_l[h] = l;
+  }
+  __syncthreads();
 }
 
 // The CTA's (max, sum, o) of query head h (of the tile) at dim d, from merge_warps' buffers.
@@ -295,17 +315,10 @@ struct Part {
 };
 __device__ __forceinline__ Part cta_part(const char *smem, int h, int d) {
   const float *red_o = reinterpret_cast<const float *>(smem);
-  const float *red_m = red_o + WARPS * QT * DIM, *red_l = red_m + WARPS * QT;
-  Part p = {NEG_INF, 0.f, 0.f};
+  const float *wt = red_o + WARPS * QT * (DIM + 2), *cta_m = wt + WARPS * QT, *cta_l = cta_m + QT;
+  Part p = {cta_m[h], cta_l[h], 0.f};
 #pragma unroll
-  for (int w = 0; w < WARPS; w++) p.m = fmaxf(p.m, red_m[w * QT + h]);
-#pragma unroll
-  for (int w = 0; w < WARPS; w++) {
-    const float mw = red_m[w * QT + h];
-    const float f = mw == NEG_INF ? 0.f : exp2f(mw - p.m);
-    p.l = fmaf(red_l[w * QT + h], f, p.l);
-    p.o = fmaf(red_o[(w * QT + h) * DIM + d], f, p.o);
-  }
+  for (int w = 0; w < WARPS; w++) p.o = fmaf(red_o[(w * QT + h) * DIM + d], wt[w * QT + h], p.o);
   return p;
 }
 
@@ -509,15 +522,16 @@ __device__ __forceinline__ void prefetch_maps(const T *k, const T *v, const tens
 // from the launch, at most CLUSTER_MAX; 1-D clusters of consecutive blocks) are the C splits of
 // one unit, the CTA's cluster rank its split. The unit's (head, dim) elements are shared out among
 // the CTAs; each CTA stores its o of an element into the shared memory of the CTA that merges it
-// (and its max and sum of each head into every CTA's), then each merges its elements' C values in
-// rank order (the same result wherever the CTAs ran) and writes o. No remote loads, and of the two
-// cluster barriers the first is arrived at when the kernel starts (kernels/intree/attention.c has
-// the measurements). A cluster of one writes o directly.
+// (and its max and sum of each head into every CTA's) by st.async, counted in bytes on that CTA's
+// mbarrier; once its own has counted them all, each merges its elements' C values in rank order
+// (the same result wherever the CTAs ran) and writes o. No remote loads; one cluster barrier,
+// arrived at when the kernel starts and waited for before the first store (kernels/intree/
+// attention.c has the measurements). A cluster of one writes o directly.
 // No partials in global memory, no second kernel.
 // Entry: tr_gqa(q, k, v, seqlens, T *o, i64 S, int heads_kv, i64 chunk, float scale, float softcap,
 //               tensor_map km, tensor_map vm), grid (units x C) in clusters of C.
 static_assert(TR_BULK, "the cluster build is the bulk one");
-static_assert(WARPS * QT * (DIM + 2) * 4 <= BULK_RING_BYTES, "merge_warps' buffers end before the receive area");
+static_assert(MERGE_FLOATS * 4 <= BULK_RING_BYTES, "merge_warps' buffers end before the receive area");
 constexpr int CLUSTER_MAX = 16;  // attention.c's TR_GQA_CLUSTER_MAX at most
 extern "C" __global__ void __launch_bounds__(BLOCK)
     tr_gqa(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, const int *__restrict__ seqlens,
@@ -527,8 +541,22 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
   await_previous_kernel();
   extern __shared__ __align__(1024) char smem[];
   const unsigned rank = cluster_rank(), ctas = cluster_ctas();
-  if (ctas > 1) cluster_arrive_relaxed();  // waited for before the first store to another CTA
   const Unit u = unit_of(k, v, S, heads_kv, chunk, (int)(blockIdx.x / ctas), (int)rank);
+  // The receive area, past the ring and its mbarriers (attention.c's cluster_recv_bytes): recv_m
+  // and recv_l [CLUSTER_MAX][QT], then recv_o [C][per] (C * per < QT * DIM + CLUSTER_MAX), then
+  // the mbarrier that counts the bytes stored there.
+  const int n = u.nq * DIM, per = (n + (int)ctas - 1) / (int)ctas;
+  float *recv_m = reinterpret_cast<float *>(
+      smem + (((smem_addr(smem) + 1023u) & ~1023u) - smem_addr(smem)) + BULK_RING_BYTES + 16 * STAGES);
+  float *recv_l = recv_m + CLUSTER_MAX * QT, *recv_o = recv_l + CLUSTER_MAX * QT;
+  const unsigned recv_bar = smem_addr(recv_o + QT * DIM + CLUSTER_MAX);
+  if (ctas > 1 && threadIdx.x == 0) {  // every CTA's o of its elements and (max, sum) of each head
+    const int mine = n - (int)rank * per < per ? (n - (int)rank * per > 0 ? n - (int)rank * per : 0) : per;
+    mbar_init(recv_bar, 1);
+    mbar_expect_arrive(recv_bar, (unsigned)(ctas * (mine + 2 * u.nq) * 4));
+    mbar_init_fence();
+  }
+  if (ctas > 1) cluster_arrive_relaxed();  // waited for before the first store to another CTA
   Acc a;
   attend_split(q, k, v, seqlens, u, a, scale, softcap, smem, &km, &vm);
   merge_warps(a, smem);
@@ -542,29 +570,23 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
   }
   // Each CTA merges `per` of the unit's elements: every CTA stores its o of those elements into
   // that CTA's receive area, and its (max, sum) of each head into every CTA's (stores, no round
-  // trips); after the cluster barrier each merges its elements from its own shared memory in rank
-  // order and writes o.
-  // The receive area, past the ring and its mbarriers (attention.c's cluster_recv_bytes): recv_m
-  // and recv_l [CLUSTER_MAX][QT], then recv_o [C][per] (C * per < QT * DIM + CLUSTER_MAX).
-  const int n = u.nq * DIM, per = (n + (int)ctas - 1) / (int)ctas;
-  float *recv_m = reinterpret_cast<float *>(
-      smem + (((smem_addr(smem) + 1023u) & ~1023u) - smem_addr(smem)) + BULK_RING_BYTES + 16 * STAGES);
-  float *recv_l = recv_m + CLUSTER_MAX * QT, *recv_o = recv_l + CLUSTER_MAX * QT;
+  // trips: st.async, each counted in bytes on the receiving CTA's mbarrier); once its mbarrier has
+  // counted them all, each merges its elements from its own shared memory in rank order and
+  // writes o.
   cluster_wait();  // every CTA has started: its receive area may be written (ctas > 1 here)
   for (int i = threadIdx.x; i < n; i += BLOCK) {
     const int h = i / DIM, d = i % DIM;
     const Part p = cta_part(smem, h, d);
     const unsigned owner = (unsigned)(i / per);
-    store_cluster(&recv_o[(int)rank * per + i - (int)owner * per], owner, p.o);
+    store_async_cluster(&recv_o[(int)rank * per + i - (int)owner * per], recv_bar, owner, p.o);
     if (d == 0) {
       for (unsigned c = 0; c < ctas; c++) {
-        store_cluster(&recv_m[rank * QT + h], c, p.m);
-        store_cluster(&recv_l[rank * QT + h], c, p.l);
+        store_async_cluster(&recv_m[rank * QT + h], recv_bar, c, p.m);
+        store_async_cluster(&recv_l[rank * QT + h], recv_bar, c, p.l);
       }
     }
   }
-  cluster_arrive();  // this CTA's stores are done ...
-  cluster_wait();    // ... and every CTA's
+  mbar_wait_cluster(recv_bar, 0);  // every CTA's stores to this one have landed
   for (int e = threadIdx.x; e < per && (int)rank * per + e < n; e += BLOCK) {
     const int i = (int)rank * per + e, h = i / DIM, d = i % DIM;
     float M = NEG_INF, L = 0.f, O = 0.f;
