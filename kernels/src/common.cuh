@@ -359,8 +359,6 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
                  : "memory");
   }
 }
-// The barriers' initialisation made visible to the other threads and to the copy unit (then a
-// barrier of the threads that use them).
 // As mbar_wait, with the cluster's scope: what other CTAs wrote and counted on it is seen after.
 __device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity) {
   unsigned done = 0;
@@ -373,6 +371,8 @@ __device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity)
         : "memory");
   }
 }
+// The barriers' initialisation made visible to the other threads and to the copy unit (then a
+// barrier of the threads that use them).
 __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 
 // The box at (c0, c1, c2) of the map (innermost first) to shared `dst`, counted on `bar`
