@@ -223,35 +223,38 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
 }
+// The shared-memory address `local` (this CTA's) as the same place in CTA `rank`'s shared memory.
+__device__ __forceinline__ unsigned cluster_addr(unsigned local, unsigned rank) {
+  unsigned remote;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+// The same for `p`, a pointer into this CTA's shared memory.
+__device__ __forceinline__ unsigned cluster_ptr(const void *p, unsigned rank) {
+  unsigned local;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
+  return cluster_addr(local, rank);
+}
 // `f` stored at `p` (this CTA's shared memory) in CTA `rank`'s shared memory without waiting, its
 // 4 bytes counted on the mbarrier at `bar` (this CTA's shared-memory address) of that CTA.
 __device__ __forceinline__ void store_async_cluster(float *p, unsigned bar, unsigned rank, float f) {
-  unsigned local, remote, remote_bar;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(bar), "r"(rank));
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote),
-               "r"(__float_as_uint(f)), "r"(remote_bar)
+  const unsigned at = cluster_ptr(p, rank), counted_on = cluster_addr(bar, rank);
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(at),
+               "r"(__float_as_uint(f)), "r"(counted_on)
                : "memory");
 }
 // The float at `p` (this CTA's shared memory) in CTA `rank`'s shared memory.
 __device__ __forceinline__ float load_cluster(const float *p, unsigned rank) {
-  unsigned local, remote;
   float f;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(f) : "r"(remote) : "memory");
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(f) : "r"(cluster_ptr(p, rank)) : "memory");
   return f;
 }
 
 // Four floats at p (16-byte aligned) in the shared memory of the cluster's CTA `rank`.
 __device__ __forceinline__ float4 load_cluster4(const float *p, unsigned rank) {
-  unsigned local, remote;
   float4 f;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
   asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(f.x), "=f"(f.y), "=f"(f.z), "=f"(f.w)
-               : "r"(remote) : "memory");
+               : "r"(cluster_ptr(p, rank)) : "memory");
   return f;
 }
 
