@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_gpu  # noqa: E402  (graph_us, copy_rate_gbps, rotated_sets; adds python/ to the path)
+import bench_gpu  # noqa: E402  (graph_us, copy_rate_gbps, rotated_sets, cycle; adds python/ to the path)
 import tilerun  # noqa: E402
 
 torch = bench_gpu.torch
@@ -96,11 +96,7 @@ def main():
         torch.testing.assert_close(  # the two compute the same thing
             op(*sets[0][:4]).float(),
             F.scaled_dot_product_attention(*tsets[0], enable_gqa=True)[:, :, 0].float(), atol=2e-2, rtol=2e-2)
-        i = [0]
-
-        def nxt():
-            i[0] = (i[0] + 1) % n
-            return i[0]
+        nxt = bench_gpu.cycle(n)
 
         def run_tilerun():
             q, k, v, lens, o = sets[nxt()]

@@ -29,7 +29,7 @@ except ImportError:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tilerun  # noqa: E402
-from bench_gpu import copy_rate_gbps, graph_us, same_bytes_copy_us  # noqa: E402  (timed as bench_gpu.py times)
+from bench_gpu import copy_rate_gbps, cycle, graph_us, same_bytes_copy_us  # noqa: E402  (timed as bench_gpu.py times)
 
 # (label, m, n, k, trans_b)
 ROWS = [
@@ -71,11 +71,7 @@ def main():
         b = [(torch.randn(n, k, device="cuda") if tb else torch.randn(k, n, device="cuda")).to(bf)
              for _ in range(sets)]
         d = [torch.empty(m, n, device="cuda", dtype=bf) for _ in range(sets)]
-        i = [0]
-
-        def nxt():
-            i[0] = (i[0] + 1) % sets
-            return i[0]
+        nxt = cycle(sets)
 
         op = tilerun.op("GemmFwdOp", trans_b=tb)
         run_tr = lambda: (lambda j: op.call_into([a[j], b[j]], [d[j]]))(nxt())  # noqa: E731

@@ -97,6 +97,17 @@ def rotated_sets(byts, most=MOST_SETS):
     return max(2, min(most, -(-ROTATED // max(1, byts))))
 
 
+def cycle(n):
+    """A function that returns 1, 2, ..., n - 1, 0, 1, ... in turn: the next set of inputs, so a
+    replay's consecutive calls take consecutive sets."""
+    i = [0]
+
+    def nxt():
+        i[0] = (i[0] + 1) % n
+        return i[0]
+    return nxt
+
+
 def same_bytes_copy_us(byts, calls, sets=None):
     """The same traffic as one device copy (read + write of byts / 2 bytes), timed as graph_us
     times, over `sets` source/destination pairs in turn (default: rotated_sets(byts)), a graph of
@@ -107,11 +118,11 @@ def same_bytes_copy_us(byts, calls, sets=None):
     half = max(1, byts // 4)  # float16 elements in byts / 2 bytes
     src = [torch.empty(half, device="cuda", dtype=torch.float16) for _ in range(sets)]
     dst = [torch.empty(half, device="cuda", dtype=torch.float16) for _ in range(sets)]
-    i = [0]
+    nxt = cycle(sets)
 
     def step():
-        i[0] = (i[0] + 1) % sets
-        dst[i[0]].copy_(src[i[0]])
+        j = nxt()
+        dst[j].copy_(src[j])
 
     us = graph_us(step, calls)
     del src, dst
@@ -211,11 +222,7 @@ def main():
             calls = max(args.calls, k)  # each call of a replay on its own set
             ins = [make() for _ in range(k)]
             outs = [torch.empty(shape, device="cuda", dtype=out_dtype) for _ in range(k)]
-            i = [0]
-
-            def nxt():
-                i[0] = (i[0] + 1) % k
-                return i[0]
+            nxt = cycle(k)
 
             def run_tilerun():
                 j = nxt()

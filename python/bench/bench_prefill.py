@@ -19,7 +19,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_gpu  # noqa: E402  (graph_us; adds python/ to the path)
+import bench_gpu  # noqa: E402  (graph_us, cycle; adds python/ to the path)
 import tilerun  # noqa: E402
 
 torch = bench_gpu.torch
@@ -79,11 +79,7 @@ def main():
                      for q, k, v in tsets]
             want = flash_sdpa(*tsets[0], gqa=False)
         torch.testing.assert_close(op(*sets[0][:3]).float(), want.transpose(1, 2).float(), atol=2e-2, rtol=2e-2)
-        i = [0]
-
-        def nxt():
-            i[0] = (i[0] + 1) % n
-            return i[0]
+        nxt = bench_gpu.cycle(n)
 
         def run_tilerun():
             q, k, v, o = sets[nxt()]

@@ -17,7 +17,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_gpu  # noqa: E402  (graph_us, rotated_sets; adds python/ to the path)
+import bench_gpu  # noqa: E402  (graph_us, rotated_sets, cycle; adds python/ to the path)
 import tilerun  # noqa: E402
 
 torch = bench_gpu.torch
@@ -31,16 +31,6 @@ def split(S):
     rows = (S + MOST_CTAS - 1) // MOST_CTAS
     chunk = (rows + SLOT_ROWS - 1) // SLOT_ROWS * SLOT_ROWS
     return (S + chunk - 1) // chunk, chunk // SLOT_ROWS
-
-
-def rotated(n, call):
-    """A function that makes call(i) with i = 1, 2, ..., n - 1, 0, 1, ... in turn."""
-    i = [0]
-
-    def nxt():
-        i[0] = (i[0] + 1) % n
-        call(i[0])
-    return nxt
 
 
 def main():
@@ -58,7 +48,12 @@ def main():
     one = torch.zeros(1, device="cuda")
     add = tilerun.op("AddFwdOp")
     a, b, o = (torch.randn(16, 1, 4096, device="cuda", dtype=dt) for _ in range(3))
-    run_add = rotated(16, lambda i: add.call_into((a[i], b[i]), o[i]))
+    add_set = bench_gpu.cycle(16)
+
+    def run_add():
+        i = add_set()
+        add.call_into((a[i], b[i]), o[i])
+
     print(f"device: {torch.cuda.get_device_name()}")
     print(f"floor: torch add_ on one element {bench_gpu.graph_us(lambda: one.add_(1), 20):.2f} us, "
           f"tilerun Add 1x4096 {bench_gpu.graph_us(run_add, 20):.2f} us")
@@ -76,7 +71,11 @@ def main():
         for zero in (False, True) if args.zero else (False,):
             op = tilerun.op("GQADecodeFwdOp", heads=HEADS, heads_kv=HEADS_KV, dim=DIM)
             lens = torch.full((1,), 0 if zero else S, device="cuda", dtype=torch.int32)
-            run = rotated(n, lambda i: op.call_into((q[i:i + 1], k[i:i + 1], v[i:i + 1], lens), out[i:i + 1]))
+            nxt = bench_gpu.cycle(n)
+
+            def run():
+                i = nxt()
+                op.call_into((q[i:i + 1], k[i:i + 1], v[i:i + 1], lens), out[i:i + 1])
             t = bench_gpu.graph_us(run, max(20, n))
             impl = op.kernel_config()["implementation"]
             print(f"| {S} | {ctas} | {slots} | {'0' if zero else 'S'} | {n} | {n * set_bytes / 2**20:.0f} | "
