@@ -1404,34 +1404,42 @@ const tr_op_def *tr_manifest_find(const tr_manifest *m, const char *name) {
   return NULL;
 }
 
-const char *tr_op_def_name(const tr_op_def *op) { return op->name; }
+/* The public accessors (op_def.h) answer NULL or 0 for a NULL op or an index past the count. */
+static int has_param(const tr_op_def *op, size_t i) { return op != NULL && i < (size_t)op->n_params; }
+static int has_input(const tr_op_def *op, size_t i) { return op != NULL && i < (size_t)op->n_inputs; }
+
+const char *tr_op_def_name(const tr_op_def *op) { return op ? op->name : NULL; }
 const char *tr_op_def_family(const tr_op_def *op) { return op->family; }
 const char *tr_op_def_ref_api(const tr_op_def *op) { return op->ref_api; }
-const char *tr_op_def_doc(const tr_op_def *op) { return op->doc; }
+const char *tr_op_def_doc(const tr_op_def *op) { return op ? op->doc : NULL; }
 const char *tr_op_def_path(const tr_op_def *op) { return op->path; }
 int tr_op_def_line(const tr_op_def *op) { return op->line; }
-int tr_op_def_is_composite(const tr_op_def *op) { return op->composition != NULL; }
+int tr_op_def_is_composite(const tr_op_def *op) { return op != NULL && op->composition != NULL; }
 
-size_t tr_op_def_param_count(const tr_op_def *op) { return (size_t)op->n_params; }
-const char *tr_op_def_param_name(const tr_op_def *op, size_t i) { return op->params[i].name; }
-const char *tr_op_def_param_type(const tr_op_def *op, size_t i) { return op->params[i].type_text; }
+size_t tr_op_def_param_count(const tr_op_def *op) { return op ? (size_t)op->n_params : 0; }
+const char *tr_op_def_param_name(const tr_op_def *op, size_t i) { return has_param(op, i) ? op->params[i].name : NULL; }
+const char *tr_op_def_param_type(const tr_op_def *op, size_t i) {
+  return has_param(op, i) ? op->params[i].type_text : NULL;
+}
 const tr_value *tr_op_def_param_default(const tr_op_def *op, size_t i) {
-  return op->params[i].has_default ? &op->params[i].def : NULL;
+  return has_param(op, i) && op->params[i].has_default ? &op->params[i].def : NULL;
 }
 int tr_op_def_param_index(const tr_op_def *op, const char *name) {
   return param_named(op, name, strlen(name));
 }
 
-size_t tr_op_def_input_count(const tr_op_def *op) { return (size_t)op->n_inputs; }
-const char *tr_op_def_input_name(const tr_op_def *op, size_t i) { return op->inputs[i].name; }
-int tr_op_def_input_optional(const tr_op_def *op, size_t i) { return op->inputs[i].optional; }
-int tr_op_def_input_mutated(const tr_op_def *op, size_t i) { return op->inputs[i].mutated; }
+size_t tr_op_def_input_count(const tr_op_def *op) { return op ? (size_t)op->n_inputs : 0; }
+const char *tr_op_def_input_name(const tr_op_def *op, size_t i) { return has_input(op, i) ? op->inputs[i].name : NULL; }
+int tr_op_def_input_optional(const tr_op_def *op, size_t i) { return has_input(op, i) && op->inputs[i].optional; }
+int tr_op_def_input_mutated(const tr_op_def *op, size_t i) { return has_input(op, i) && op->inputs[i].mutated; }
 int tr_op_def_input_contiguous(const tr_op_def *op, size_t i) { return op->inputs[i].contiguous; }
 int tr_op_def_input_device_cpu(const tr_op_def *op, size_t i) { return op->inputs[i].device_cpu; }
 const char *tr_op_def_input_dtype_text(const tr_op_def *op, size_t i) { return op->inputs[i].dtype.text; }
 const char *tr_op_def_input_shape_text(const tr_op_def *op, size_t i) { return op->inputs[i].shape.text; }
 
-size_t tr_op_def_output_count(const tr_op_def *op) { return (size_t)op->n_outputs; }
-const char *tr_op_def_output_name(const tr_op_def *op, size_t i) { return op->outputs[i].name; }
+size_t tr_op_def_output_count(const tr_op_def *op) { return op ? (size_t)op->n_outputs : 0; }
+const char *tr_op_def_output_name(const tr_op_def *op, size_t i) {
+  return op != NULL && i < (size_t)op->n_outputs ? op->outputs[i].name : NULL;
+}
 const char *tr_op_def_output_dtype_text(const tr_op_def *op, size_t i) { return op->outputs[i].dtype.text; }
 const char *tr_op_def_output_shape_text(const tr_op_def *op, size_t i) { return op->outputs[i].shape.text; }

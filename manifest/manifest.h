@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tilerun/op_def.h" /* tr_op_def and its public accessors */
 #include "tilerun/status.h"
 #include "tilerun/tensor_spec.h"
 #include "tilerun/value.h"
@@ -24,7 +25,6 @@ extern "C" {
 #define TR_SIG_MAX_VARS 16
 
 typedef struct tr_manifest tr_manifest;
-typedef struct tr_op_def tr_op_def;
 
 /* What checking a call found: the bindings of named dims, Shape variables, dtype variables and
  * the device, and the output specs. A plain struct for the caller's stack; nothing to free. */
@@ -64,32 +64,20 @@ const tr_op_def *tr_manifest_find(const tr_manifest *manifest, const char *name)
 /* 1 when `name` has the form {Name}{Fwd|Bwd}Op. */
 int tr_manifest_op_name_ok(const char *name);
 
-/* An op's description. Strings are owned by the manifest. */
-const char *tr_op_def_name(const tr_op_def *op);
+/* An op's description beyond op_def.h's (name, doc, params, inputs, outputs, workload rows).
+ * Strings are owned by the manifest. */
 const char *tr_op_def_family(const tr_op_def *op);
 const char *tr_op_def_ref_api(const tr_op_def *op);
-const char *tr_op_def_doc(const tr_op_def *op);
 const char *tr_op_def_path(const tr_op_def *op);
 int tr_op_def_line(const tr_op_def *op);
-int tr_op_def_is_composite(const tr_op_def *op);
 
-size_t tr_op_def_param_count(const tr_op_def *op);
-const char *tr_op_def_param_name(const tr_op_def *op, size_t i);
-const char *tr_op_def_param_type(const tr_op_def *op, size_t i);        /* "float | None" */
-const tr_value *tr_op_def_param_default(const tr_op_def *op, size_t i); /* NULL: required */
 int tr_op_def_param_index(const tr_op_def *op, const char *name);      /* -1 when unknown */
 
-size_t tr_op_def_input_count(const tr_op_def *op);
-const char *tr_op_def_input_name(const tr_op_def *op, size_t i);
-int tr_op_def_input_optional(const tr_op_def *op, size_t i);
-int tr_op_def_input_mutated(const tr_op_def *op, size_t i);
 int tr_op_def_input_contiguous(const tr_op_def *op, size_t i);
 int tr_op_def_input_device_cpu(const tr_op_def *op, size_t i);
 const char *tr_op_def_input_dtype_text(const tr_op_def *op, size_t i);
 const char *tr_op_def_input_shape_text(const tr_op_def *op, size_t i);
 
-size_t tr_op_def_output_count(const tr_op_def *op);
-const char *tr_op_def_output_name(const tr_op_def *op, size_t i);
 const char *tr_op_def_output_dtype_text(const tr_op_def *op, size_t i);
 const char *tr_op_def_output_shape_text(const tr_op_def *op, size_t i);
 
@@ -118,15 +106,6 @@ tr_status *tr_op_def_check(const tr_op_def *op, const tr_value *settled,
  * index of the input it came from, or -1 for cpu by default. Thread-safe. */
 int tr_op_def_call_device(const tr_op_def *op, const tr_tensor_spec *const *inputs, size_t n_inputs,
                           tr_device *out);
-
-/* Workload rows. A row's specs (on `device`) and params, for benchmarks and the main job. */
-size_t tr_op_def_workload_count(const tr_op_def *op);
-const char *tr_op_def_workload_label(const tr_op_def *op, size_t i);
-/* Fills specs[0..input_count) (absent optional inputs: has[i] = 0) and the row's params as
- * named values pointing into the manifest (valid while it lives). */
-tr_status *tr_op_def_workload(const tr_op_def *op, size_t i, const tr_device *device,
-                              tr_tensor_spec *specs, uint8_t *has, tr_named_value *params,
-                              size_t *n_params) TR_MUST_USE;
 
 /* The largest value a benchmark or the main job should put in integer input `i` of a checked call
  * (its `fill` expression: positions below the cache's rows, lengths up to the cache's): *has is 0

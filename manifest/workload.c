@@ -3,10 +3,10 @@
 
 #include "manifest/internal.h"
 
-size_t tr_op_def_workload_count(const tr_op_def *op) { return (size_t)op->n_workloads; }
+size_t tr_op_def_workload_count(const tr_op_def *op) { return op ? (size_t)op->n_workloads : 0; }
 
 const char *tr_op_def_workload_label(const tr_op_def *op, size_t i) {
-  return i < (size_t)op->n_workloads ? op->workloads[i].label : NULL;
+  return op != NULL && i < (size_t)op->n_workloads ? op->workloads[i].label : NULL;
 }
 
 static tr_dtype first_of(uint32_t mask) {
@@ -19,6 +19,10 @@ static tr_dtype first_of(uint32_t mask) {
 tr_status *tr_op_def_workload(const tr_op_def *op, size_t i, const tr_device *device,
                               tr_tensor_spec *specs, uint8_t *has, tr_named_value *params,
                               size_t *n_params) {
+  const char *null = op == NULL ? "op" : device == NULL ? "device" : n_params == NULL ? "n_params" : NULL;
+  if (null == NULL && op->n_inputs > 0) null = specs == NULL ? "specs" : has == NULL ? "has" : NULL;
+  if (null == NULL && op->n_params > 0 && params == NULL) null = "params";
+  if (null != NULL) return TR_STATUS(TR_VALUE, "tr_op_def_workload: '%s' is NULL", null);
   if (i >= (size_t)op->n_workloads) {
     return TR_STATUS(TR_VALUE, "%s has %d workload rows; there is no row %zu", op->name,
                      op->n_workloads, i);

@@ -23,6 +23,22 @@ static void copy_outputs(const tr_op_def *def, const tr_call_check *check, tr_te
   }
 }
 
+/* ---- the manifest ---- */
+
+const char *tr_runtime_manifest_dir(const tr_runtime *runtime) { return runtime ? runtime->manifest_dir : NULL; }
+
+size_t tr_runtime_op_count(const tr_runtime *runtime) { return runtime ? tr_manifest_op_count(runtime->manifest) : 0; }
+
+const tr_op_def *tr_runtime_op_at(const tr_runtime *runtime, size_t i) {
+  return runtime ? tr_manifest_op_at(runtime->manifest, i) : NULL;
+}
+
+const tr_op_def *tr_runtime_find_op(const tr_runtime *runtime, const char *op_name) {
+  return runtime != NULL && op_name != NULL ? tr_manifest_find(runtime->manifest, op_name) : NULL;
+}
+
+/* ---- output specs ---- */
+
 static tr_status *room_for(const tr_op_def *def, size_t n_outputs) {
   size_t n = tr_op_def_output_count(def);
   if (n_outputs >= n) return NULL;

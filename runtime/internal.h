@@ -18,6 +18,7 @@
 
 struct tr_runtime {
   tr_manifest *manifest;
+  char *manifest_dir; /* the folder it was loaded from (tr_runtime_manifest_dir) */
   tr_registry *registry;
   tr_plat_mutex lock; /* discovery and the default target */
   int discovered;               /* discovery ran (once per runtime, whatever it found) */

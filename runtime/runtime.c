@@ -84,6 +84,11 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   status = tr_intree_builds_new(TR_INTREE_BUILDS_MAX_ENTRIES, TR_INTREE_BUILDS_MAX_BYTES, &rt->intree_builds);
   if (status == NULL) status = tr_cuda_pool_new(&rt->cuda_pool);
   if (status == NULL) status = tr_manifest_load_dir(dir, &rt->manifest);
+  if (status == NULL) {
+    size_t n = strlen(dir) + 1;
+    if ((rt->manifest_dir = malloc(n)) != NULL) memcpy(rt->manifest_dir, dir, n);
+    else status = TR_STATUS(TR_OUT_OF_MEMORY, "copying the manifest folder's name");
+  }
   if (status == NULL) status = tr_registry_new(rt->warn, rt->warn_ctx, &rt->registry);
   if (status == NULL) {
     tr_registry_set_interface_finder(rt->registry, tr_select_intree_interface, NULL);
@@ -131,6 +136,7 @@ void tr_runtime_destroy(tr_runtime **runtime_p) {
   tr_intree_builds_destroy(&rt->intree_builds);
   tr_cuda_pool_destroy(&rt->cuda_pool); /* its kept blocks now; the rest as its outputs are freed */
   tr_manifest_destroy(&rt->manifest);
+  free(rt->manifest_dir);
   tr_registry_destroy(&rt->registry);
   tr_status_destroy(&rt->discovery_failure);
   if (rt->backend_dirs != NULL) tr_plat_free_names(&rt->backend_dirs, rt->n_backend_dirs);
@@ -287,3 +293,5 @@ tr_status *tr_alloc_shared(size_t bytes, void **out) {
 }
 
 void tr_free_shared(void *data) { tr_share_free(data); }
+
+uint64_t tr_now_ns(void) { return tr_plat_now_ns(); }

@@ -2,15 +2,19 @@
 // from outside: only public headers, the runtime library linked. Output specs inferred from input
 // specs and params; key_for with the device facts stated (so no GPU is needed) across every
 // in-tree range and boundary; kernel_for's refusal of stated facts; the inventory; and a plugin
-// kernel type (tests/plugin_api) selected and built through kernel_for on cpu.
+// kernel type (tests/plugin_api) selected and built through kernel_for on cpu; the manifest's ops
+// as op_def.h reads them; tr_now_ns.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include <time.h>
 
 #include "tilerun/inspect.h"
 #include "tilerun/tilerun.h"
@@ -98,6 +102,113 @@ std::string key_for(tr_op *op, const tr_tensor_spec &x, int32_t arch = 90) {
 }
 
 }  // namespace
+
+TEST_CASE("the manifest's ops (op_def.h): listed in name order, found by name, each read whole") {
+  Runtime r;
+  CHECK(std::string(tr_runtime_manifest_dir(r.rt)) == "manifest/spec");
+  size_t n = tr_runtime_op_count(r.rt);
+  REQUIRE(n > 10);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < n; i++) names.emplace_back(tr_op_def_name(tr_runtime_op_at(r.rt, i)));
+  CHECK(std::is_sorted(names.begin(), names.end()));
+  CHECK(std::find(names.begin(), names.end(), "GQADecodeFwdOp") != names.end());
+  CHECK(tr_runtime_op_at(r.rt, n) == nullptr);
+
+  const tr_op_def *rms = tr_runtime_find_op(r.rt, "RMSNormFwdOp");
+  REQUIRE(rms != nullptr);
+  CHECK(std::string(tr_op_def_name(rms)) == "RMSNormFwdOp");
+  CHECK(std::string(tr_op_def_doc(rms)).find("sqrt(mean(x^2") != std::string::npos);
+  CHECK(tr_op_def_is_composite(rms) == 0);
+  REQUIRE(tr_op_def_param_count(rms) == 2);
+  CHECK(std::string(tr_op_def_param_name(rms, 0)) == "normalized_shape");
+  CHECK(tr_op_def_param_default(rms, 0) == nullptr);  // required
+  CHECK(std::string(tr_op_def_param_type(rms, 1)) == "float | None");
+  REQUIRE(tr_op_def_param_default(rms, 1) != nullptr);
+  CHECK(tr_op_def_param_default(rms, 1)->kind == TR_VALUE_NONE);
+  REQUIRE(tr_op_def_input_count(rms) == 2);
+  CHECK(std::string(tr_op_def_input_name(rms, 0)) == "x");
+  CHECK(std::string(tr_op_def_input_name(rms, 1)) == "weight");
+  CHECK(tr_op_def_input_optional(rms, 0) == 0);
+  CHECK(tr_op_def_input_optional(rms, 1) == 1);
+  CHECK(tr_op_def_input_mutated(rms, 0) == 0);
+  REQUIRE(tr_op_def_output_count(rms) == 1);
+  CHECK(std::string(tr_op_def_output_name(rms, 0)) == "y");
+
+  // a workload row as a call: its specs on the device asked for, its params
+  REQUIRE(tr_op_def_workload_count(rms) >= 2);
+  CHECK(std::string(tr_op_def_workload_label(rms, 1)) == "llama3.1-8b decode");
+  tr_device cuda = dev("cuda:1");
+  tr_tensor_spec specs[2];
+  uint8_t has[2] = {9, 9};
+  tr_named_value params[2];
+  size_t n_params = 0;
+  ok(tr_op_def_workload(rms, 1, &cuda, specs, has, params, &n_params));
+  CHECK((has[0] == 1 && has[1] == 1));
+  CHECK(specs[0].rank == 2);
+  CHECK((specs[0].shape[0] == 1 && specs[0].shape[1] == 4096));
+  CHECK(tr_dtype_equal(specs[0].dtype, TR_BFLOAT16));
+  CHECK(tr_device_equal(&specs[1].device, &cuda));
+  REQUIRE(n_params == 1);
+  CHECK(std::string(params[0].name) == "normalized_shape");
+  REQUIRE(params[0].value.kind == TR_VALUE_INT_LIST);
+  CHECK((params[0].value.as.list.len == 1 && params[0].value.as.list.items[0] == 4096));
+
+  // which inputs an op writes in place; a composition
+  const tr_op_def *bn = tr_runtime_find_op(r.rt, "BatchNormFwdOp");
+  REQUIRE(bn != nullptr);
+  CHECK(std::string(tr_op_def_input_name(bn, 1)) == "running_mean");
+  CHECK(tr_op_def_input_mutated(bn, 1) == 1);
+  CHECK(tr_op_def_input_mutated(bn, 3) == 0);
+  CHECK(tr_op_def_output_count(bn) == 3);
+  CHECK(tr_op_def_is_composite(tr_runtime_find_op(r.rt, "LinearFwdOp")) == 1);
+
+  // absent ops, NULL handles and indexes past a count give NULL or 0; a bad row is a ValueError
+  CHECK(tr_runtime_find_op(r.rt, "NoSuchFwdOp") == nullptr);
+  CHECK(tr_runtime_find_op(r.rt, nullptr) == nullptr);
+  CHECK(tr_runtime_find_op(nullptr, "RMSNormFwdOp") == nullptr);
+  CHECK(tr_runtime_op_count(nullptr) == 0);
+  CHECK(tr_runtime_manifest_dir(nullptr) == nullptr);
+  CHECK(tr_op_def_name(nullptr) == nullptr);
+  CHECK(tr_op_def_input_count(nullptr) == 0);
+  CHECK(tr_op_def_input_name(rms, 2) == nullptr);
+  CHECK(tr_op_def_input_optional(rms, 2) == 0);
+  CHECK(tr_op_def_output_name(rms, 1) == nullptr);
+  CHECK(tr_op_def_param_name(rms, 2) == nullptr);
+  CHECK(tr_op_def_param_default(rms, 2) == nullptr);
+  CHECK(tr_op_def_workload_label(rms, 99) == nullptr);
+  size_t rows = tr_op_def_workload_count(rms);
+  Err past(tr_op_def_workload(rms, rows, &cuda, specs, has, params, &n_params));
+  CHECK(past.code == TR_VALUE);
+  CHECK(past.message.find("RMSNormFwdOp has " + std::to_string(rows) + " workload rows") != std::string::npos);
+  Err null(tr_op_def_workload(rms, 0, &cuda, specs, nullptr, params, &n_params));
+  CHECK(null.code == TR_VALUE);
+  CHECK(null.message == "tr_op_def_workload: 'has' is NULL");
+}
+
+TEST_CASE("the default manifest folder is the one the runtime reports") {
+  // no manifest_dir given: $TILERUN_MANIFEST_DIR is read (the test's own folder, set here)
+  REQUIRE(setenv("TILERUN_MANIFEST_DIR", "manifest/spec", 1) == 0);
+  tr_runtime *rt = nullptr;
+  tr_runtime_options o{};
+  static const char *const kNone[] = {""};
+  o.backend_dirs = kNone;
+  ok(tr_runtime_new(&o, &rt));
+  CHECK(std::string(tr_runtime_manifest_dir(rt)) == "manifest/spec");
+  CHECK(tr_runtime_find_op(rt, "AddFwdOp") != nullptr);
+  tr_runtime_destroy(&rt);
+  unsetenv("TILERUN_MANIFEST_DIR");
+}
+
+TEST_CASE("tr_now_ns is monotonic and counts nanoseconds") {
+  uint64_t a = tr_now_ns();
+  uint64_t b = tr_now_ns();
+  CHECK(b >= a);
+  struct timespec pause = {0, 2000000};  // 2 ms
+  nanosleep(&pause, nullptr);
+  uint64_t c = tr_now_ns();
+  CHECK(c - b >= 2000000u);
+  CHECK(c - b < 2000000000u);
+}
 
 TEST_CASE("output specs: shape and dtype of each output from input specs and params, no builder run") {
   Runtime r;

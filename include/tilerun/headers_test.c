@@ -7,6 +7,7 @@
 #include "tilerun/dtype.h"
 #include "tilerun/hash.h"
 #include "tilerun/inspect.h"
+#include "tilerun/op_def.h"
 #include "tilerun/status.h"
 #include "tilerun/tensor_spec.h"
 #include "tilerun/value.h"

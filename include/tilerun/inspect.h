@@ -1,4 +1,5 @@
-/* inspect.h: what a call would do, asked without making it: the output specs the manifest infers,
+/* inspect.h: what a call would do, asked without making it: the manifest's ops (op_def.h), the
+ * output specs the manifest infers,
  * the in-tree kernel selection (the spec's op.key_for / op.kernel_for, device facts stated or
  * derived) and the inventory of the in-tree ops (interfaces, implementation keys). No builder
  * runs and no target is settled, except where kernel_for builds. docs/calling-ops.md, "Asking
@@ -10,11 +11,28 @@
 #include <stdint.h>
 
 #include "tilerun/kernel_type.h"
+#include "tilerun/op_def.h"
 #include "tilerun/tilerun.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- the manifest ---- */
+
+/* The folder whose *.yaml the runtime loaded (the option given, else the default tr_runtime_new
+ * chose: $TILERUN_MANIFEST_DIR, the installed manifest or "manifest/spec"). Owned by the runtime;
+ * NULL for a NULL runtime. */
+const char *tr_runtime_manifest_dir(const tr_runtime *runtime);
+
+/* How many ops the runtime's manifest declares, and the i-th of them in name order (NULL past the
+ * count). The op_def.h accessors read each. Cannot fail; thread-safe. */
+size_t tr_runtime_op_count(const tr_runtime *runtime);
+const tr_op_def *tr_runtime_op_at(const tr_runtime *runtime, size_t i);
+
+/* The op named `op_name` in the runtime's manifest, or NULL when it has none (or an argument is
+ * NULL). Thread-safe. */
+const tr_op_def *tr_runtime_find_op(const tr_runtime *runtime, const char *op_name);
 
 /* ---- output specs ---- */
 

@@ -16,6 +16,7 @@
 #define TILERUN_TILERUN_H_
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include <dlpack/dlpack.h>
@@ -168,6 +169,11 @@ void tr_cuda_trim(tr_runtime *runtime);
 size_t tr_load_failure_count(tr_runtime *runtime);
 const char *tr_load_failure_backend(tr_runtime *runtime, size_t i);
 const char *tr_load_failure_reason(tr_runtime *runtime, size_t i);
+
+/* A monotonic clock in nanoseconds from an arbitrary start: the one tilerun's own benchmarks time
+ * calls with (tilerun run, the Python binding's C loop), for a caller timing calls beside them.
+ * Cannot fail; thread-safe. */
+uint64_t tr_now_ns(void);
 
 #ifdef __cplusplus
 }

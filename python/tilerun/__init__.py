@@ -255,31 +255,28 @@ _tr_runtime_empty = _bind("tr_runtime_empty", _c_status_p,
 _tr_runtime_launch_remote = _bind("tr_runtime_launch_remote", ctypes.c_int, [_vp], required=False)
 _tr_cuda_set_stream = _bind("tr_cuda_set_stream", _c_status_p, [ctypes.c_int32, _vp])
 _tr_cuda_stream = _bind("tr_cuda_stream", _vp, [ctypes.c_int32])
-# manifest/manifest.h: not the public API, but exported by libtilerun.so (python/BUILD lists
-# them); the binding reads each op's input and output names from the manifest the runtime uses,
-# since tilerun.h has no accessor for them (tr_op_call needs room for every output).
-_tr_manifest_load_dir = _bind("tr_manifest_load_dir", _c_status_p, [_cp, ctypes.POINTER(_vp)])
-_tr_manifest_destroy = _bind("tr_manifest_destroy", None, [ctypes.POINTER(_vp)])
-_tr_manifest_find = _bind("tr_manifest_find", _vp, [_vp, _cp])
-_tr_discovery_manifest_dir = _bind("tr_discovery_manifest_dir", _cp, [ctypes.c_char_p, _sz])
+# inspect.h, op_def.h: the manifest's ops, read from the runtime's own manifest (each op's input
+# and output names: tr_op_call needs room for every output).
+_tr_runtime_manifest_dir = _bind("tr_runtime_manifest_dir", _cp, [_vp])
+_tr_runtime_op_count = _bind("tr_runtime_op_count", _sz, [_vp])
+_tr_runtime_op_at = _bind("tr_runtime_op_at", _vp, [_vp, _sz])
+_tr_runtime_find_op = _bind("tr_runtime_find_op", _vp, [_vp, _cp])
+_tr_op_def_name = _bind("tr_op_def_name", _cp, [_vp])
 _tr_op_def_doc = _bind("tr_op_def_doc", _cp, [_vp])
 _tr_op_def_is_composite = _bind("tr_op_def_is_composite", ctypes.c_int, [_vp])
+_tr_op_def_param_count = _bind("tr_op_def_param_count", _sz, [_vp])
 _tr_op_def_input_count = _bind("tr_op_def_input_count", _sz, [_vp])
 _tr_op_def_input_name = _bind("tr_op_def_input_name", _cp, [_vp, _sz])
 _tr_op_def_input_optional = _bind("tr_op_def_input_optional", ctypes.c_int, [_vp, _sz])
+_tr_op_def_input_mutated = _bind("tr_op_def_input_mutated", ctypes.c_int, [_vp, _sz])
 _tr_op_def_output_count = _bind("tr_op_def_output_count", _sz, [_vp])
-_tr_op_def_input_mutated = _bind("tr_op_def_input_mutated", ctypes.c_int, [_vp, _sz],
-                                 required=False)
 _tr_op_def_output_name = _bind("tr_op_def_output_name", _cp, [_vp, _sz])
-_tr_manifest_op_count = _bind("tr_manifest_op_count", _sz, [_vp], required=False)
-_tr_manifest_op_at = _bind("tr_manifest_op_at", _vp, [_vp, _sz], required=False)
-_tr_op_def_name = _bind("tr_op_def_name", _cp, [_vp], required=False)
-_tr_op_def_workload_count = _bind("tr_op_def_workload_count", _sz, [_vp], required=False)
-_tr_op_def_workload_label = _bind("tr_op_def_workload_label", _cp, [_vp, _sz], required=False)
+_tr_op_def_workload_count = _bind("tr_op_def_workload_count", _sz, [_vp])
+_tr_op_def_workload_label = _bind("tr_op_def_workload_label", _cp, [_vp, _sz])
 _tr_op_def_workload = _bind("tr_op_def_workload", _c_status_p,
                             [_vp, _sz, ctypes.c_void_p, ctypes.POINTER(_TensorSpec),
                              ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(_NamedValue),
-                             ctypes.POINTER(_sz)], required=False)
+                             ctypes.POINTER(_sz)])
 # inspect.h
 _tr_op_output_specs = _bind("tr_op_output_specs", _c_status_p,
                             [_vp, ctypes.POINTER(ctypes.POINTER(_TensorSpec)), _sz,
@@ -857,14 +854,6 @@ class Tensor:
 # ---- runtimes --------------------------------------------------------------------------------
 
 
-def _default_manifest():
-    """The manifest folder the runtime reads when none is given (tr_discovery_manifest_dir):
-    $TILERUN_MANIFEST_DIR, else <prefix>/share/tilerun/manifest where <prefix>/lib holds the
-    library (an install, or the pip package), else manifest/spec under the working directory."""
-    buf = ctypes.create_string_buffer(4096)
-    return os.fsdecode(_tr_discovery_manifest_dir(buf, len(buf)))
-
-
 class Runtime:
     """A tilerun runtime (tr_runtime_new): the manifest, loaded now, and the backends,
     discovered when the first op is made.
@@ -877,18 +866,17 @@ class Runtime:
     Raises Error (ManifestError, IOError...) when the manifest cannot be loaded."""
 
     def __init__(self, manifest_dir=None, backend_dirs=None, pipeline_file=None):
-        if manifest_dir is None:
-            manifest_dir = _default_manifest()
-        self.manifest_dir = os.fspath(manifest_dir)
+        self.manifest_dir = None if manifest_dir is None else os.fspath(manifest_dir)
         if isinstance(backend_dirs, (str, bytes, os.PathLike)):
             backend_dirs = [backend_dirs]
         self.backend_dirs = None if backend_dirs is None else [os.fspath(d) for d in backend_dirs]
         self._rt = None
-        self._manifest = None
         opts = _RuntimeOptions()
         keep = []
-        mdir = os.fsencode(self.manifest_dir)
-        opts.manifest_dir = mdir
+        if self.manifest_dir is not None:
+            mdir = os.fsencode(self.manifest_dir)
+            keep.append(mdir)
+            opts.manifest_dir = mdir
         if self.backend_dirs is not None:
             arr = (ctypes.c_char_p * max(len(self.backend_dirs), 1))(
                 *[os.fsencode(d) for d in self.backend_dirs])
@@ -902,12 +890,8 @@ class Runtime:
         rt = ctypes.c_void_p()
         _check(_tr_runtime_new(ctypes.byref(opts), ctypes.byref(rt)))
         self._rt = rt
-        manifest = ctypes.c_void_p()
-        status = _tr_manifest_load_dir(mdir, ctypes.byref(manifest))
-        if status:
-            self.close()
-            raise _error_from(status)
-        self._manifest = manifest
+        # the folder the runtime chose when none was given (tr_runtime_manifest_dir)
+        self.manifest_dir = os.fsdecode(_tr_runtime_manifest_dir(rt))
         self._defs = {}
         self._lock = threading.Lock()
 
@@ -921,7 +905,7 @@ class Runtime:
         None when the manifest has no such op."""
         with self._lock:
             if name not in self._defs:
-                d = _tr_manifest_find(self._manifest, name.encode())
+                d = _tr_runtime_find_op(self._handle(), name.encode())
                 if not d:
                     return None
                 n_in, n_out = _tr_op_def_input_count(d), _tr_op_def_output_count(d)
@@ -935,8 +919,9 @@ class Runtime:
 
     def op_names(self):
         """The names of the manifest's ops, sorted."""
-        n = _tr_manifest_op_count(self._manifest)
-        return [_tr_op_def_name(_tr_manifest_op_at(self._manifest, i)).decode() for i in range(n)]
+        rt = self._handle()
+        return [_tr_op_def_name(_tr_runtime_op_at(rt, i)).decode()
+                for i in range(_tr_runtime_op_count(rt))]
 
     def op_info(self, name):
         """(input names, which are optional, output names, composite, which inputs the op
@@ -944,7 +929,7 @@ class Runtime:
         info = self._op_def(name)
         if info is None:
             raise LookupError("tilerun: the manifest (%s) has no op %r" % (self.manifest_dir, name))
-        d = _tr_manifest_find(self._manifest, name.encode())
+        d = _tr_runtime_find_op(self._handle(), name.encode())
         mutated = tuple(bool(_tr_op_def_input_mutated(d, i)) for i in range(len(info[0])))
         return info[:4] + (mutated,)
 
@@ -952,7 +937,7 @@ class Runtime:
         """The manifest's workload rows of op `name` on `device`: a list of (label, inputs,
         params), inputs as ``(shape, dtype name, device)`` or None (an absent optional input),
         params a dict as :func:`op` takes them."""
-        d = _tr_manifest_find(self._manifest, name.encode())
+        d = _tr_runtime_find_op(self._handle(), name.encode())
         if not d:
             raise LookupError("tilerun: the manifest (%s) has no op %r" % (self.manifest_dir, name))
         dev = _TensorSpec()  # its leading tr_device
@@ -962,8 +947,8 @@ class Runtime:
         for i in range(_tr_op_def_workload_count(d)):
             specs = (_TensorSpec * max(n_in, 1))()
             has = (ctypes.c_uint8 * max(n_in, 1))()
-            params = (_NamedValue * 32)()
-            n_params = _sz(32)
+            n_params = _sz(_tr_op_def_param_count(d))
+            params = (_NamedValue * max(n_params.value, 1))()
             _check(_tr_op_def_workload(d, i, ctypes.addressof(dev), specs, has, params,
                                        ctypes.byref(n_params)))
             rows.append((_tr_op_def_workload_label(d, i).decode(),
@@ -1050,9 +1035,6 @@ class Runtime:
         memory stays alive (their deleters use its allocator)."""
         if self in _immortal_runtimes:
             return
-        if self._manifest is not None:
-            _tr_manifest_destroy(ctypes.byref(self._manifest))
-            self._manifest = None
         if self._rt is not None:
             _tr_runtime_destroy(ctypes.byref(self._rt))
             self._rt = None
@@ -1310,7 +1292,7 @@ _ext.setup({
     "tr_cuda_set_stream": _address(_tr_cuda_set_stream),
     "tr_op_destroy": _address(_lib.tr_op_destroy),
     # the platform layer's clock, for the benchmarks' loop in C (_ext._bench_call*); optional
-    "tr_plat_now_ns": _address(_lib.tr_plat_now_ns) if hasattr(_lib, "tr_plat_now_ns") else None,
+    "tr_now_ns": _address(_lib.tr_now_ns) if hasattr(_lib, "tr_now_ns") else None,
     "error_from": _error_from,
     "borrow": _borrow,
     "sync_streams": _sync_torch_streams,

@@ -5,7 +5,7 @@
  *
  * Built against CPython's limited API (3.11), so one build loads in every later CPython. It
  * links nothing: the package hands it the addresses of the libtilerun functions it calls (from
- * the library ctypes loaded, so both sides use one library; tr_plat_now_ns, the platform layer's
+ * the library ctypes loaded, so both sides use one library; tr_now_ns, tilerun's
  * clock, for the benchmarks) and its Python helpers (errors, outputs for non-torch callers, the
  * __dlpack__ route) through setup(). The exchange API's structs are declared here from DLPack's
  * published ABI (1.x; Debian's dlpack.h is 0.6). */
@@ -67,7 +67,7 @@ static call_fn g_call;
 static call_into_fn g_call_into;
 static set_stream_fn g_set_stream;
 static op_destroy_fn g_op_destroy;
-static now_ns_fn g_now_ns;       /* tr_plat_now_ns, for _bench_call*; NULL in an older library */
+static now_ns_fn g_now_ns;       /* tr_now_ns, for _bench_call*; NULL in an older library */
 static PyObject *g_error_from;   /* (status address) -> the exception, freeing the status */
 static PyObject *g_borrow;       /* (tensor, keep list) -> DLTensor address (__dlpack__ route) */
 static PyObject *g_sync_streams; /* (tuple of inputs) -> None: torch's stream for that route */
@@ -927,7 +927,7 @@ static int bench_check(const char *fn, PyObject *op, PyObject *inputs, PyObject 
     return -1;
   }
   if (g_now_ns == NULL) {
-    PyErr_Format(PyExc_RuntimeError, "tilerun._ext.%s: the loaded libtilerun exports no tr_plat_now_ns "
+    PyErr_Format(PyExc_RuntimeError, "tilerun._ext.%s: the loaded libtilerun exports no tr_now_ns "
                  "(rebuild //python:libtilerun.so)", fn);
     return -1;
   }
@@ -950,7 +950,7 @@ static void *bench_one(void *op, const DLTensor *const *ins, size_t n_in, DLTens
 /* Runs `n` calls (bench_one) on tensors borrowed once, after one untimed call that builds the
  * kernel if needed (so the `n` are memo hits) and raises the runtime's error for a refused call.
  * The GIL goes for the loop as a whole, outside the clock (a C caller has none to release per
- * call). Returns the `n` calls' nanoseconds (tr_plat_now_ns), or -1 with the call's error set. */
+ * call). Returns the `n` calls' nanoseconds (tr_now_ns), or -1 with the call's error set. */
 static long long bench_loop(ext_op *self, const DLTensor *const *ins, size_t n_in, DLTensor *const *outs,
                             size_t n_out, int into, Py_ssize_t n) {
   self->in_flight++;
@@ -1058,7 +1058,7 @@ static PyObject *ext_setup(PyObject *module, PyObject *dict) {
     return NULL;
   }
   /* optional: a library older than its export leaves the benchmarks (_bench_call*) unable to run */
-  PyObject *now = PyDict_GetItemString(dict, "tr_plat_now_ns");
+  PyObject *now = PyDict_GetItemString(dict, "tr_now_ns");
   void *now_ns = (now != NULL && now != Py_None) ? PyLong_AsVoidPtr(now) : NULL;
   if (now_ns == NULL && PyErr_Occurred()) return NULL;
   PyObject *immortal = PyDict_GetItemString(dict, "immortal");
@@ -1117,7 +1117,7 @@ static PyMethodDef ext_methods[] = {
     {"_bench_call_into", (PyCFunction)(void (*)(void))ext_bench_call_into, METH_FASTCALL,
      "_bench_call_into(op, inputs, outputs, n): for benchmarks only. Borrows the tensors as "
      "op.call_into does, makes one untimed call, then n memo-hit tr_op_call_into calls straight "
-     "from C with the GIL released; returns their nanoseconds (tr_plat_now_ns)."},
+     "from C with the GIL released; returns their nanoseconds (tr_now_ns)."},
     {"_bench_call", (PyCFunction)(void (*)(void))ext_bench_call, METH_FASTCALL,
      "_bench_call(op, inputs, n): for benchmarks only. As _bench_call_into, with tr_op_call, "
      "each call's outputs freed through their deleters; returns the n calls' nanoseconds."},

@@ -17,7 +17,7 @@ fail() { echo "install_test: $*" >&2; exit 1; }
 
 # the soname carries the major version
 readelf -d "$lib" | grep -q 'Library soname: \[libtilerun.so.0\]' || fail "no soname libtilerun.so.0: $(readelf -d "$lib" | grep SONAME)"
-# only tr_ functions, none internal (tr__*), and every function the public headers declare
+# only tr_ functions, none internal (tr__*): exactly the functions the public headers declare
 exported=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDBRVW]$/ {print $3}' | sort)
 stray=$(echo "$exported" | grep -v '^tr_' || true)
 internal=$(echo "$exported" | grep '^tr__' || true)
@@ -27,6 +27,8 @@ declared=$(sed -e 's|/\*.*\*/||' "$prefix"/include/tilerun/*.h | grep -v '^stati
            grep -oE '\btr_[a-z0-9_]+\s*\(' | sed 's/\s*($//' | sort -u)
 missing=$(comm -23 <(echo "$declared") <(echo "$exported"))
 [ -z "$missing" ] || fail "declared in the public headers but not exported: $(echo $missing)"
+undeclared=$(comm -13 <(echo "$declared") <(echo "$exported"))
+[ -z "$undeclared" ] || fail "exported but declared in no public header: $(echo $undeclared)"
 
 # a program outside the repository, built with pkg-config alone
 cp tools/install/app.c "$app/"
