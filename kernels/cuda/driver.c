@@ -134,8 +134,9 @@ static void load_once(void) {
   static const char *const kNames[] = {"libcuda.so.1", "libcuda.so"};
   for (size_t i = 0; i < sizeof(kNames) / sizeof(kNames[0]) && g.lib == NULL; i++) {
     tr_status *failed = tr_plat_lib_open(kNames[i], &g.lib);
-    if (failed != NULL) {
-      snprintf(g.error, sizeof(g.error), "%s", tr_status_message(failed));
+    if (failed != NULL) { /* each name's reason, in the order tried */
+      size_t used = strlen(g.error);
+      snprintf(g.error + used, sizeof(g.error) - used, "%s%s", used ? "; " : "", tr_status_message(failed));
       tr_status_destroy(&failed);
     }
   }
