@@ -16,7 +16,7 @@ Usage:
       libtilerun.so (the Python binding: its tests and benchmarks), not the C test programs.
   tools/gpu.sh test [--variant NAME] [PATTERN...]  (there, from the repository root)
       Runs the GPU tests (those whose file name holds a PATTERN, or all), each under a time limit
-      (TEST_TIMEOUT seconds, default 240; killed 15 s after), printing a line per test as it ends
+      (TEST_TIMEOUT seconds, default 360; killed 15 s after), printing a line per test as it ends
       (also appended to summary.txt) and the end of a failing test's log; exits 1 if any failed or
       ran out of time. summary.txt and test-logs.tgz (every log, as the device machine brings
       back at most 8 files) go to $OUT (where set) or /tmp/tilerun-gpu. --variant: the Python
@@ -108,7 +108,7 @@ test_cmd() {
   # summary.txt and test-logs.tgz (every test's log) in $OUT, or /tmp/tilerun-gpu: the device
   # machine brings back at most 8 files of $OUT, so the logs travel as one archive, remade as each
   # test ends (a run cut short keeps what ended); the logs themselves stay in the folder `work`
-  local logs=${OUT:-/tmp/tilerun-gpu} limit=${TEST_TIMEOUT:-240} lib="" work
+  local logs=${OUT:-/tmp/tilerun-gpu} limit=${TEST_TIMEOUT:-360} lib="" work
   [[ "$limit" =~ ^[1-9][0-9]*$ ]] || die "TEST_TIMEOUT is a positive number of seconds; got '$limit'"
   if [ "${1:-}" = --variant ]; then
     [ $# -ge 2 ] || die "--variant takes a NAME"
