@@ -31,7 +31,10 @@ tr_status *tr_op_def_workload(const tr_op_def *op, size_t i, const tr_device *de
   for (int k = 0; k < op->n_inputs; k++) {
     const input_decl *in = &op->inputs[k];
     has[k] = w->has_shape[k];
-    if (!has[k]) continue;
+    if (!has[k]) {
+      memset(&specs[k], 0, sizeof(specs[k])); /* so a later same_as input of it finds no dtype */
+      continue;
+    }
     tr_dtype dtype;
     if (w->has_input_dtype[k]) {
       dtype = w->input_dtype[k];
@@ -42,6 +45,11 @@ tr_status *tr_op_def_workload(const tr_op_def *op, size_t i, const tr_device *de
       }
       dtype = w->dtype;
     } else if (in->dtype.kind == DT_SAME_AS) {
+      if (!has[in->dtype.input]) {
+        return TR_STATUS(TR_MANIFEST, "%s:%d: %s: workload '%s' leaves out input '%s', whose dtype input '%s' "
+                         "takes (dtype: %s)", op->path, w->line, op->name, w->label,
+                         op->inputs[in->dtype.input].name, in->name, in->dtype.text);
+      }
       dtype = specs[in->dtype.input].dtype; /* an earlier input, already filled */
     } else {
       dtype = first_of(in->dtype.mask);

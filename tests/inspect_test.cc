@@ -186,17 +186,19 @@ TEST_CASE("the manifest's ops (op_def.h): listed in name order, found by name, e
 }
 
 TEST_CASE("the default manifest folder is the one the runtime reports") {
-  // no manifest_dir given: $TILERUN_MANIFEST_DIR is read (the test's own folder, set here)
-  REQUIRE(setenv("TILERUN_MANIFEST_DIR", "manifest/spec", 1) == 0);
+  // no manifest_dir given: $TILERUN_MANIFEST_DIR is read (spelled unlike the built-in fallback,
+  // manifest/spec, so a runtime that ignored it would answer otherwise)
+  REQUIRE(setenv("TILERUN_MANIFEST_DIR", "./manifest/../manifest/spec", 1) == 0);
   tr_runtime *rt = nullptr;
   tr_runtime_options o{};
   static const char *const kNone[] = {""};
   o.backend_dirs = kNone;
-  ok(tr_runtime_new(&o, &rt));
-  CHECK(std::string(tr_runtime_manifest_dir(rt)) == "manifest/spec");
+  tr_status *made = tr_runtime_new(&o, &rt);
+  unsetenv("TILERUN_MANIFEST_DIR");
+  ok(made);
+  CHECK(std::string(tr_runtime_manifest_dir(rt)) == "./manifest/../manifest/spec");
   CHECK(tr_runtime_find_op(rt, "AddFwdOp") != nullptr);
   tr_runtime_destroy(&rt);
-  unsetenv("TILERUN_MANIFEST_DIR");
 }
 
 TEST_CASE("tr_now_ns is monotonic and counts nanoseconds") {

@@ -23,7 +23,7 @@ extern "C" {
 typedef struct tr_op_def tr_op_def;
 
 const char *tr_op_def_name(const tr_op_def *op);   /* "RMSNormFwdOp" */
-const char *tr_op_def_doc(const tr_op_def *op);    /* NULL when the manifest gives none */
+const char *tr_op_def_doc(const tr_op_def *op);    /* "" when the manifest gives none */
 int tr_op_def_is_composite(const tr_op_def *op);   /* 1: the op is a composition of other ops */
 
 /* Params, in declaration order: name, type as the manifest writes it ("float | None"), default
@@ -50,10 +50,12 @@ size_t tr_op_def_workload_count(const tr_op_def *op);
 const char *tr_op_def_workload_label(const tr_op_def *op, size_t i);
 
 /* Row `i` as a call: specs[k] for each input k < tr_op_def_input_count(op), on `device` (has[k]
- * 0 for an optional input the row leaves out), and the row's params in `params`, which has room
- * for tr_op_def_param_count(op) (a row names each param at most once); *n_params is set to how
- * many. The params' values point into the manifest. A row past the count is a ValueError naming
- * the op and the row; a NULL argument a ValueError naming it. */
+ * 0 and specs[k] zeroed for an optional input the row leaves out), and the row's params in
+ * `params`, which has room for tr_op_def_param_count(op) (a row names each param at most once);
+ * *n_params is set to how many. The params' values point into the manifest. A row past the count
+ * is a ValueError naming the op and the row, a NULL argument a ValueError naming it; a row whose
+ * input dtype does not settle (a manifest `tilerun manifest check` refuses) a ManifestError naming
+ * the file, the row and the input. */
 tr_status *tr_op_def_workload(const tr_op_def *op, size_t i, const tr_device *device, tr_tensor_spec *specs,
                               uint8_t *has, tr_named_value *params, size_t *n_params) TR_MUST_USE;
 

@@ -1291,7 +1291,7 @@ _ext.setup({
     "tr_op_call_into": _address(_lib.tr_op_call_into),
     "tr_cuda_set_stream": _address(_tr_cuda_set_stream),
     "tr_op_destroy": _address(_lib.tr_op_destroy),
-    # the platform layer's clock, for the benchmarks' loop in C (_ext._bench_call*); optional
+    # tr_now_ns, tilerun's clock, for the benchmarks' loop in C (_ext._bench_call*); optional
     "tr_now_ns": _address(_lib.tr_now_ns) if hasattr(_lib, "tr_now_ns") else None,
     "error_from": _error_from,
     "borrow": _borrow,

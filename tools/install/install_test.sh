@@ -18,13 +18,16 @@ fail() { echo "install_test: $*" >&2; exit 1; }
 # the soname carries the major version
 readelf -d "$lib" | grep -q 'Library soname: \[libtilerun.so.0\]' || fail "no soname libtilerun.so.0: $(readelf -d "$lib" | grep SONAME)"
 # only tr_ functions, none internal (tr__*): exactly the functions the public headers declare
-exported=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDBRVW]$/ {print $3}' | sort)
+exported=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDBRVWiu]$/ {print $3}' | sort)
 stray=$(echo "$exported" | grep -v '^tr_' || true)
 internal=$(echo "$exported" | grep '^tr__' || true)
 [ -z "$stray" ] || fail "non-API symbols exported: $(echo $stray | head -c 400)"
 [ -z "$internal" ] || fail "internal tr__ symbols exported: $(echo $internal | head -c 400)"
-declared=$(sed -e 's|/\*.*\*/||' "$prefix"/include/tilerun/*.h | grep -v '^static' | grep -v '^ ' | grep -v '^#' |
-           grep -oE '\btr_[a-z0-9_]+\s*\(' | sed 's/\s*($//' | sort -u)
+# the headers without their comments (the compiler's own removal: a name in a comment is no
+# declaration), then each top-level line's tr_name( that is not static
+declared=$(for h in "$prefix"/include/tilerun/*.h; do cc -fpreprocessed -dD -E -P -w "$h" || exit 1; done |
+           grep -v '^static' | grep -v '^ ' | grep -v '^#' |
+           grep -oE '\btr_[a-z0-9_]+\s*\(' | sed 's/\s*($//' | sort -u) || fail "cc could not read the headers"
 missing=$(comm -23 <(echo "$declared") <(echo "$exported"))
 [ -z "$missing" ] || fail "declared in the public headers but not exported: $(echo $missing)"
 undeclared=$(comm -13 <(echo "$declared") <(echo "$exported"))
