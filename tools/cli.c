@@ -62,6 +62,7 @@ static const char kUsage[] =
     "                   share/tilerun/manifest, else ./manifest/spec);\n"
     "                   also what serve validate and serve launch read, and what bench passes on\n"
     "  --smallest       run: each op's smallest workload row only (quick)\n"
+    "  --ops NAMES      run: only these ops' rows (names separated by commas)\n"
     "  --device D       run: auto (the default: cuda when there is a GPU), cpu (every row on\n"
     "                   cpu) or cuda (a GPU required; ops without in-tree kernels stay on cpu)\n"
     "  --max-gb N       run: rows moving more than N GB are skipped on cpu and not checked\n"
@@ -112,6 +113,8 @@ static const option_doc kOptions[] = {
     {"--device D", "auto, cpu (every row on cpu) or cuda (a GPU required; ops without in-tree\n"
                    "kernels stay on cpu) (default: auto, cuda when there is a GPU)"},
     {"--smallest", "each op's smallest workload row only (default: every row)"},
+    {"--ops NAMES", "only these ops' rows, e.g. GemmFwdOp,LinearFwdOp (names separated by commas;\n"
+                    "'tilerun ops' lists them) (default: every op)"},
     {"--max-gb N", "rows moving more than N GB are skipped on cpu and not checked against the CPU\n"
                    "backend on cuda (default 1; above 0, at most 1000000)"},
     {"--max-gflop N", "rows computing more than N GFLOP are skipped on cpu (default 20; above 0, at\n"
@@ -134,10 +137,10 @@ typedef struct command_doc {
 } command_doc;
 
 static const command_doc kCommands[] = {
-    {"run", "tilerun run [--manifest DIR] [--pipeline FILE] [--device D] [--smallest] [--max-gb N]\n"
-            "                   [--max-gflop N]",
+    {"run", "tilerun run [--manifest DIR] [--pipeline FILE] [--device D] [--smallest] [--ops NAMES]\n"
+            "                   [--max-gb N] [--max-gflop N]",
      "The main job: the manifest's ops, the installed backends, then every workload row run.",
-     {"--manifest", "--pipeline", "--device", "--smallest", "--max-gb", "--max-gflop"}},
+     {"--manifest", "--pipeline", "--device", "--smallest", "--ops", "--max-gb", "--max-gflop"}},
     {"ops", "tilerun ops [--manifest DIR]",
      "List the ops the manifest declares: name, family, reference API, where.", {"--manifest"}},
     {"manifest", "tilerun manifest check [FILES] | tilerun manifest show OP",
@@ -205,6 +208,7 @@ typedef struct cli_options {
   long iters;
   const char *manifest_dir;
   int smallest;
+  const char *ops;
   tr_mainjob_device device;
   double max_gb, max_gflop;
   const char *pipeline;
@@ -503,7 +507,7 @@ static int number_option(FILE *err, const char *option, const char *text, int wh
 }
 
 int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
-  cli_options opts = {2000, NULL, 0, TR_MAINJOB_AUTO, 1.0, 20.0, NULL, NULL, NULL, {NULL}, 0};
+  cli_options opts = {2000, NULL, 0, NULL, TR_MAINJOB_AUTO, 1.0, 20.0, NULL, NULL, NULL, {NULL}, 0};
   int want_help = 0;
   const char *command = NULL;
   char *positional[64];
@@ -535,6 +539,11 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
       opts.device_facts[opts.n_device_facts++] = argv[++i];
     } else if (strcmp(arg, "--smallest") == 0) {
       opts.smallest = 1;
+    } else if (strcmp(arg, "--ops") == 0) {
+      if (i + 1 >= argc || argv[i + 1][0] == '\0' || argv[i + 1][0] == '-') {
+        return usage_error(err, "%s needs op names separated by commas, e.g. GemmFwdOp,LinearFwdOp", arg);
+      }
+      opts.ops = argv[++i];
     } else if (strcmp(arg, "--all") == 0) { /* every row is the default now; kept for old scripts */
       opts.smallest = 0;
     } else if (strcmp(arg, "--device") == 0) {
@@ -605,7 +614,7 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     if (rc != 0) return rc;
     fprintf(out, "\n");
     tr_mainjob_options job = {manifest_dir(&opts), opts.pipeline, opts.device, opts.smallest, opts.max_gb * 1e9,
-                              opts.max_gflop * 1e9};
+                              opts.max_gflop * 1e9, opts.ops};
     int rc_rows = tr_mainjob_run(&job, out, err);
     return rc_backends != 0 ? rc_backends : rc_rows;
   }

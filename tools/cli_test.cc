@@ -158,6 +158,29 @@ TEST_CASE("run: every row; rows over the limits are skipped on cpu with the reas
   REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
 }
 
+TEST_CASE("run --ops: only the named ops' rows; an op the manifest lacks is named, nothing run") {
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "backends/cpu") == nullptr);
+  Run r = run({"run", "--manifest", "manifest/spec", "--device", "cpu", "--smallest", "--ops", "AddFwdOp,RMSNormFwdOp"});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("workloads on cpu (no cuda device asked for), each op's smallest row of AddFwdOp,RMSNormFwdOp") !=
+        std::string::npos);
+  CHECK(r.out.find("  AddFwdOp         ") != std::string::npos);
+  CHECK(r.out.find("  RMSNormFwdOp     llama3.1-8b decode") != std::string::npos);
+  CHECK(r.out.find("  LayerNormFwdOp   llama3.1-8b size decode") == std::string::npos);  // no row of another op
+  CHECK(r.out.find("2 rows ran, 0 failed, 0 skipped") != std::string::npos);
+  r = run({"run", "--manifest", "manifest/spec", "--device", "cpu", "--ops", "AddFwdOp,GemFwdOp"});
+  CHECK(r.rc == 2);
+  CHECK(r.err == "tilerun: --ops: the manifest (manifest/spec) has no op 'GemFwdOp' ('tilerun ops' lists them)\n");
+  CHECK(r.out.find("rows ran") == std::string::npos);
+  r = run({"run", "--manifest", "manifest/spec", "--device", "cpu", "--ops", "AddFwdOp,"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("has no op ''") != std::string::npos);
+  r = run({"run", "--ops"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: --ops needs op names separated by commas, e.g. GemmFwdOp,LinearFwdOp") == 0);
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
+}
+
 TEST_CASE("manifest check passes the shipped spec files and lists problems in broken ones") {
   Run r = run({"manifest", "check", "--manifest", "manifest/spec"});
   CHECK(r.rc == 0);

@@ -363,6 +363,36 @@ static tr_status *copy_rate(tr_cuda_pool *pool, double *gbps) {
   return status;
 }
 
+/* Whether `name` is one of the comma-separated names of `list` (NULL: every name is). */
+static int op_listed(const char *list, const char *name) {
+  if (list == NULL) return 1;
+  size_t n = strlen(name);
+  for (const char *p = list; *p != '\0';) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == n && strncmp(p, name, n) == 0) return 1;
+    p += len + (end != NULL);
+  }
+  return 0;
+}
+
+/* Each name of `list` is an op of `m`: else prints the first that is not, and returns 0. */
+static int ops_known(const tr_manifest *m, const char *list, const char *manifest_dir, FILE *err) {
+  for (const char *p = list; p != NULL;) { /* every name, an empty one too ("A,", ",A", "A,,B") */
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char name[128];
+    snprintf(name, sizeof(name), "%.*s", (int)(len < sizeof(name) - 1 ? len : sizeof(name) - 1), p);
+    if (len == 0 || len >= sizeof(name) || tr_manifest_find(m, name) == NULL) {
+      fprintf(err, "tilerun: --ops: the manifest (%s) has no op '%.*s' ('tilerun ops' lists them)\n",
+              manifest_dir, (int)len, p);
+      return 0;
+    }
+    p = end ? end + 1 : NULL;
+  }
+  return 1;
+}
+
 int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
   tr_manifest *m = NULL;
   job j;
@@ -375,6 +405,10 @@ int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
   o.manifest_dir = options->manifest_dir;
   o.pipeline_file = options->pipeline;
   tr_status *status = tr_manifest_load_dir(options->manifest_dir, &m);
+  if (status == NULL && !ops_known(m, options->ops, options->manifest_dir, err)) {
+    tr_manifest_destroy(&m);
+    return 2;
+  }
   if (status == NULL) status = tr_runtime_new(&o, &j.rt);
   int gpus = options->device == TR_MAINJOB_CPU ? 0 : tr_cu_device_count();
   if (status == NULL && options->device == TR_MAINJOB_CUDA && gpus == 0) {
@@ -402,12 +436,13 @@ int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
     return 1;
   }
   if (j.on_gpu) {
-    fprintf(out, "workloads on cuda:0 where the op has in-tree kernels (else on cpu), %s; the device copies "
-            "at %.0f GB/s\n", options->smallest ? "each op's smallest row" : "every row", j.copy_gbps);
+    fprintf(out, "workloads on cuda:0 where the op has in-tree kernels (else on cpu), %s%s%s; the device copies "
+            "at %.0f GB/s\n", options->smallest ? "each op's smallest row" : "every row", options->ops ? " of " : "",
+            options->ops ? options->ops : "", j.copy_gbps);
   } else {
-    fprintf(out, "workloads on cpu (no cuda device%s), %s; rows over --max-gb or --max-gflop are skipped\n",
+    fprintf(out, "workloads on cpu (no cuda device%s), %s%s%s; rows over --max-gb or --max-gflop are skipped\n",
             options->device == TR_MAINJOB_CPU ? " asked for" : " here", options->smallest ? "each op's smallest row" :
-            "every row");
+            "every row", options->ops ? " of " : "", options->ops ? options->ops : "");
   }
   fprintf(out, "  %-16s %-38s %-5s %-11s %-18s %9s %10s %8s%s %9s  %s\n", "op", "row", "dev", "target",
           "implementation", "build ms", "call us", "GB/s", j.on_gpu ? " (%copy)" : "", "GFLOP/s", "error vs cpu");
@@ -418,6 +453,7 @@ int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
   int failures = 0, ran = 0, skipped = 0;
   for (size_t i = 0; i < tr_manifest_op_count(m); i++) {
     const tr_op_def *def = tr_manifest_op_at(m, i);
+    if (!op_listed(options->ops, tr_op_def_name(def))) continue;
     size_t best = SIZE_MAX;
     double best_bytes = -1, best_flops = 0;
     for (size_t row = 0; row < tr_op_def_workload_count(def); row++) {

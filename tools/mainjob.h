@@ -19,6 +19,7 @@ typedef struct tr_mainjob_options {
   int smallest;              /* each op's smallest row (by roofline bytes) only */
   double max_bytes;          /* cpu rows moving more are skipped; cuda rows are not checked */
   double max_flops;          /* cpu rows computing more are skipped */
+  const char *ops;           /* only these ops' rows: names separated by commas; NULL: every op */
 } tr_mainjob_options;
 
 /* Runs every op's workload rows (or each op's smallest) through tr_op_call: on cuda:0 where
@@ -27,7 +28,8 @@ typedef struct tr_mainjob_options {
  * (a memo hit), achieved GB/s and GFLOP/s from the roofline (on cuda with the share of the
  * device's copy rate, measured first), and on cuda the error against the CPU backend's result on
  * the same inputs. A row that fails, or whose error is over its dtype's tolerance, is counted and
- * printed with its error; a skipped row says why. Returns 0 when no row failed, 1 otherwise. */
+ * printed with its error; a skipped row says why. Returns 0 when no row failed, 1 otherwise, 2
+ * when `ops` names an op the manifest does not have (printed to `err`, nothing run). */
 int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err);
 
 #ifdef __cplusplus
