@@ -635,13 +635,16 @@ TEST_CASE("add works in place") {
 TEST_CASE("gemm matches the float64 reference for every transpose and dtype") {
   TR_SEEDED_RNG(rng);
   // M, N, K
-  // Odd sizes, 1 and 127; the float16/bfloat16 path converts blocks of at most 1024 rows,
-  // columns and depth: 1030 and 1100 span two blocks (d accumulates over the depth blocks), 2049
-  // three. K == 0 gives zeros; M or N == 0 writes nothing.
-  const int64_t shapes[][3] = {{1, 1, 1},      {3, 3, 3},     {1, 300, 4095}, {33, 257, 129},
-                               {5, 4096, 4},   {37, 5, 300},  {4, 6, 0},      {64, 1, 4096},
-                               {127, 127, 127}, {1, 127, 3},  {1030, 5, 1100}, {3, 1030, 1025},
-                               {2, 3, 2049},   {0, 5, 7},     {5, 0, 7},      {0, 0, 0}};
+  // Odd sizes, 1 and 127. float16/bfloat16: op(a) of at most 16 rows takes the skinny path (b
+  // streamed, rows of b dotted 8 lanes at a time with a tail, or b's columns in ranges of 256),
+  // 16 and 17 are its edge; above, blocks of at most 4096 rows, columns and depth converted to
+  // float32: 4100 spans two (d accumulates over the depth blocks). K == 0 gives zeros; M or N == 0
+  // writes nothing.
+  const int64_t shapes[][3] = {{1, 1, 1},       {3, 3, 3},     {1, 300, 4095}, {33, 257, 129},
+                               {5, 4096, 4},    {37, 5, 300},  {4, 6, 0},      {64, 1, 4096},
+                               {127, 127, 127}, {1, 127, 3},   {16, 40, 67},   {17, 9, 33},
+                               {3, 1030, 1025}, {2, 3, 2049},  {17, 3, 4100},  {4100, 2, 17},
+                               {18, 4100, 3},   {0, 5, 7},     {5, 0, 7},      {0, 0, 0}};
   for (const Dt *dt : kHalvesF32) {
     for (const auto &s : shapes) {
       for (int trans = 0; trans < 4; trans++) {
@@ -898,10 +901,20 @@ TEST_CASE("every kernel gives the same bytes on one thread and on several") {
         ok(tr_cpu_gemm(a.data(), b.data(), d.data(), M, N, K, 0, 1, dt->dtype, threads));
         return d.bytes;
       });
-      Buf a2 = random_buf(rng, *dt, 1030 * 1100, -1, 1), b2 = random_buf(rng, *dt, 1100 * 40, -1, 1);
-      expect_same_across_threads("gemm, two blocks each way but N", [&](int threads) {
-        Buf d(*dt, 1030 * 40);
-        ok(tr_cpu_gemm(a2.data(), b2.data(), d.data(), 1030, 40, 1100, 1, 0, dt->dtype, threads));
+      Buf a2 = random_buf(rng, *dt, 4100 * 4100, -1, 1), b2 = random_buf(rng, *dt, 4100 * 4, -1, 1);
+      expect_same_across_threads("gemm, two blocks in M and in K", [&](int threads) {
+        Buf d(*dt, 4100 * 4);
+        ok(tr_cpu_gemm(a2.data(), b2.data(), d.data(), 4100, 4, 4100, 1, 0, dt->dtype, threads));
+        return d.bytes;
+      });
+      expect_same_across_threads("gemm, the skinny path: rows of b", [&](int threads) {
+        Buf d(*dt, 16 * 300);
+        ok(tr_cpu_gemm(a.data(), b.data(), d.data(), 16, 300, 200, 0, 1, dt->dtype, threads));
+        return d.bytes;
+      });
+      expect_same_across_threads("gemm, the skinny path: columns of b", [&](int threads) {
+        Buf d(*dt, 16 * 300);
+        ok(tr_cpu_gemm(a.data(), b.data(), d.data(), 16, 300, 200, 1, 0, dt->dtype, threads));
         return d.bytes;
       });
       expect_same_across_threads("gemm, one row", [&](int threads) {

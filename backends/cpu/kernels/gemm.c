@@ -1,4 +1,5 @@
-/* gemm.c: d = op(a) @ op(b) through OpenBLAS's sgemm; float16 and bfloat16 by float32 blocks. */
+/* gemm.c: d = op(a) @ op(b) through OpenBLAS's sgemm; float16 and bfloat16 by float32 blocks, or, for
+ * an op(a) of a few rows (a decode step), by streaming b once (the skinny path). */
 #include <cblas.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,9 +11,14 @@
 /* The largest size or leading dimension the BLAS's int (blasint) holds. */
 #define TR__GEMM_BLAS_MAX (sizeof(blasint) >= 8 ? (int64_t)INT64_MAX : (int64_t)INT32_MAX)
 
-/* Rows, columns and depth of the blocks the block path converts to float32 (4 MiB each at most),
- * so that a huge operand is never converted whole. */
-#define TR__GEMM_BLOCK 1024
+/* Rows, columns and depth of the blocks the block path converts to float32 (64 MiB each at most,
+ * 192 MiB of scratch), so that a huge operand is never converted whole. Measured on the 2-core
+ * machine (bench_cpu_gemm.py --main-job, bfloat16, 2026-12-06, alternating builds): 4096 against
+ * 1024 took the 2048x4096x4096 row from 505 ms to 429 and 4096^3 from 964 to 850 (one sgemm
+ * where there were 16 or 64, each converting its blocks again). */
+#ifndef TR__GEMM_BLOCK
+#define TR__GEMM_BLOCK 4096
+#endif
 
 /* A rows x cols sub-block of a row-major matrix (leading dimension ld) of `kind`, at (row0,
  * col0), and its float32 copy (leading dimension cols); `to_f32` says which way the copy goes. */
@@ -89,6 +95,187 @@ static tr_status *tr__gemm_blocks(const void *a, const void *b, void *d, int64_t
   return status;
 }
 
+/* The skinny path: float16 and bfloat16 with op(a) of at most TR__GEMM_SKINNY_ROWS rows (a decode
+ * step's projections) and op(a) in float32 of at most TR__GEMM_SKINNY_BYTES. Measured on the
+ * 2-core machine (bench_cpu_gemm.py --main-job, bfloat16, 2026-12-06): the block path, which
+ * converted b's blocks to float32 in memory and ran sgemm on each, took 10.1 ms on the 1x4096x4096
+ * row, 50 on 1x14336x4096 and 13.6 on 16x4096x4096, against numpy.matmul's 1.6, 8.1 and 8.7 in
+ * float32; the skinny path 1.8, 5.8 and 7.9 (numpy 1.7, 7.6 and 9.5 in that run). At 16 rows the
+ * skinny path as first written (its sums in an array the compiler kept in memory) ran as fast as
+ * the block path (22.2 ms both, five runs alternating), and the current one twice as fast as that
+ * first one (9.3 ms against 19.4-20.4, four runs alternating); above 16 rows it was not compared,
+ * so the block path keeps them. */
+#ifndef TR__GEMM_SKINNY_ROWS
+#define TR__GEMM_SKINNY_ROWS 16
+#endif
+#define TR__GEMM_SKINNY_BYTES ((int64_t)64 << 20)
+/* op(b)'s columns a range of the skinny path takes at a time where b is not transposed (its
+ * accumulators: rows x this many floats) */
+#define TR__GEMM_SKINNY_COLS 256
+
+typedef struct tr__gemm_skinny {
+  const float *x; /* op(a) in float32, [M, K] */
+  const void *b;
+  void *d;
+  tr__cpu_kind kind;
+  int64_t M, N, K;
+} tr__gemm_skinny;
+
+/* Eight floats, and eight 16-bit and 32-bit lanes: GCC's vector extensions (two SSE registers in
+ * the baseline build, one AVX register in the AVX2 one). */
+typedef float tr__gemm_v8f __attribute__((vector_size(32)));
+typedef uint16_t tr__gemm_v8h __attribute__((vector_size(16)));
+typedef uint32_t tr__gemm_v8u __attribute__((vector_size(32)));
+
+/* `rows` (1 to 4) rows of x (x, x + ldx, ...; K floats each) dotted with a row of b: float32
+ * (`y`), or bfloat16 converted as it is read (`h`, with `bf16`). Each dot is summed in eight lanes
+ * (k mod 8), then lane by lane, then the tail past a multiple of 8: the same order whatever the
+ * thread. Inlined with `rows` and `bf16` constants (tr__gemm_dot), so the unused rows vanish and
+ * the sums stay in registers. */
+static inline __attribute__((always_inline)) void tr__gemm_dot_n(const float *x, int64_t ldx, int64_t K, int rows,
+                                                                 int bf16, const float *y, const uint16_t *h,
+                                                                 float *out) {
+  tr__gemm_v8f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}; /* named, not an array: kept in registers */
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    tr__gemm_v8f v, x0, x1, x2, x3;
+    if (bf16) {
+      tr__gemm_v8h hv;
+      memcpy(&hv, h + k, sizeof(hv));
+      const tr__gemm_v8u u = __builtin_convertvector(hv, tr__gemm_v8u) << 16; /* the float's top half */
+      memcpy(&v, &u, sizeof(v));
+    } else {
+      memcpy(&v, y + k, sizeof(v));
+    }
+    memcpy(&x0, x + k, sizeof(x0));
+    s0 += x0 * v;
+    if (rows > 1) {
+      memcpy(&x1, x + ldx + k, sizeof(x1));
+      s1 += x1 * v;
+    }
+    if (rows > 2) {
+      memcpy(&x2, x + 2 * ldx + k, sizeof(x2));
+      s2 += x2 * v;
+    }
+    if (rows > 3) {
+      memcpy(&x3, x + 3 * ldx + k, sizeof(x3));
+      s3 += x3 * v;
+    }
+  }
+  const tr__gemm_v8f sums[4] = {s0, s1, s2, s3};
+  for (int r = 0; r < rows; r++) {
+    float t = 0.f;
+    for (int j = 0; j < 8; j++) t += sums[r][j];
+    for (int64_t q = k; q < K; q++) t += x[r * ldx + q] * (bf16 ? tr__cpu_bf16_to_f32(h[q]) : y[q]);
+    out[r] = t;
+  }
+}
+
+/* Dispatches to tr__gemm_dot_n with constants. */
+static inline __attribute__((always_inline)) void tr__gemm_dot(const float *x, int64_t ldx, int64_t K, int64_t rows,
+                                                               int bf16, const float *y, const uint16_t *h,
+                                                               float *out) {
+#define TR__GEMM_DOT(R) \
+  (bf16 ? tr__gemm_dot_n(x, ldx, K, R, 1, y, h, out) : tr__gemm_dot_n(x, ldx, K, R, 0, y, h, out))
+  switch (rows) {
+    case 1: TR__GEMM_DOT(1); break;
+    case 2: TR__GEMM_DOT(2); break;
+    case 3: TR__GEMM_DOT(3); break;
+    default: TR__GEMM_DOT(4); break;
+  }
+#undef TR__GEMM_DOT
+}
+
+/* b [N, K] (transposed): items are b's rows; each is dotted with every row of x, four rows of x
+ * at a time (a bfloat16 row converted as it is read, a float16 one into a float32 buffer first). */
+static inline __attribute__((always_inline)) tr_status *tr__gemm_skinny_rows_body(void *vctx, int64_t begin,
+                                                                                  int64_t end) {
+  const tr__gemm_skinny *c = vctx;
+  float *buf = c->kind == TR__CPU_F16 ? malloc((size_t)c->K * sizeof(float)) : NULL;
+  if (c->kind == TR__CPU_F16 && buf == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "gemm: a row of b");
+  for (int64_t n = begin; n < end; n++) {
+    const float *y = c->kind == TR__CPU_BF16 ? NULL : tr__cpu_load(c->b, c->kind, n * c->K, c->K, buf);
+    const uint16_t *h = (const uint16_t *)c->b + n * c->K; /* read where y is NULL: bfloat16 */
+    for (int64_t m = 0; m < c->M; m += 4) {
+      float out[4];
+      const int64_t rows = c->M - m < 4 ? c->M - m : 4;
+      tr__gemm_dot(c->x + m * c->K, c->K, c->K, rows, c->kind == TR__CPU_BF16, y, h, out);
+      for (int64_t r = 0; r < rows; r++) tr__cpu_store1(c->d, c->kind, (m + r) * c->N + n, out[r]);
+    }
+  }
+  free(buf);
+  return NULL;
+}
+
+static tr_status *tr__gemm_skinny_rows(void *vctx, int64_t begin, int64_t end) {
+  return tr__gemm_skinny_rows_body(vctx, begin, end);
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+/* The same built for AVX2 with FMA (the products fused into the sums), chosen at run time where
+ * the processor has both (tr__gemm_skinny_rows_fn): a vector of eight floats is one register. */
+__attribute__((target("avx2,fma"))) static tr_status *tr__gemm_skinny_rows_avx2(void *vctx, int64_t begin,
+                                                                               int64_t end) {
+  return tr__gemm_skinny_rows_body(vctx, begin, end);
+}
+#endif
+
+static tr__cpu_range_fn tr__gemm_skinny_rows_fn(void) {
+#if defined(__GNUC__) && defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return tr__gemm_skinny_rows_avx2;
+#endif
+  return tr__gemm_skinny_rows;
+}
+
+/* b [K, N]: items are ranges of TR__GEMM_SKINNY_COLS of b's columns; each range's rows of b are
+ * converted and added, scaled by x's column, into every row's accumulators. */
+static tr_status *tr__gemm_skinny_cols(void *vctx, int64_t begin, int64_t end) {
+  const tr__gemm_skinny *c = vctx;
+  float *acc = malloc((size_t)(c->M + 1) * TR__GEMM_SKINNY_COLS * sizeof(float));
+  if (acc == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "gemm: accumulators of b's columns");
+  float *buf = acc + c->M * TR__GEMM_SKINNY_COLS;
+  for (int64_t r = begin; r < end; r++) {
+    const int64_t n0 = r * TR__GEMM_SKINNY_COLS;
+    const int64_t w = c->N - n0 < TR__GEMM_SKINNY_COLS ? c->N - n0 : TR__GEMM_SKINNY_COLS;
+    memset(acc, 0, (size_t)(c->M * TR__GEMM_SKINNY_COLS) * sizeof(float));
+    for (int64_t k = 0; k < c->K; k++) {
+      const float *y = tr__cpu_load(c->b, c->kind, k * c->N + n0, w, buf);
+      for (int64_t m = 0; m < c->M; m++) {
+        const float xv = c->x[m * c->K + k];
+        float *am = acc + m * TR__GEMM_SKINNY_COLS;
+        for (int64_t j = 0; j < w; j++) am[j] += xv * y[j];
+      }
+    }
+    for (int64_t m = 0; m < c->M; m++) tr__cpu_store(c->d, c->kind, m * c->N + n0, w, acc + m * TR__GEMM_SKINNY_COLS);
+  }
+  free(acc);
+  return NULL;
+}
+
+/* d = op(a) @ op(b) with op(a) small: op(a) converted to float32 once, b streamed once (converted
+ * as it is read, or a row or a range of columns at a time into a small buffer), accumulated in
+ * float32 and rounded to d's kind once; each element of d is computed by one thread in a fixed
+ * order, so the result does not depend on the thread count. */
+static tr_status *tr__gemm_skinny_run(const void *a, const void *b, void *d, int64_t M, int64_t N,
+                                      int64_t K, int ta, int tb, tr__cpu_kind kind, int threads) {
+  float *x = malloc((size_t)(M * K) * sizeof(float));
+  if (x == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "gemm: %lld bytes for a in float32", (long long)(M * K * 4));
+  for (int64_t m = 0; m < M; m++) {
+    if (!ta) {
+      const float *row = tr__cpu_load(a, kind, m * K, K, x + m * K);
+      if (row != x + m * K) memcpy(x + m * K, row, (size_t)K * sizeof(float));
+    } else {
+      for (int64_t k = 0; k < K; k++) x[m * K + k] = tr__cpu_load1(a, kind, k * M + m);
+    }
+  }
+  tr__gemm_skinny c = {x, b, d, kind, M, N, K};
+  tr_status *status = tb ? tr__cpu_parallel_for(threads, N, M * K, tr__gemm_skinny_rows_fn(), &c)
+                         : tr__cpu_parallel_for(threads, (N + TR__GEMM_SKINNY_COLS - 1) / TR__GEMM_SKINNY_COLS,
+                                                M * K * TR__GEMM_SKINNY_COLS, tr__gemm_skinny_cols, &c);
+  free(x);
+  return status;
+}
+
 tr_status *tr_cpu_gemm(const void *a, const void *b, void *d, int64_t M, int64_t N, int64_t K,
                        int trans_a, int trans_b, tr_dtype dtype, int threads) {
   static const char op[] = "gemm";
@@ -117,6 +304,9 @@ tr_status *tr_cpu_gemm(const void *a, const void *b, void *d, int64_t M, int64_t
                 (blasint)M, (blasint)N, (blasint)K, 1.0f, a, (blasint)(ta ? M : K), b,
                 (blasint)(tb ? K : N), 0.0f, d, (blasint)N);
     return NULL;
+  }
+  if (kind != TR__CPU_F32 && M <= TR__GEMM_SKINNY_ROWS && M * K <= TR__GEMM_SKINNY_BYTES / 4) {
+    return tr__gemm_skinny_run(a, b, d, M, N, K, ta, tb, kind, threads);
   }
   return tr__gemm_blocks(a, b, d, M, N, K, ta, tb, kind, threads);
 }
