@@ -36,7 +36,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         description="Times tilerun's CPU GemmFwdOp (float32) and numpy.matmul at square sizes, "
                     "alternating, and prints a table: size, ms, GFLOP/s each, and the ratio of "
-                    "tilerun's speed to numpy's.")
+                    "tilerun's speed to numpy's. With --main-job: the manifest's GemmFwdOp rows "
+                    "through `tilerun run` instead, against numpy.matmul float32 at their shapes.")
     p.add_argument("--sizes", default="256,512,1024,2048",
                    help="comma-separated square sizes M = N = K (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=7,
