@@ -22,7 +22,8 @@
  *   less (TR_CPU_PARALLEL_MIN) runs on the calling thread, and so does a call made while another
  *   thread's call holds the pool. Work is split by rows (or another whole unit each kernel
  *   names), so the result is bit-identical for every thread count. Negative is a ValueError.
- *   gemm's multiply runs on OpenBLAS's own threads instead (see tr_cpu_gemm).
+ *   gemm's multiply runs on OpenBLAS's own threads instead, but for its skinny path (see
+ *   tr_cpu_gemm).
  * - Thread-safe: calls share no state. Outputs must not overlap inputs, except that an output
  *   may be exactly its same-dtype, same-shaped input (in place) where a kernel says so.
  * - Nothing returned needs freeing except the status. */
@@ -125,11 +126,14 @@ tr_status *tr_cpu_add(const void *a, const void *b, void *c, int64_t numel, tr_d
 /* d[M, N] = op(a) @ op(b) (torch.matmul of 2-D operands): a is [K, M] when trans_a else [M, K];
  * b is [N, K] when trans_b else [K, N]. dtype float16, bfloat16 or float32. OpenBLAS's
  * cblas_sgemm does the multiply, summing in float32; float16 and bfloat16 operands are converted
- * to float32 in blocks of at most 1024 rows and columns (by the pool, on `threads`), d's block
- * accumulating in float32 over the depth blocks and rounded once. K == 0 gives zeros. The
- * multiply runs on OpenBLAS's threads, whose count is the process's (OPENBLAS_NUM_THREADS;
+ * to float32 in blocks of at most 4096 rows, columns and depth (by the pool, on `threads`; up to
+ * 192 MiB of scratch), d's block accumulating in float32 over the depth blocks and rounded once.
+ * The multiply runs on OpenBLAS's threads, whose count is the process's (OPENBLAS_NUM_THREADS;
  * default the processors), not `threads`: numpy and others in the process share that library
- * and its setting, so the backend leaves it alone. d must not overlap a or b. */
+ * and its setting, so the backend leaves it alone. Except the skinny path: float16 and bfloat16
+ * with op(a) of at most 16 rows (and op(a) in float32 of at most 64 MiB) stream b once on the
+ * pool's `threads`, op(a) converted to float32 once, summing in float32. K == 0 gives zeros.
+ * Every path gives the same bits for every thread count. d must not overlap a or b. */
 tr_status *tr_cpu_gemm(const void *a, const void *b, void *d, int64_t M, int64_t N, int64_t K,
                        int trans_a, int trans_b, tr_dtype dtype, int threads) TR_MUST_USE;
 

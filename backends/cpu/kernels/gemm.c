@@ -108,6 +108,8 @@ static tr_status *tr__gemm_blocks(const void *a, const void *b, void *d, int64_t
 #ifndef TR__GEMM_SKINNY_ROWS
 #define TR__GEMM_SKINNY_ROWS 16
 #endif
+/* At most this many bytes of op(a) in float32 (and a sixteenth of it, 4 MiB, for a float16 row of
+ * b converted by each range) on the skinny path; larger calls take the block path. */
 #define TR__GEMM_SKINNY_BYTES ((int64_t)64 << 20)
 /* op(b)'s columns a range of the skinny path takes at a time where b is not transposed (its
  * accumulators: rows x this many floats) */
@@ -192,7 +194,10 @@ static inline __attribute__((always_inline)) tr_status *tr__gemm_skinny_rows_bod
                                                                                   int64_t end) {
   const tr__gemm_skinny *c = vctx;
   float *buf = c->kind == TR__CPU_F16 ? malloc((size_t)c->K * sizeof(float)) : NULL;
-  if (c->kind == TR__CPU_F16 && buf == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "gemm: a row of b");
+  if (c->kind == TR__CPU_F16 && buf == NULL) {
+    return TR_STATUS(TR_OUT_OF_MEMORY, "gemm: cannot allocate %lld bytes for a row of b in float32",
+                     (long long)(c->K * 4));
+  }
   for (int64_t n = begin; n < end; n++) {
     const float *y = c->kind == TR__CPU_BF16 ? NULL : tr__cpu_load(c->b, c->kind, n * c->K, c->K, buf);
     const uint16_t *h = (const uint16_t *)c->b + n * c->K; /* read where y is NULL: bfloat16 */
@@ -212,17 +217,17 @@ static tr_status *tr__gemm_skinny_rows(void *vctx, int64_t begin, int64_t end) {
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
-/* The same built for AVX2 with FMA (the products fused into the sums), chosen at run time where
- * the processor has both (tr__gemm_skinny_rows_fn): a vector of eight floats is one register. */
-__attribute__((target("avx2,fma"))) static tr_status *tr__gemm_skinny_rows_avx2(void *vctx, int64_t begin,
-                                                                               int64_t end) {
+/* The same built for AVX2, chosen at run time where the processor has it (tr__gemm_skinny_rows_fn):
+ * a vector of eight floats is one register. The build's -std=c11 leaves products and sums unfused,
+ * so both builds give the same bits. */
+__attribute__((target("avx2"))) static tr_status *tr__gemm_skinny_rows_avx2(void *vctx, int64_t begin, int64_t end) {
   return tr__gemm_skinny_rows_body(vctx, begin, end);
 }
 #endif
 
 static tr__cpu_range_fn tr__gemm_skinny_rows_fn(void) {
 #if defined(__GNUC__) && defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return tr__gemm_skinny_rows_avx2;
+  if (__builtin_cpu_supports("avx2")) return tr__gemm_skinny_rows_avx2;
 #endif
   return tr__gemm_skinny_rows;
 }
@@ -232,7 +237,10 @@ static tr__cpu_range_fn tr__gemm_skinny_rows_fn(void) {
 static tr_status *tr__gemm_skinny_cols(void *vctx, int64_t begin, int64_t end) {
   const tr__gemm_skinny *c = vctx;
   float *acc = malloc((size_t)(c->M + 1) * TR__GEMM_SKINNY_COLS * sizeof(float));
-  if (acc == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "gemm: accumulators of b's columns");
+  if (acc == NULL) {
+    return TR_STATUS(TR_OUT_OF_MEMORY, "gemm: cannot allocate %lld bytes for the sums of b's columns",
+                     (long long)((c->M + 1) * TR__GEMM_SKINNY_COLS * 4));
+  }
   float *buf = acc + c->M * TR__GEMM_SKINNY_COLS;
   for (int64_t r = begin; r < end; r++) {
     const int64_t n0 = r * TR__GEMM_SKINNY_COLS;
@@ -259,7 +267,9 @@ static tr_status *tr__gemm_skinny_cols(void *vctx, int64_t begin, int64_t end) {
 static tr_status *tr__gemm_skinny_run(const void *a, const void *b, void *d, int64_t M, int64_t N,
                                       int64_t K, int ta, int tb, tr__cpu_kind kind, int threads) {
   float *x = malloc((size_t)(M * K) * sizeof(float));
-  if (x == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "gemm: %lld bytes for a in float32", (long long)(M * K * 4));
+  if (x == NULL) {
+    return TR_STATUS(TR_OUT_OF_MEMORY, "gemm: cannot allocate %lld bytes for a in float32", (long long)(M * K * 4));
+  }
   for (int64_t m = 0; m < M; m++) {
     if (!ta) {
       const float *row = tr__cpu_load(a, kind, m * K, K, x + m * K);
@@ -305,7 +315,9 @@ tr_status *tr_cpu_gemm(const void *a, const void *b, void *d, int64_t M, int64_t
                 (blasint)(tb ? K : N), 0.0f, d, (blasint)N);
     return NULL;
   }
-  if (kind != TR__CPU_F32 && M <= TR__GEMM_SKINNY_ROWS && M * K <= TR__GEMM_SKINNY_BYTES / 4) {
+  /* the skinny path's float32 copies: x (M * K floats) and, for float16, a row of b a range (K) */
+  if (kind != TR__CPU_F32 && M <= TR__GEMM_SKINNY_ROWS && M * K <= TR__GEMM_SKINNY_BYTES / 4 &&
+      (kind != TR__CPU_F16 || K <= TR__GEMM_SKINNY_BYTES / 64)) {
     return tr__gemm_skinny_run(a, b, d, M, N, K, ta, tb, kind, threads);
   }
   return tr__gemm_blocks(a, b, d, M, N, K, ta, tb, kind, threads);
