@@ -1,9 +1,8 @@
 /* inspect.h: what a call would do, asked without making it: the manifest's ops (op_def.h), the
- * output specs the manifest infers,
- * the in-tree kernel selection (the spec's op.key_for / op.kernel_for, device facts stated or
- * derived) and the inventory of the in-tree ops (interfaces, implementation keys). No builder
- * runs and no target is settled, except where kernel_for builds. docs/calling-ops.md, "Asking
- * before calling". */
+ * output specs the manifest infers, the in-tree kernel selection (the spec's op.key_for /
+ * op.kernel_for, device facts stated or derived) and the inventory of the in-tree ops (interfaces,
+ * implementation keys). No builder runs and no target is settled, except where kernel_for builds.
+ * docs/calling-ops.md, "Asking before calling". */
 #ifndef TILERUN_INSPECT_H_
 #define TILERUN_INSPECT_H_
 
