@@ -363,32 +363,39 @@ static tr_status *copy_rate(tr_cuda_pool *pool, double *gbps) {
   return status;
 }
 
+/* The first name of the comma-separated names at `p`: its length; *next is where the next name
+ * starts, NULL after the last (so "A," and "A,,B" hold empty names). */
+static size_t first_name(const char *p, const char **next) {
+  const char *end = strchr(p, ',');
+  *next = end ? end + 1 : NULL;
+  return end ? (size_t)(end - p) : strlen(p);
+}
+
 /* Whether `name` is one of the comma-separated names of `list` (NULL: every name is). */
 static int op_listed(const char *list, const char *name) {
   if (list == NULL) return 1;
-  size_t n = strlen(name);
-  for (const char *p = list; *p != '\0';) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    if (len == n && strncmp(p, name, n) == 0) return 1;
-    p += len + (end != NULL);
+  const size_t n = strlen(name);
+  for (const char *p = list, *next; p != NULL; p = next) {
+    if (first_name(p, &next) == n && strncmp(p, name, n) == 0) return 1;
   }
   return 0;
 }
 
-/* Each name of `list` is an op of `m`: else prints the first that is not, and returns 0. */
+/* Each name of `list` is an op of `m`: else prints the first that is not (an empty one too), and
+ * returns 0. */
 static int ops_known(const tr_manifest *m, const char *list, const char *manifest_dir, FILE *err) {
-  for (const char *p = list; p != NULL;) { /* every name, an empty one too ("A,", ",A", "A,,B") */
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    char name[128];
-    snprintf(name, sizeof(name), "%.*s", (int)(len < sizeof(name) - 1 ? len : sizeof(name) - 1), p);
-    if (len == 0 || len >= sizeof(name) || tr_manifest_find(m, name) == NULL) {
+  for (const char *p = list, *next; p != NULL; p = next) {
+    const size_t len = first_name(p, &next);
+    int found = 0;
+    for (size_t i = 0; i < tr_manifest_op_count(m) && !found; i++) {
+      const char *name = tr_op_def_name(tr_manifest_op_at(m, i));
+      found = strlen(name) == len && strncmp(p, name, len) == 0;
+    }
+    if (!found) {
       fprintf(err, "tilerun: --ops: the manifest (%s) has no op '%.*s' ('tilerun ops' lists them)\n",
               manifest_dir, (int)len, p);
       return 0;
     }
-    p = end ? end + 1 : NULL;
   }
   return 1;
 }
