@@ -270,18 +270,20 @@ static tr_status *tr__gemm_skinny_run(const void *a, const void *b, void *d, int
   if (x == NULL) {
     return TR_STATUS(TR_OUT_OF_MEMORY, "gemm: cannot allocate %lld bytes for a in float32", (long long)(M * K * 4));
   }
-  for (int64_t m = 0; m < M; m++) {
-    if (!ta) {
-      const float *row = tr__cpu_load(a, kind, m * K, K, x + m * K);
-      if (row != x + m * K) memcpy(x + m * K, row, (size_t)K * sizeof(float));
-    } else {
+  tr_status *status = NULL;
+  if (!ta) { /* a [M, K] as is: the block path's copy */
+    status = tr__gemm_copy(a, kind, K, 0, 0, M, K, x, 1, threads);
+  } else { /* a [K, M]: transposed as it is converted */
+    for (int64_t m = 0; m < M; m++) {
       for (int64_t k = 0; k < K; k++) x[m * K + k] = tr__cpu_load1(a, kind, k * M + m);
     }
   }
   tr__gemm_skinny c = {x, b, d, kind, M, N, K};
-  tr_status *status = tb ? tr__cpu_parallel_for(threads, N, M * K, tr__gemm_skinny_rows_fn(), &c)
-                         : tr__cpu_parallel_for(threads, (N + TR__GEMM_SKINNY_COLS - 1) / TR__GEMM_SKINNY_COLS,
-                                                M * K * TR__GEMM_SKINNY_COLS, tr__gemm_skinny_cols, &c);
+  if (status == NULL) {
+    status = tb ? tr__cpu_parallel_for(threads, N, M * K, tr__gemm_skinny_rows_fn(), &c)
+                : tr__cpu_parallel_for(threads, (N + TR__GEMM_SKINNY_COLS - 1) / TR__GEMM_SKINNY_COLS,
+                                       M * K * TR__GEMM_SKINNY_COLS, tr__gemm_skinny_cols, &c);
+  }
   free(x);
   return status;
 }
