@@ -901,8 +901,8 @@ class Runtime:
         return self._rt
 
     def _op_def(self, name):
-        """(input names, which are optional, output names, composite, doc) of op `name`, or
-        None when the manifest has no such op."""
+        """(input names, which are optional, output names, composite, doc, which inputs the op
+        writes in place) of op `name`, or None when the manifest has no such op."""
         with self._lock:
             if name not in self._defs:
                 d = _tr_runtime_find_op(self._handle(), name.encode())
@@ -914,7 +914,8 @@ class Runtime:
                     tuple(bool(_tr_op_def_input_optional(d, i)) for i in range(n_in)),
                     tuple(_tr_op_def_output_name(d, i).decode() for i in range(n_out)),
                     bool(_tr_op_def_is_composite(d)),
-                    (_tr_op_def_doc(d) or b"").decode())
+                    (_tr_op_def_doc(d) or b"").decode(),
+                    tuple(bool(_tr_op_def_input_mutated(d, i)) for i in range(n_in)))
             return self._defs[name]
 
     def op_names(self):
@@ -929,9 +930,7 @@ class Runtime:
         info = self._op_def(name)
         if info is None:
             raise LookupError("tilerun: the manifest (%s) has no op %r" % (self.manifest_dir, name))
-        d = _tr_runtime_find_op(self._handle(), name.encode())
-        mutated = tuple(bool(_tr_op_def_input_mutated(d, i)) for i in range(len(info[0])))
-        return info[:4] + (mutated,)
+        return info[:4] + (info[5],)
 
     def workloads(self, name, device="cpu"):
         """The manifest's workload rows of op `name` on `device`: a list of (label, inputs,
@@ -1153,8 +1152,8 @@ class Op(_ext.OpBase):
         info = self.runtime._op_def(name) if isinstance(name, str) else None
         if info is None:
             # tr_op_new names the op and says why (not in the manifest).
-            info = ((), (), (), False, "")
-        self.input_names, self._optional, self.output_names, self._composite, doc = info
+            info = ((), (), (), False, "", ())
+        self.input_names, self._optional, self.output_names, self._composite, doc = info[:5]
         self.__doc__ = doc or Op.__doc__
         n = len(params)
         values = (_NamedValue * max(n, 1))()
