@@ -788,7 +788,6 @@ static tr_status *check_sizes(loading *l, const workload_decl *w, yaml_node_t *c
   uint8_t has[TR_SIG_MAX_INPUTS];
   tr_named_value params[TR_SIG_MAX_PARAMS];
   size_t n_params = 0;
-  memset(specs, 0, sizeof(specs)); /* a same_as input the row leaves out: no dtype, not garbage */
   tr_status *unsettled = tr_op_def_workload(op, (size_t)op->n_workloads - 1, &cpu, specs, has, params, &n_params);
   int settled = unsettled == NULL;
   tr_status_destroy(&unsettled);

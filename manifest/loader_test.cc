@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -179,6 +180,27 @@ TEST_CASE("same_as: an input's dtype follows an earlier input's") {
   CHECK(tr_test::shape_text(out.outputs[0]) == "float32[3] on cpu");
   CHECK(op.check({&a, &b16}) == "SignatureError(dtype): SameFwdOp: input 'b' dtype float16 does "
                                 "not match same_as(a) = float32");
+}
+
+TEST_CASE("same_as: a workload row leaving out the input a dtype follows is an error naming both") {
+  Loaded l(std::string("SameFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                       "    inputs:\n"
+                       "      a: {dtype: \"float16 | float32\", shape: \"[N]\", optional: true}\n"
+                       "      b: {dtype: same_as(a), shape: \"[N]\", optional: true}\n"
+                       "    outputs:\n      c: {dtype: float32, shape: \"[2]\"}\n"
+                       "  workloads:\n    - {label: no a, shapes: {b: [3]}}\n"));
+  const tr_op_def *op = l.op("SameFwdOp");
+  tr_device cpu = {"cpu", TR_DEVICE_NO_INDEX};
+  tr_tensor_spec specs[2];
+  memset(specs, 0xff, sizeof(specs));  // what the row leaves out is zeroed, not left as given
+  uint8_t has[2] = {9, 9};
+  size_t n_params = 0;
+  std::string e = tr_test::error_of(tr_op_def_workload(op, 0, &cpu, specs, has, nullptr, &n_params));
+  CHECK(e.find("ManifestError: ") == 0);
+  CHECK(e.find("SameFwdOp: workload 'no a' leaves out input 'a', whose dtype input 'b' takes (dtype: "
+               "same_as(a))") != std::string::npos);
+  CHECK(has[0] == 0);
+  CHECK(specs[0].rank == 0);
 }
 
 TEST_CASE("device: cpu lets one input stay on the CPU") {
