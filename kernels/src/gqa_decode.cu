@@ -383,8 +383,9 @@ constexpr int BOX_BYTES = SLOT_ROWS * 128;
 constexpr int TILE_BYTES = BOXES * BOX_BYTES;  // one of K or V
 constexpr int BULK_RING_BYTES = STAGES * 2 * TILE_BYTES;
 // The ring's shared-memory address: 1024-byte aligned in the dynamic shared memory (the swizzle's
-// period; the host gives 1 KiB more). Its STAGES full and STAGES empty mbarriers follow it, then,
-// in the cluster build, the receive area.
+// period; the host gives 1 KiB more). Its STAGES full and STAGES empty mbarriers follow it (at
+// FULL_AT and EMPTY_AT from the ring), then, in the cluster build, the receive area (RECV_AT).
+constexpr int FULL_AT = BULK_RING_BYTES, EMPTY_AT = FULL_AT + 8 * STAGES, RECV_AT = EMPTY_AT + 8 * STAGES;
 __device__ __forceinline__ unsigned ring_addr(const char *smem) { return (smem_addr(smem) + 1023u) & ~1023u; }
 
 // Byte offsets in a K or V tile as the tensor copies lay it: a box of 64 dims after another, each
@@ -418,7 +419,7 @@ __device__ __forceinline__ void bulk_ring(Unit u, const int *__restrict__ seqlen
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const unsigned ring = ring_addr(smem);
   char *const ring_ptr = smem + (ring - smem_addr(smem));
-  const unsigned full = ring + BULK_RING_BYTES, empty = full + 8 * STAGES;  // STAGES mbarriers each
+  const unsigned full = ring + FULL_AT, empty = ring + EMPTY_AT;  // STAGES mbarriers each
   const int most = u.cap > u.start ? (int)((u.cap - u.start + SLOT_ROWS - 1) / SLOT_ROWS) : 0;
   const int early = most < STAGES ? most : STAGES;  // slots issued before the length is known
   const u64 once = EVICT_FIRST ? l2_policy_stream() : 0;  // the cache is read once a step: evicted first
@@ -549,8 +550,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
   // and recv_l [CLUSTER_MAX][QT], then recv_o [C][per] (C * per < QT * DIM + CLUSTER_MAX), then
   // the mbarrier that counts the bytes stored there.
   const int n = u.nq * DIM, per = (n + (int)ctas - 1) / (int)ctas;
-  float *recv_m =
-      reinterpret_cast<float *>(smem + (ring_addr(smem) - smem_addr(smem)) + BULK_RING_BYTES + 16 * STAGES);
+  float *recv_m = reinterpret_cast<float *>(smem + (ring_addr(smem) - smem_addr(smem)) + RECV_AT);
   float *recv_l = recv_m + CLUSTER_MAX * QT, *recv_o = recv_l + CLUSTER_MAX * QT;
   const unsigned recv_bar = smem_addr(recv_o + QT * DIM + CLUSTER_MAX);
   if (ctas > 1 && threadIdx.x == 0) {  // every CTA's o of its elements and (max, sum) of each head
