@@ -223,7 +223,21 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
  * from the others' with a barrier before and after: no change on an H100 (bench_gemm.py --rows
  * "decode m=", two rounds, 2026-12-06; 4096x4096 at m = 1 14.21-14.22 us against 14.23, at m = 16
  * 14.24-14.82 against 14.63; the other rows moved with the machine between runs, up to 6%, not
- * with the build). A 14 us kernel's merge is not its cost. */
+ * with the build). A 14 us kernel's merge is not its cost.
+ * Also tried for m = 64, where the wgmma build stays at 0.90-0.93x torch on the 4096x4096 and
+ * 14336x4096 weights (H100, bench_gemm.py --rows "decode m=", `tools/gpu.sh ab --rounds 2`,
+ * 2026-12-06; the packed build 16.1-16.3 us and 46.1-46.9 us there), none kept, each within 1%
+ * or slower: 64-row tiles on the large weight (mlp up m = 64 47.7 us; m = 1 on it 45.3, split 4);
+ * a ring of 200 KiB for the 128-row tiles (8 stages at m = 64: 48.8; m = 1 and 16 2-4% slower);
+ * at most 6 stages for x of more than 32 rows (two CTAs an SM; the tuner kept split 2: no change);
+ * 256-row tiles for m = 64 (x read from L2 once for 32 KB of w, not 16; 20.1-21.0 and 48.4-50.2,
+ * with one, two or four consumer warpgroups); two consumer warpgroups on 128-row tiles, each one
+ * m64 half (45.6-45.8 against 46.1-46.2: within the spread); each stage handed back as soon as
+ * its own products are done (wgmma wait 0, the consumer then holds one stage, not two; alone, with
+ * two warpgroups, with a 160 KiB ring: 46.0-46.2, 45.8-46.1, 49.3-49.7). ncu on the 14336x4096
+ * weight (one cold launch) shows DRAM at 70% at m = 64 against 76% at m = 16, the SMs' compute at
+ * 18% and the L2 at 76%: neither the tensor cores nor the x tile's L2 traffic is the limit; a
+ * deeper ring is slower on every row. */
 #ifndef TR_SKINNY_WG_LARGE_ROWS
 #define TR_SKINNY_WG_LARGE_ROWS 128
 #endif

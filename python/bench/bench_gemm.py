@@ -60,6 +60,7 @@ def main():
           "| same-bytes copy us | tuned/copy |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     verdicts = []
+    wrong = []
     for label, m, n, k, tb in ROWS:
         if args.rows not in label:
             continue
@@ -84,6 +85,13 @@ def main():
         cfg = op.kernel_config()
         t_tuned = graph_us(run_tr, calls)
         t_torch = graph_us(run_torch, calls)
+        # the tuned kernel's result against float32 on the same operands: a fast wrong kernel fails the run
+        d[0].fill_(float("nan"))
+        op.call_into([a[0], b[0]], [d[0]])
+        ref = a[0].float() @ (b[0].float().t() if tb else b[0].float())
+        err = ((d[0].float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+        if not err <= 1e-2:
+            wrong.append(f"{label}: largest error {err:.3g} of the largest |value| (at most 1e-2 expected)")
         extra = ", ".join(f"{key}={v}" for key, v in cfg.items() if key in ("split", "algorithm", "algorithms_offered"))
         tflops = 2 * m * n * k / t_tuned / 1e6
         pct = 100 * byts / t_tuned / 1e3 / copy
@@ -106,6 +114,9 @@ def main():
     print("goals:")
     for label, text, ok in verdicts:
         print(f"  {label}: {text}: {'met' if ok else 'NOT met'}")
+    if wrong:
+        print("WRONG RESULTS (tilerun's output against float32 torch.matmul):", *wrong, sep="\n  ")
+        sys.exit(1)
 
 
 if __name__ == "__main__":
