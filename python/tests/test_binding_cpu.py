@@ -991,5 +991,40 @@ class CpuGemmBenchScript(unittest.TestCase):
         self.assertIn("| 33x33x33 |", done.stdout)
         self.assertIn("lowest ratio", done.stdout)
 
+
+class CpuGemmPathsScript(unittest.TestCase):
+    """cpu_gemm_paths.py explains itself, and a tiny run of two backend folders (the same one
+    twice here) prints each one's time, their ratio and the error of bfloat16 results passed
+    through its own DLPack capsules."""
+
+    SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench",
+                          "cpu_gemm_paths.py")
+
+    def run_script(self, *args):
+        import subprocess
+        return subprocess.run([sys.executable, self.SCRIPT, *args], capture_output=True, text=True,
+                              timeout=120)
+
+    def test_help_a_tiny_run_and_a_bad_argument(self):
+        done = self.run_script("--help")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("usage: cpu_gemm_paths.py", done.stdout)
+        self.assertIn("--backends", done.stdout)
+        backend = os.environ["TILERUN_BACKEND_PATH"]
+        done = self.run_script("--backends", backend + "," + backend, "--rows", "2,17", "--shapes", "24x40",
+                               "--rounds", "1", "--calls", "1")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("| N x K | trans_b | rows |", done.stdout)
+        self.assertIn("first/second |", done.stdout)
+        for tb in (1, 0):
+            for rows in (2, 17):
+                self.assertIn("| 24x40 | %d | %d |" % (tb, rows), done.stdout)
+        error = float(done.stdout.split("over the largest |value|: ")[1].split()[0])
+        self.assertLess(error, 2e-2)
+        done = self.run_script("--shapes", "24x")
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("shapes NxK", done.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -677,6 +677,53 @@ TEST_CASE("gemm matches the float64 reference for every transpose and dtype") {
   }
 }
 
+TEST_CASE("gemm with a large [N, K] b is right either side of the skinny path's 48 rows") {
+  // b [N, K] (trans_b) of 8M elements takes the skinny path up to 48 rows of op(a) (gemm.c's
+  // TR__GEMM_SKINNY_WIDE_ROWS), the block path from 49; one element less of b, the block path from
+  // 17. Every element must be written; the float64 reference is checked on every 61st column of d.
+  TR_SEEDED_RNG(rng);
+  const Dt *const halves[] = {&kF16, &kBF16};
+  const int64_t cases[][3] = {{48, 4096, 2048}, {49, 4096, 2048}, {33, 4096, 2048}, {17, 4095, 2048}};
+  for (const Dt *dt : halves) {
+    for (const auto &c : cases) {
+      const int64_t M = c[0], N = c[1], K = c[2];
+      Buf b = random_buf(rng, *dt, N * K, -1, 1);
+      std::vector<double> bv = b.values();
+      for (int ta = 0; ta < 2; ta++) {
+        INFO(dt->name << " " << describe({{"M", M}, {"N", N}, {"K", K}, {"trans_a", ta}, {"trans_b", 1}}));
+        Buf a = random_buf(rng, *dt, M * K, -1, 1);
+        Buf d(*dt, M * N);
+        for (int64_t i = 0; i < M * N; i++) d.set(i, NAN);
+        ok(tr_cpu_gemm(a.data(), b.data(), d.data(), M, N, K, ta, 1, dt->dtype, 2));
+        std::vector<double> av = a.values();
+        size_t unwritten = 0;
+        for (int64_t i = 0; i < M * N; i++) unwritten += std::isnan(d.get(i)) ? 1 : 0;
+        CHECK(unwritten == 0);
+        std::vector<int64_t> cols;
+        for (int64_t j = 0; j < N; j += 61) cols.push_back(j);
+        cols.push_back(N - 1);
+        Buf got(*dt, M * (int64_t)cols.size());
+        std::vector<double> ref(got.n), scale(got.n);
+        for (int64_t i = 0; i < M; i++) {
+          for (size_t jj = 0; jj < cols.size(); jj++) {
+            const int64_t j = cols[jj];
+            double sum = 0, abs_sum = 0;
+            for (int64_t k = 0; k < K; k++) {
+              const double x = ta ? av[k * M + i] : av[i * K + k], y = bv[j * K + k];
+              sum += x * y;
+              abs_sum += std::fabs(x * y);
+            }
+            got.set(i * (int64_t)cols.size() + (int64_t)jj, d.get(i * N + j));
+            ref[i * cols.size() + jj] = sum;
+            scale[i * cols.size() + jj] = abs_sum;
+          }
+        }
+        expect_close(got, ref, scale, *dt, "gemm");
+      }
+    }
+  }
+}
+
 // ---- RoPE ---------------------------------------------------------------------------------
 
 // A vLLM cos/sin cache: row p = [cos(p * theta_i) for i < D/2, sin(p * theta_i) ...].
