@@ -226,8 +226,8 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
  * with the build). A 14 us kernel's merge is not its cost.
  * Also tried for m = 64, where the wgmma build stays at 0.90-0.93x torch on the 4096x4096 and
  * 14336x4096 weights (H100, bench_gemm.py --rows "decode m=", `tools/gpu.sh ab --rounds 2`,
- * 2026-12-06; the packed build 16.1-16.3 us and 46.1-46.9 us there), none kept, each within 1%
- * or slower: 64-row tiles on the large weight (mlp up m = 64 47.7 us; m = 1 on it 45.3, split 4);
+ * 2026-12-06; the wgmma build as it is, run alongside, 16.1-16.3 us and 46.1-46.9 us there),
+ * none kept, each within 1% or slower: 64-row tiles on the large weight (mlp up m = 64 47.7 us; m = 1 on it 45.3, split 4);
  * a ring of 200 KiB for the 128-row tiles (8 stages at m = 64: 48.8; m = 1 and 16 2-4% slower);
  * at most 6 stages for x of more than 32 rows (two CTAs an SM; the tuner kept split 2: no change);
  * 256-row tiles for m = 64 (x read from L2 once for 32 KB of w, not 16; 20.1-21.0 and 48.4-50.2,

@@ -12,6 +12,9 @@ torch's time over tilerun's (above 1: tilerun is faster), and on the decode rows
 the same bytes (read + write of half of them, over buffers rotated alike) timed the same way: the
 ceiling at that size, where a launch's ramp and tail weigh more than on the 2 GiB copy.
 
+Each row's tuned result is also compared with float32 torch.matmul on the same operands (the
+output poisoned with NaN first); an error above 1e-2 of the largest value fails the run (exit 1).
+
     python3 python/bench/bench_gemm.py [--rows SUBSTRING] [--calls N]
 
 Goals (issue 23): rows with m >= 2048 at least 1.0x torch, tuned; decode rows (m <= 64) at least

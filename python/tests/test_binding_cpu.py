@@ -993,9 +993,9 @@ class CpuGemmBenchScript(unittest.TestCase):
 
 
 class CpuGemmPathsScript(unittest.TestCase):
-    """cpu_gemm_paths.py explains itself, and a tiny run of two backend folders (the same one
-    twice here) prints each one's time, their ratio and the error of bfloat16 results passed
-    through its own DLPack capsules."""
+    """cpu_gemm_paths.py explains itself; a run prints each backend's time, their ratio and the
+    error of bfloat16 results passed through its own DLPack capsules (one case on the skinny
+    path's wide limit: 33 rows, b [N, K] of 8Mi elements); a folder given twice is refused."""
 
     SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench",
                           "cpu_gemm_paths.py")
@@ -1003,24 +1003,36 @@ class CpuGemmPathsScript(unittest.TestCase):
     def run_script(self, *args):
         import subprocess
         return subprocess.run([sys.executable, self.SCRIPT, *args], capture_output=True, text=True,
-                              timeout=120)
+                              timeout=300)
 
-    def test_help_a_tiny_run_and_a_bad_argument(self):
+    def test_help_runs_and_bad_arguments(self):
+        import shutil
+        import tempfile
         done = self.run_script("--help")
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertIn("usage: cpu_gemm_paths.py", done.stdout)
         self.assertIn("--backends", done.stdout)
         backend = os.environ["TILERUN_BACKEND_PATH"]
-        done = self.run_script("--backends", backend + "," + backend, "--rows", "2,17", "--shapes", "24x40",
-                               "--rounds", "1", "--calls", "1")
+        done = self.run_script("--backends", backend, "--rows", "33", "--shapes", "4096x2048",
+                               "--trans-b", "1", "--rounds", "1", "--calls", "1")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("| 4096x2048 | 1 | 33 |", done.stdout)
+        error = float(done.stdout.split("over the largest |value|: ")[1].split()[0])
+        self.assertLess(error, 2e-2)
+        with tempfile.TemporaryDirectory() as copy:
+            for name in os.listdir(backend):
+                shutil.copy(os.path.join(backend, name), copy)
+            done = self.run_script("--backends", backend + "," + copy, "--rows", "2,17", "--shapes",
+                                   "24x40", "--rounds", "1", "--calls", "1")
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertIn("| N x K | trans_b | rows |", done.stdout)
         self.assertIn("first/second |", done.stdout)
         for tb in (1, 0):
             for rows in (2, 17):
                 self.assertIn("| 24x40 | %d | %d |" % (tb, rows), done.stdout)
-        error = float(done.stdout.split("over the largest |value|: ")[1].split()[0])
-        self.assertLess(error, 2e-2)
+        done = self.run_script("--backends", backend + "," + backend)
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("the two folders are the same one", done.stderr)
         done = self.run_script("--shapes", "24x")
         self.assertEqual(done.returncode, 2)
         self.assertIn("shapes NxK", done.stderr)

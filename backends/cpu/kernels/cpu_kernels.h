@@ -131,9 +131,9 @@ tr_status *tr_cpu_add(const void *a, const void *b, void *c, int64_t numel, tr_d
  * The multiply runs on OpenBLAS's threads, whose count is the process's (OPENBLAS_NUM_THREADS;
  * default the processors), not `threads`: numpy and others in the process share that library
  * and its setting, so the backend leaves it alone. Except the skinny path: float16 and bfloat16
- * with op(a) of at most 16 rows, or 48 where b is [N, K] (trans_b) of at least 8M elements (and
- * op(a) in float32 of at most 64 MiB), stream b once on the
- * pool's `threads`, op(a) converted to float32 once, summing in float32. K == 0 gives zeros.
+ * with op(a) of at most 16 rows, or 48 where b is [N, K] (trans_b) of at least 8Mi elements (and
+ * op(a) in float32 of at most 64 MiB; float16: K at most 1Mi), stream b once on the pool's
+ * `threads`, op(a) converted to float32 once, summing in float32. K == 0 gives zeros.
  * Every path gives the same bits for every thread count. d must not overlap a or b. */
 tr_status *tr_cpu_gemm(const void *a, const void *b, void *d, int64_t M, int64_t N, int64_t K,
                        int trans_a, int trans_b, tr_dtype dtype, int threads) TR_MUST_USE;

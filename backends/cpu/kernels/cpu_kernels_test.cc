@@ -2,6 +2,7 @@
 // the 16-bit conversions exhaustively; thread counts that must agree bit for bit; the errors.
 #include <catch2/catch.hpp>
 
+#include "backends/cpu/kernels/internal.h"
 #include "core/test_support.h"
 
 #include <cmath>
@@ -677,10 +678,33 @@ TEST_CASE("gemm matches the float64 reference for every transpose and dtype") {
   }
 }
 
+TEST_CASE("gemm's choice of path: the skinny path's limits on rows, b's size and layout, op(a)'s bytes") {
+  const int64_t big = (int64_t)8 << 20;  // b of 8Mi elements: the wide limit
+  for (tr__cpu_kind kind : {TR__CPU_F16, TR__CPU_BF16}) {
+    INFO("kind " << (int)kind);
+    CHECK(tr__gemm_skinny_path(kind, 1, 4096, 16, 0));
+    CHECK(tr__gemm_skinny_path(kind, 16, 4096, 16, 0));
+    CHECK_FALSE(tr__gemm_skinny_path(kind, 17, 4096, 16, 0));
+    CHECK_FALSE(tr__gemm_skinny_path(kind, 17, 4096, big, 0));  // b [K, N]: 16 rows whatever its size
+    CHECK_FALSE(tr__gemm_skinny_path(kind, 17, 4096, big - 2048, 1));  // [N, K] one row under 8Mi
+    CHECK(tr__gemm_skinny_path(kind, 17, 4096, big, 1));
+    CHECK(tr__gemm_skinny_path(kind, 48, 4096, big, 1));
+    CHECK_FALSE(tr__gemm_skinny_path(kind, 49, 4096, big, 1));
+    CHECK_FALSE(tr__gemm_skinny_path(kind, 0, 4096, big, 1));
+    // op(a) in float32 of at most 64 MiB: 16Mi elements
+    CHECK(tr__gemm_skinny_path(kind, 16, (int64_t)1 << 20, big, 1));
+    CHECK_FALSE(tr__gemm_skinny_path(kind, 17, (int64_t)1 << 20, big, 1));
+  }
+  // float16 converts a row of b at a time into 4 MiB at most: K up to 1Mi
+  CHECK(tr__gemm_skinny_path(TR__CPU_BF16, 1, ((int64_t)1 << 20) + 8, big, 1));
+  CHECK_FALSE(tr__gemm_skinny_path(TR__CPU_F16, 1, ((int64_t)1 << 20) + 8, big, 1));
+  CHECK_FALSE(tr__gemm_skinny_path(TR__CPU_F32, 1, 4096, 16, 1));  // float32: sgemm
+}
+
 TEST_CASE("gemm with a large [N, K] b is right either side of the skinny path's 48 rows") {
-  // b [N, K] (trans_b) of 8M elements takes the skinny path up to 48 rows of op(a) (gemm.c's
-  // TR__GEMM_SKINNY_WIDE_ROWS), the block path from 49; one element less of b, the block path from
-  // 17. Every element must be written; the float64 reference is checked on every 61st column of d.
+  // b [N, K] (trans_b) of 8Mi elements takes the skinny path up to 48 rows of op(a) (the test
+  // above), the block path from 49; one row of b less, the block path from 17. Every element must be
+  // written; the float64 reference is checked on every 61st column of d.
   TR_SEEDED_RNG(rng);
   const Dt *const halves[] = {&kF16, &kBF16};
   const int64_t cases[][3] = {{48, 4096, 2048}, {49, 4096, 2048}, {33, 4096, 2048}, {17, 4095, 2048}};

@@ -95,35 +95,28 @@ static tr_status *tr__gemm_blocks(const void *a, const void *b, void *d, int64_t
   return status;
 }
 
-/* The skinny path: float16 and bfloat16 with op(a) of at most TR__GEMM_SKINNY_ROWS rows (a decode
- * step's projections) and op(a) in float32 of at most TR__GEMM_SKINNY_BYTES. Measured on the
- * 2-core machine (bench_cpu_gemm.py --main-job, bfloat16, 2026-12-06): the block path, which
- * converted b's blocks to float32 in memory and ran sgemm on each, took 10.1 ms on the 1x4096x4096
- * row, 50 on 1x14336x4096 and 13.6 on 16x4096x4096, against numpy.matmul's 1.6, 8.1 and 8.7 in
- * float32; the skinny path 1.8, 5.8 and 7.9 (numpy 1.7, 7.6 and 9.5 in that run). At 16 rows the
- * skinny path as first written (its sums in an array the compiler kept in memory) ran as fast as
- * the block path (22.2 ms both, five runs alternating), and the current one twice as fast as that
- * first one (9.3 ms against 19.4-20.4, four runs alternating).
- * Above 16 rows (python/bench/cpu_gemm_paths.py, bfloat16, a build with the skinny path up to 256
- * rows against this one, two rounds alternating, 2026-12-06, the 2-core machine): where b is [N, K]
- * (trans_b) and holds at least TR__GEMM_SKINNY_WIDE_B elements, the block path's float32 copy of b
- * goes through memory, not the caches (2048x2048: 4-6 ms at 24-64 rows; 4096x2048 and 2048x4096:
- * 22-37 ms), and the skinny path is faster up to 48 rows at least: 24 rows 2.2-3.8x (4096x2048,
- * 2048x4096, 3072x3072, 4096x4096, 14336x4096 and 4096x14336 as N x K), 48 rows 1.2-2.8x, 64 rows
- * 1.0-2.0x, 128 rows 0.7-1.0x (float16: 32 rows 1.5-2.6x, 64 rows 1.0-2.1x). Below that size (2048x2048,
- * 1536x1536, 1024x1024) the block path is faster from 32 rows on (the skinny path 0.4-0.97x), and
- * where b is [K, N] the skinny path's column ranges are slower from 24 rows on (0.25-0.8x on all
- * but 4096x4096). So: TR__GEMM_SKINNY_ROWS rows, or TR__GEMM_SKINNY_WIDE_ROWS for a large [N, K] b. */
-#ifndef TR__GEMM_SKINNY_ROWS
-#define TR__GEMM_SKINNY_ROWS 16
-#endif
-#ifndef TR__GEMM_SKINNY_WIDE_ROWS
-#define TR__GEMM_SKINNY_WIDE_ROWS 48
-#endif
-#define TR__GEMM_SKINNY_WIDE_B ((int64_t)8 << 20)
-/* At most this many bytes of op(a) in float32 (and a sixteenth of it, 4 MiB, for a float16 row of
- * b converted by each range) on the skinny path; larger calls take the block path. */
-#define TR__GEMM_SKINNY_BYTES ((int64_t)64 << 20)
+/* The skinny path (its rule: tr__gemm_skinny_path, internal.h): float16 and bfloat16 with op(a) of
+ * at most TR__GEMM_SKINNY_ROWS rows (a decode step's projections), or TR__GEMM_SKINNY_WIDE_ROWS
+ * where b is [N, K] (trans_b) of at least TR__GEMM_SKINNY_WIDE_B elements, and op(a) in float32 of
+ * at most TR__GEMM_SKINNY_BYTES. Measured on the 2-core machine (bench_cpu_gemm.py --main-job,
+ * bfloat16, 2026-12-06): the block path, which converted b's blocks to float32 in memory and ran
+ * sgemm on each, took 10.1 ms on the 1x4096x4096 row, 50 on 1x14336x4096 and 13.6 on
+ * 16x4096x4096, against numpy.matmul's 1.6, 8.1 and 8.7 in float32; the skinny path 1.8, 5.8 and
+ * 7.9 (numpy 1.7, 7.6 and 9.5 in that run). At 16 rows the skinny path as first written (its sums
+ * in an array the compiler kept in memory) ran as fast as the block path (22.2 ms both, five runs
+ * alternating), and the current one twice as fast as that first one (9.3 ms against 19.4-20.4,
+ * four runs alternating).
+ * Above 16 rows (python/bench/cpu_gemm_paths.py, bfloat16 unless said, a build with the skinny
+ * path up to 256 rows against one with 16, two rounds alternating, 2026-12-06, the 2-core
+ * machine): where b is [N, K] and holds at least 8Mi elements, the block path's float32 copy of b
+ * goes through memory, not the caches (4096x2048 and 2048x4096: 22-37 ms at 24-64 rows, where
+ * 2048x2048 takes 4-6), and the skinny path was faster up to 48 rows at least: 24 rows 2.2-3.8x
+ * (4096x2048, 2048x4096, 3072x3072, 4096x4096, 14336x4096 and 4096x14336 as N x K), 48 rows
+ * 1.2-2.8x, 64 rows 1.0-2.0x, 128 rows 0.7-1.0x (float16: 32 rows 1.5-2.6x, 64 rows 1.0-2.1x).
+ * Below that size (2048x2048, 1536x1536, 1024x1024) the block path was faster from 32 rows on (the
+ * skinny path 0.4-0.97x), and where b is [K, N] the skinny path's column ranges were slower from
+ * 24 rows on (0.25-0.8x on all but 4096x4096). The build that keeps this rule against the one
+ * before it: docs/performance.md ("Few rows"). */
 /* op(b)'s columns a range of the skinny path takes at a time where b is not transposed (its
  * accumulators: rows x this many floats) */
 #define TR__GEMM_SKINNY_COLS 256
@@ -330,11 +323,7 @@ tr_status *tr_cpu_gemm(const void *a, const void *b, void *d, int64_t M, int64_t
                 (blasint)(tb ? K : N), 0.0f, d, (blasint)N);
     return NULL;
   }
-  /* the skinny path's float32 copies: x (M * K floats) and, for float16, a row of b a range (K) */
-  const int64_t skinny_rows =
-      tb && b_numel >= TR__GEMM_SKINNY_WIDE_B ? TR__GEMM_SKINNY_WIDE_ROWS : TR__GEMM_SKINNY_ROWS;
-  if (kind != TR__CPU_F32 && M <= skinny_rows && M * K <= TR__GEMM_SKINNY_BYTES / 4 &&
-      (kind != TR__CPU_F16 || K <= TR__GEMM_SKINNY_BYTES / 64)) {
+  if (tr__gemm_skinny_path(kind, M, K, b_numel, tb)) {
     return tr__gemm_skinny_run(a, b, d, M, N, K, ta, tb, kind, threads);
   }
   return tr__gemm_blocks(a, b, d, M, N, K, ta, tb, kind, threads);

@@ -234,4 +234,30 @@ typedef tr_status *(*tr__cpu_range_fn)(void *ctx, int64_t begin, int64_t end);
 tr_status *tr__cpu_parallel_for(int threads, int64_t items, int64_t work_per_item,
                                 tr__cpu_range_fn fn, void *ctx) TR_MUST_USE;
 
+/* ---- GEMM's choice of path (gemm.c, which has the measurements) ------------------------------ */
+
+/* Rows of op(a) the skinny path takes: at most TR__GEMM_SKINNY_ROWS, or TR__GEMM_SKINNY_WIDE_ROWS
+ * where b is [N, K] (trans_b) of at least TR__GEMM_SKINNY_WIDE_B elements. */
+#ifndef TR__GEMM_SKINNY_ROWS
+#define TR__GEMM_SKINNY_ROWS 16
+#endif
+#ifndef TR__GEMM_SKINNY_WIDE_ROWS
+#define TR__GEMM_SKINNY_WIDE_ROWS 48
+#endif
+#if TR__GEMM_SKINNY_WIDE_ROWS < TR__GEMM_SKINNY_ROWS
+#error "TR__GEMM_SKINNY_WIDE_ROWS is at least TR__GEMM_SKINNY_ROWS (set both to raise the limit)"
+#endif
+#define TR__GEMM_SKINNY_WIDE_B ((int64_t)8 << 20)
+/* At most this many bytes of op(a) in float32 (and a sixteenth of it, 4 MiB, for a float16 row of
+ * b converted by each range) on the skinny path; larger calls take the block path. */
+#define TR__GEMM_SKINNY_BYTES ((int64_t)64 << 20)
+
+/* 1 where tr_cpu_gemm takes the skinny path (b streamed once) for op(a) of M rows and K columns
+ * and b of b_numel elements, [N, K] where tb; 0 for the block path (float32: always sgemm). */
+static inline int tr__gemm_skinny_path(tr__cpu_kind kind, int64_t M, int64_t K, int64_t b_numel, int tb) {
+  const int64_t rows = tb && b_numel >= TR__GEMM_SKINNY_WIDE_B ? TR__GEMM_SKINNY_WIDE_ROWS : TR__GEMM_SKINNY_ROWS;
+  return (kind == TR__CPU_F16 || kind == TR__CPU_BF16) && M >= 1 && M <= rows && K >= 0 &&
+         K <= TR__GEMM_SKINNY_BYTES / 4 / M && (kind != TR__CPU_F16 || K <= TR__GEMM_SKINNY_BYTES / 64);
+}
+
 #endif /* TILERUN_BACKENDS_CPU_KERNELS_INTERNAL_H_ */
