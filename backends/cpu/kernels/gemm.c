@@ -110,7 +110,7 @@ static tr_status *tr__gemm_blocks(const void *a, const void *b, void *d, int64_t
  * path up to 256 rows against one with 16, two rounds alternating, 2026-12-06, the 2-core
  * machine): where b is [N, K] and holds at least 8Mi elements, the block path's float32 copy of b
  * goes through memory, not the caches (4096x2048 and 2048x4096: 22-37 ms at 24-64 rows, where
- * 2048x2048 takes 4-6), and the skinny path was faster up to 48 rows at least: 24 rows 2.2-3.8x
+ * 2048x2048 takes 4-6), and the skinny path was faster up to 48 rows at least: 24 rows 1.8-4.1x
  * (4096x2048, 2048x4096, 3072x3072, 4096x4096, 14336x4096 and 4096x14336 as N x K), 48 rows
  * 1.2-2.8x, 64 rows 1.0-2.0x, 128 rows 0.7-1.0x (float16: 32 rows 1.5-2.6x, 64 rows 1.0-2.1x).
  * Below that size (2048x2048, 1536x1536, 1024x1024) the block path was faster from 32 rows on (the
