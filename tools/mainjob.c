@@ -442,14 +442,15 @@ int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
     tr_manifest_destroy(&m);
     return 1;
   }
+  /* which rows: "every row", "each op's smallest row", either followed by " of " and the --ops list */
+  const char *rows = options->smallest ? "each op's smallest row" : "every row";
+  const char *of = options->ops ? " of " : "", *ops = options->ops ? options->ops : "";
   if (j.on_gpu) {
     fprintf(out, "workloads on cuda:0 where the op has in-tree kernels (else on cpu), %s%s%s; the device copies "
-            "at %.0f GB/s\n", options->smallest ? "each op's smallest row" : "every row", options->ops ? " of " : "",
-            options->ops ? options->ops : "", j.copy_gbps);
+            "at %.0f GB/s\n", rows, of, ops, j.copy_gbps);
   } else {
     fprintf(out, "workloads on cpu (no cuda device%s), %s%s%s; rows over --max-gb or --max-gflop are skipped\n",
-            options->device == TR_MAINJOB_CPU ? " asked for" : " here", options->smallest ? "each op's smallest row" :
-            "every row", options->ops ? " of " : "", options->ops ? options->ops : "");
+            options->device == TR_MAINJOB_CPU ? " asked for" : " here", rows, of, ops);
   }
   fprintf(out, "  %-16s %-38s %-5s %-11s %-18s %9s %10s %8s%s %9s  %s\n", "op", "row", "dev", "target",
           "implementation", "build ms", "call us", "GB/s", j.on_gpu ? " (%copy)" : "", "GFLOP/s", "error vs cpu");
