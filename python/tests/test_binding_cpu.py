@@ -928,14 +928,21 @@ class RemoteLaunchTest(unittest.TestCase):
             np.asarray(fresh)  # and once exported has nothing to view
 
 
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench")
+
+
+def run_bench(script, *args, timeout=120):
+    """python/bench/`script` run with this Python and `args`: the finished process, output kept."""
+    import subprocess
+    return subprocess.run([sys.executable, os.path.join(BENCH, script), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
 class BenchScript(unittest.TestCase):
     """bench_gpu.py explains itself without PyTorch, and says what a run needs where it cannot run."""
 
-    SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "bench_gpu.py")
-
     def run_script(self, *args):
-        import subprocess
-        return subprocess.run([sys.executable, self.SCRIPT, *args], capture_output=True, text=True, timeout=120)
+        return run_bench("bench_gpu.py", *args)
 
     def test_help_and_the_missing_gpu(self):
         done = self.run_script("--help")
@@ -957,12 +964,8 @@ class BenchScript(unittest.TestCase):
 class HostBenchScript(unittest.TestCase):
     """bench_host.py's cpu rows run, with the loop in C as their "over C"."""
 
-    SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "bench_host.py")
-
     def test_a_tiny_cpu_run(self):
-        import subprocess
-        done = subprocess.run([sys.executable, self.SCRIPT, "--cpu-only", "--rounds", "3", "--calls",
-                               "10"], capture_output=True, text=True, timeout=120)
+        done = run_bench("bench_host.py", "--cpu-only", "--rounds", "3", "--calls", "10")
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertRegex(done.stdout, r"\| Add 1x64 float32, call_into \| [0-9.]+ \| .* \| [+-][0-9.]+ "
                                       r"over tr_op_call_into \|")
@@ -972,13 +975,8 @@ class HostBenchScript(unittest.TestCase):
 class CpuGemmBenchScript(unittest.TestCase):
     """bench_cpu_gemm.py explains itself, and a tiny run prints its table with both sides."""
 
-    SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench",
-                          "bench_cpu_gemm.py")
-
     def run_script(self, *args):
-        import subprocess
-        return subprocess.run([sys.executable, self.SCRIPT, *args], capture_output=True, text=True,
-                              timeout=120)
+        return run_bench("bench_cpu_gemm.py", *args)
 
     def test_help_and_a_tiny_run(self):
         done = self.run_script("--help")
@@ -997,13 +995,8 @@ class CpuGemmPathsScript(unittest.TestCase):
     error of bfloat16 results passed through its own DLPack capsules (one case on the skinny
     path's wide limit: 33 rows, b [N, K] of 8Mi elements); a folder given twice is refused."""
 
-    SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench",
-                          "cpu_gemm_paths.py")
-
     def run_script(self, *args):
-        import subprocess
-        return subprocess.run([sys.executable, self.SCRIPT, *args], capture_output=True, text=True,
-                              timeout=300)
+        return run_bench("cpu_gemm_paths.py", *args, timeout=300)
 
     def test_help_runs_and_bad_arguments(self):
         import shutil
