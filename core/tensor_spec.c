@@ -113,6 +113,33 @@ int64_t tr_dl_tensor_repeat_period(const DLTensor *tensor) {
   return zero_stride ? expected : 0;
 }
 
+int tr_dl_tensor_span(const DLTensor *tensor, int64_t *lo, int64_t *hi) {
+  int64_t elem = (int64_t)tr_dtype_bytes(tensor->dtype), min = 0, max = 0, step = 1;
+  *lo = *hi = 0;
+  if (tensor->byte_offset > (uint64_t)INT64_MAX) return 0;
+  for (int32_t d = 0; d < tensor->ndim; d++) {
+    if (tensor->shape[d] < 0) return 0; /* no tensor has such a shape */
+    if (tensor->shape[d] == 0) { /* no element: no byte */
+      *lo = *hi = (int64_t)tensor->byte_offset;
+      return 1;
+    }
+  }
+  for (int32_t d = tensor->ndim - 1; d >= 0; d--) {
+    int64_t stride = tensor->strides ? tensor->strides[d] : step, reach = 0;
+    if (__builtin_mul_overflow(tensor->shape[d] - 1, stride, &reach)) return 0;
+    if (reach < 0 ? __builtin_add_overflow(min, reach, &min) : __builtin_add_overflow(max, reach, &max)) return 0;
+    if (tensor->strides == NULL && __builtin_mul_overflow(step, tensor->shape[d], &step)) return 0;
+  }
+  int64_t a = 0, b = 0;
+  if (__builtin_mul_overflow(min, elem, &a) || __builtin_add_overflow(max, 1, &b) ||
+      __builtin_mul_overflow(b, elem, &b) || __builtin_add_overflow(a, (int64_t)tensor->byte_offset, lo) ||
+      __builtin_add_overflow(b, (int64_t)tensor->byte_offset, hi)) {
+    *lo = *hi = 0;
+    return 0;
+  }
+  return 1;
+}
+
 int tr_dl_tensor_is_contiguous(const DLTensor *tensor) {
   if (tensor->strides == NULL) return 1;
   for (int32_t axis = 0; axis < tensor->ndim; axis++) {

@@ -153,3 +153,29 @@ TEST_CASE("a row broadcast's repeating block: stride-0 leading axes over contigu
   CHECK(t({4, 0}, {0, 1}) == 0);          // no elements
   CHECK(t({8}, {0}) == 1);                // one element repeated (a scalar expanded)
 }
+
+TEST_CASE("a DLTensor's span: the bytes its elements reach, negative strides below the data address") {
+  auto span = [](std::vector<int64_t> shape, std::vector<int64_t> strides, uint64_t offset = 0) {
+    DLTensor d{};
+    d.data = nullptr;
+    d.device = {kDLCPU, 0};
+    d.ndim = (int32_t)shape.size();
+    d.dtype = {kDLFloat, 32, 1};
+    d.shape = shape.data();
+    d.strides = strides.empty() ? nullptr : strides.data();
+    d.byte_offset = offset;
+    int64_t lo = -1, hi = -1;
+    int ok = tr_dl_tensor_span(&d, &lo, &hi);
+    return std::vector<int64_t>{ok, lo, hi};
+  };
+  CHECK(span({4, 8}, {}) == std::vector<int64_t>{1, 0, 128});            // compact
+  CHECK(span({4, 8}, {8, 1}, 16) == std::vector<int64_t>{1, 16, 144});    // byte_offset counted
+  CHECK(span({4, 8}, {1, 4}) == std::vector<int64_t>{1, 0, 128});         // a transpose
+  CHECK(span({4, 8}, {16, 1}) == std::vector<int64_t>{1, 0, 224});        // gaps between rows
+  CHECK(span({4}, {-1}, 12) == std::vector<int64_t>{1, 0, 16});           // reversed
+  CHECK(span({4, 8}, {0, 1}) == std::vector<int64_t>{1, 0, 32});          // a broadcast row
+  CHECK(span({4, 0}, {8, 1}, 8) == std::vector<int64_t>{1, 8, 8});        // no elements: no bytes
+  CHECK(span({4}, {int64_t(1) << 62}) == std::vector<int64_t>{0, 0, 0});  // 3 * 2^62 elements overflow
+  CHECK(span({int64_t(1) << 32, int64_t(1) << 32}, {0, 0}) == std::vector<int64_t>{1, 0, 4});  // huge, broadcast
+  CHECK(span({int64_t(1) << 40, int64_t(1) << 40}, {}) == std::vector<int64_t>{0, 0, 0});       // huge, compact
+}

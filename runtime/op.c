@@ -521,6 +521,37 @@ static tr_status *entry_for(tr_op *op, const DLTensor *const *inputs, size_t n_i
   return status != NULL ? miss_error(op, status, spec_text) : NULL;
 }
 
+/* A ValueError where output `o` (checked: contiguous, of the call's shape) shares memory with an
+ * input or an output before it that the call writes, on its device: a kernel reads its inputs
+ * while it writes its outputs, so an output laid over an input (partly, or exactly) would be
+ * read back half written. By byte ranges: an output in a gap of a strided input is refused too. */
+static tr_status *output_overlap(const tr_op *op, const kernel_entry *e, size_t o, const DLTensor *t,
+                                 const DLTensor *const *inputs, size_t n_inputs, DLTensor *const *outputs) {
+  int64_t olo = 0, ohi = 0;
+  if (!tr_dl_tensor_span(t, &olo, &ohi) || olo == ohi) return NULL; /* counted by output_mismatch's shape */
+  const uintptr_t obase = (uintptr_t)t->data;
+  for (size_t i = 0; i < n_inputs + o; i++) { /* the inputs, then the outputs before this one */
+    const DLTensor *in = i < n_inputs ? inputs[i] : e->output_present[i - n_inputs] ? outputs[i - n_inputs] : NULL;
+    int64_t lo = 0, hi = 0;
+    if (in == NULL || in->data == NULL || in->device.device_type != t->device.device_type ||
+        in->device.device_id != t->device.device_id || !tr_dl_tensor_span(in, &lo, &hi) || lo == hi) {
+      continue;
+    }
+    const uintptr_t base = (uintptr_t)in->data;
+    if (base + (uintptr_t)lo < obase + (uintptr_t)ohi && obase + (uintptr_t)olo < base + (uintptr_t)hi) {
+      if (i >= n_inputs) {
+        return TR_STATUS(TR_VALUE, "%s: outputs '%s' and '%s' share memory; give each memory of its own",
+                         tr_op_def_name(op->def), tr_op_def_output_name(op->def, i - n_inputs),
+                         tr_op_def_output_name(op->def, o));
+      }
+      return TR_STATUS(TR_VALUE, "%s: output '%s' shares memory with input '%s'; give the output memory of its own "
+                       "(the kernel reads its inputs while it writes)", tr_op_def_name(op->def),
+                       tr_op_def_output_name(op->def, o), tr_op_def_input_name(op->def, i));
+    }
+  }
+  return NULL;
+}
+
 /* A call that failed after its kernel was found (its outputs, copies, or the kernel itself): no
  * count of backends that failed to load is added, which settling's and building's errors carry,
  * since none of these can come from a missing backend; so the kernel's own error (a ValueError
@@ -612,7 +643,7 @@ tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_in
   if (tr_op_def_is_composite(op->def)) {
     return TR_STATUS(TR_VALUE, "%s is composite: call it with tr_op_call", tr_op_def_name(op->def));
   }
-  if (n_outputs < n_out) {
+  if (n_outputs != n_out) {
     return TR_STATUS(TR_VALUE, "%s returns %zu outputs; %zu were given", tr_op_def_name(op->def), n_out, n_outputs);
   }
   kernel_entry *e = NULL;
@@ -624,6 +655,7 @@ tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_in
     const tr_tensor_spec *want = &e->outputs[o];
     if (!e->output_present[o]) continue;
     status = output_mismatch(op, e, o, t, want);
+    if (status == NULL) status = output_overlap(op, e, o, t, inputs, n_inputs, outputs);
     outs[o] = t;
   }
   if (status == NULL) status = launch(op, e, inputs, n_inputs, outs);

@@ -248,6 +248,11 @@ tr_status *tr__contiguous(const tr_runtime *rt, const tr_op *op, size_t input, c
   *copy = NULL;
   *out = src;
   if (tr_dl_tensor_is_contiguous(src)) return NULL;
+  int64_t lo = 0, hi = 0;
+  if (!tr_dl_tensor_span(src, &lo, &hi)) {
+    return TR_STATUS(TR_VALUE, "%s: input '%s' has strides that reach past what 64 bits count (shape and strides "
+                     "multiplied): no memory holds it", tr_op_def_name(op->def), tr_op_def_input_name(op->def, input));
+  }
   tr_tensor_spec spec;
   TR_RETURN_IF_ERROR(tr_registry_spec_from_dl(rt->registry, src, &spec));
   TR_RETURN_IF_ERROR(tr__alloc_tensor(rt, &spec, &src->device, copy));

@@ -1104,15 +1104,18 @@ std::string value_error(tr_op *op, const DLTensor *const *in, size_t n_in, DLTen
 
 TEST_CASE("attention calls past one launch's grid are refused with the sizes, before any kernel runs") {
   tr_runtime *rt = cuda_runtime();
-  CudaTensor buf({64}, values(64, 5));  // where every view points: never read
+  CudaTensor buf({64}, values(64, 5));  // where every input view points: never read
   void *d = buf.dev;
+  // the outputs' views point 16 TiB past it, beyond every input's reach (an output sharing memory
+  // with an input is refused first); never written either
+  void *far = (char *)d + (int64_t(1) << 44);
   SECTION("prefill: more query tiles than a grid's 65535 rows") {
     tr_named_value p[3] = {{"heads", tr_value_int(1)}, {"heads_kv", tr_value_int(1)}, {"dim", tr_value_int(64)}};
     tr_op *op = nullptr;
     ok(tr_op_new(rt, "GQAPrefillFwdOp", p, 3, nullptr, &op));
     const int64_t L = 65535LL * 128 + 1;  // one token past 65535 tiles of 128 query rows
     View q(d, {1, L, 1, 64}, TR_BFLOAT16), k(d, {1, L, 1, 64}, TR_BFLOAT16), v(d, {1, L, 1, 64}, TR_BFLOAT16);
-    View o(d, {1, L, 1, 64}, TR_BFLOAT16);
+    View o(far, {1, L, 1, 64}, TR_BFLOAT16);
     const DLTensor *in[] = {&q.t, &k.t, &v.t};
     CHECK(value_error(op, in, 3, &o.t) ==
           "GQAPrefillFwdOp: 1 batch rows of 1 heads and 8388481 tokens are more than one launch covers (at most "
@@ -1125,7 +1128,7 @@ TEST_CASE("attention calls past one launch's grid are refused with the sizes, be
     ok(tr_op_new(rt, "GQAPrefillFwdOp", p, 3, nullptr, &op));
     const int64_t B = (1LL << 31) / 64;  // B x 64 heads = 2^31
     View q(d, {B, 1, 64, 64}, TR_BFLOAT16), k(d, {B, 1, 8, 64}, TR_BFLOAT16), v(d, {B, 1, 8, 64}, TR_BFLOAT16);
-    View o(d, {B, 1, 64, 64}, TR_BFLOAT16);
+    View o(far, {B, 1, 64, 64}, TR_BFLOAT16);
     const DLTensor *in[] = {&q.t, &k.t, &v.t};
     CHECK(value_error(op, in, 3, &o.t) ==
           "GQAPrefillFwdOp: 33554432 batch rows of 64 heads and 1 tokens are more than one launch covers (at most "
@@ -1138,7 +1141,7 @@ TEST_CASE("attention calls past one launch's grid are refused with the sizes, be
     ok(tr_op_new(rt, "GQADecodeFwdOp", p, 3, nullptr, &op));
     const int64_t B = (1LL << 31) / 32;
     View q(d, {B, 32, 128}, TR_BFLOAT16), kc(d, {B, 16, 8, 128}, TR_BFLOAT16), vc(d, {B, 16, 8, 128}, TR_BFLOAT16);
-    View lens(d, {B}, TR_INT32), o(d, {B, 32, 128}, TR_BFLOAT16);
+    View lens(d, {B}, TR_INT32), o(far, {B, 32, 128}, TR_BFLOAT16);
     const DLTensor *in[] = {&q.t, &kc.t, &vc.t, &lens.t};
     CHECK(value_error(op, in, 4, &o.t) ==
           "GQADecodeFwdOp: 67108864 batch rows of 32 heads are more than one launch covers");

@@ -572,6 +572,43 @@ TEST_CASE("review fixes: outputs given to call_into are checked; huge tensors ar
   tr_op_destroy(&op);
 }
 
+TEST_CASE("call_into refuses outputs sharing memory with an input, outputs past the op's, and strides past 64 bits") {
+  Env env;
+  tr_op *op = env.op("AddFwdOp");
+  HostTensor a({8}), b({4}), out({4});
+  const std::vector<float> before = a.data;
+  int64_t four[] = {4};
+  auto part = [&](int64_t first) {  // a's elements first .. first + 3
+    DLTensor v = a.t;
+    v.shape = four;
+    v.data = a.data.data() + first;
+    return v;
+  };
+  DLTensor lo = part(0), mid = part(2), hi = part(4);
+  const DLTensor *in_mid[] = {&mid, &b.t}, *in_lo[] = {&lo, &b.t}, *in_b[] = {&b.t, &lo};
+  DLTensor *over_mid[] = {&hi}, *over_b[] = {&b.t};
+  const std::string msg = "ValueError: AddFwdOp: output 'c' shares memory with input ";
+  const std::string tail = "; give the output memory of its own (the kernel reads its inputs while it writes)";
+  CHECK(tr_test::error_of(tr_op_call_into(op, in_mid, 2, over_mid, 1)) == msg + "'a'" + tail);  // elements 4, 5
+  CHECK(tr_test::error_of(tr_op_call_into(op, in_lo, 2, over_b, 1)) == msg + "'b'" + tail);     // b itself
+  CHECK(tr_test::error_of(tr_op_call_into(op, in_b, 2, over_b, 1)) == msg + "'a'" + tail);
+  CHECK(a.data == before);
+  tr_test::ok(tr_op_call_into(op, in_lo, 2, over_mid, 1));  // elements 0..3 into 4..7: apart, served
+  for (int i = 0; i < 4; i++) CHECK(a.data[4 + i] == before[i] + b.data[i]);
+  // more outputs than the op returns: refused, the extra one untouched
+  DLTensor *two[] = {&out.t, &hi};
+  CHECK(tr_test::error_of(tr_op_call_into(op, in_lo, 2, two, 2)) == "ValueError: AddFwdOp returns 1 outputs; 2 were given");
+  // an input whose strides reach past 64 bits of bytes (a producer's lie): refused before any read
+  HostTensor wild({4});
+  wild.view({4}, {int64_t(1) << 62});
+  const DLTensor *in_wild[] = {&wild.t, &b.t};
+  DLTensor *outs[] = {&out.t};
+  CHECK(tr_test::error_of(tr_op_call_into(op, in_wild, 2, outs, 1)) ==
+        "ValueError: AddFwdOp: input 'a' has strides that reach past what 64 bits count (shape and strides "
+        "multiplied): no memory holds it");
+  tr_op_destroy(&op);
+}
+
 TEST_CASE("review fixes: the builtin backends' arrays may be gone by the first op") {
   tr_runtime *rt = nullptr;
   {

@@ -8,6 +8,7 @@
 
 #include "proto/codec.h"
 #include "proto/wire.h"
+#include "tilerun/tensor_spec.h"
 
 #define MAX_IN (sizeof(((tilerun_LaunchRequest *)0)->inputs) / sizeof(tilerun_Tensor))
 #define MAX_OUT (sizeof(((tilerun_LaunchRequest *)0)->outputs) / sizeof(tilerun_Tensor))
@@ -19,33 +20,6 @@ typedef struct slot {
   int64_t shape[TR_MAX_RANK];
   int64_t strides[TR_MAX_RANK];
 } slot;
-
-/* The bytes a tensor reaches, relative to its data address: [*lo, *hi). 0 when they cannot be
- * counted in 64 bits (a shape or stride that large is never inside any memory). */
-static int span_of(const DLTensor *t, int64_t *lo, int64_t *hi) {
-  int64_t elem = (int64_t)tr_dtype_bytes(t->dtype), min = 0, max = 0, step = 1;
-  *lo = *hi = 0;
-  if (t->byte_offset > (uint64_t)INT64_MAX) return 0;
-  for (int32_t d = t->ndim - 1; d >= 0; d--) {
-    if (t->shape[d] == 0) { /* no element: no byte */
-      *lo = *hi = (int64_t)t->byte_offset;
-      return 1;
-    }
-  }
-  for (int32_t d = t->ndim - 1; d >= 0; d--) {
-    int64_t stride = t->strides ? t->strides[d] : step, reach = 0;
-    if (__builtin_mul_overflow(t->shape[d] - 1, stride, &reach)) return 0;
-    if (reach < 0 ? __builtin_add_overflow(min, reach, &min) : __builtin_add_overflow(max, reach, &max)) return 0;
-    if (__builtin_mul_overflow(step, t->shape[d], &step)) return 0;
-  }
-  int64_t a = 0, b = 0;
-  if (__builtin_mul_overflow(min, elem, &a) || __builtin_add_overflow(max, 1, &b) ||
-      __builtin_mul_overflow(b, elem, &b) || __builtin_add_overflow(a, (int64_t)t->byte_offset, lo) ||
-      __builtin_add_overflow(b, (int64_t)t->byte_offset, hi)) {
-    return 0;
-  }
-  return 1;
-}
 
 /* `bad` named with the tensor: a ValueError, or (keep_code) of bad's own code. */
 static tr_status *named(tr_status *bad, const char *role, size_t i, int keep_code) {
@@ -100,7 +74,7 @@ static tr_status *tensor_from(const tr_launch_context *c, int by_descriptor, con
     ref.offset = msg->shared_offset;
     ref.size = msg->shared_size;
     int64_t lo = 0, hi = 0;
-    if (!span_of(&s->t, &lo, &hi)) {
+    if (!tr_dl_tensor_span(&s->t, &lo, &hi)) {
       return TR_STATUS(TR_VALUE, "launch: %s %zu reaches more bytes than 64 bits count (shape and strides)", role, i);
     }
     bad = tr_share_map(c->maps, device, &ref, lo, hi, &s->t.data);

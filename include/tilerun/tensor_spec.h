@@ -63,6 +63,13 @@ int tr_dl_tensor_is_contiguous(const DLTensor *tensor);
  * contiguous tensor included) and for a tensor of no elements. */
 int64_t tr_dl_tensor_repeat_period(const DLTensor *tensor);
 
+/* The bytes a DLTensor's elements reach, relative to its data address (byte_offset included):
+ * [*lo, *hi), from its shape, strides (NULL: compact; negative ones reach below) and element
+ * size. A tensor of no elements reaches none (*lo == *hi). Returns 1, or 0 where the span cannot
+ * be counted in 64 bits (an extent times its stride overflows: no memory holds such a tensor) or
+ * an extent is negative. */
+int tr_dl_tensor_span(const DLTensor *tensor, int64_t *lo, int64_t *hi);
+
 #ifdef __cplusplus
 }
 #endif
