@@ -718,6 +718,140 @@ class ExtensionCpuTest(unittest.TestCase):
                            % (during, took * 1e3))
 
 
+class MisuseCpuTest(unittest.TestCase):
+    """Calls a careless or hostile caller makes: each an error naming what is wrong, no crash, no
+    memory written that the caller did not give to be written, and the op usable after."""
+
+    def run_child(self, code):
+        """Runs `code` in a fresh interpreter (a crash is seen, not suffered); its output."""
+        import subprocess
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        proc = subprocess.run([sys.executable, "-c", "import numpy as np, tilerun\n" + code],
+                              capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        return proc.stdout
+
+    def test_closing_a_runtime_closes_its_ops(self):
+        rt = tilerun.Runtime()
+        add = rt.op("AddFwdOp")
+        a = np.ones(3, np.float32)
+        np.testing.assert_array_equal(add(a, a), 2 * a)
+        rt.close()
+        for use in (lambda: add(a, a), lambda: add.target, lambda: rt.op("AddFwdOp")):
+            with self.assertRaisesRegex(ValueError, "closed"):
+                use()
+        rt.close()  # twice is fine
+
+    def test_closing_the_runtime_during_a_call_waits_for_it(self):
+        rt = tilerun.Runtime()
+        add = rt.op("AddFwdOp")
+
+        class Closer(Producer):  # closes the runtime while the call borrows it
+            def __dlpack__(self, *args, **kwargs):
+                rt.close()
+                return super().__dlpack__(*args, **kwargs)
+
+        a = np.ones(4, np.float32)
+        np.testing.assert_array_equal(add(a, Closer(a)), 2 * a)  # the running call finishes
+        with self.assertRaisesRegex(ValueError, "closed"):
+            add(a, a)
+
+    def test_an_unconsumed_capsule_dropped_while_an_exception_unwinds(self):
+        out = self.run_child(
+            "t = tilerun.empty((2, 4), 'float32', 'cpu')\n"
+            "try:\n    (t.__dlpack__(), 1 / 0)\nexcept ZeroDivisionError:\n    print('unwound')\n"
+            "u = tilerun.empty((2, 4), 'float32', 'cpu')\n"
+            "try:\n    (u.__dlpack__(), u.__dlpack__())\nexcept BufferError as e:\n    print(e)\n")
+        self.assertEqual(out.splitlines(), ["unwound", "tilerun.Tensor: already exported through __dlpack__"])
+
+    def test_every_error_class_can_be_raised(self):
+        for name in tilerun.__all__:
+            cls = getattr(tilerun, name)
+            if isinstance(cls, type) and issubclass(cls, tilerun.Error):
+                e = cls(name, "the message", 7)
+                self.assertEqual((str(e), e.code, e.code_number), ("the message", name, 7))
+        with self.assertRaises(tilerun.OutOfMemoryError) as caught:  # a MemoryError
+            tilerun.empty((2 ** 62, 4))
+        self.assertIsInstance(caught.exception, MemoryError)
+        self.assertIn("more bytes than this machine can address", str(caught.exception))
+
+    def test_an_input_written_in_place_must_be_writable(self):
+        bn = tilerun.op("BatchNormFwdOp", training=True)
+        x = np.arange(12, dtype=np.float32).reshape(4, 3)
+        mean, var = np.zeros(3, np.float32), np.ones(3, np.float32)
+        mean.setflags(write=False)
+        with self.assertRaises(ValueError) as caught:
+            bn(x, mean, var)
+        self.assertEqual(str(caught.exception),
+                         "BatchNormFwdOp: input 'running_mean' is a read-only array; the call writes it in place")
+        self.assertTrue((mean == 0).all())
+        frozen = np.frombuffer(bytes(12), np.float32)  # immutable memory
+        with self.assertRaises(ValueError):
+            bn(x, frozen, var)
+        self.assertEqual(bytes(frozen.data), bytes(12))
+        mean = np.zeros(3, np.float32)
+        bn(x, mean, var)  # writable: updated in place
+        self.assertFalse((mean == 0).all())
+
+    def test_outputs_sharing_memory_with_inputs_and_extra_outputs_are_refused(self):
+        op = tilerun.op("RMSNormFwdOp", normalized_shape=(4,))
+        x = np.arange(20, dtype=np.float32).reshape(5, 4) + 1
+        w = np.ones(4, np.float32)
+        before = x.copy()
+        for x_in, out in ((x[:-1], x[1:]), (x, x)):  # partly, then exactly, over the input
+            with self.assertRaises(tilerun.InvalidValueError) as caught:
+                op.call_into([x_in, w], [out])
+            self.assertEqual(str(caught.exception),
+                             "RMSNormFwdOp: output 'y' shares memory with input 'x'; give the output memory of "
+                             "its own (the kernel reads its inputs while it writes)")
+        np.testing.assert_array_equal(x, before)
+        y, z = np.empty((5, 4), np.float32), np.full((5, 4), 7, np.float32)
+        with self.assertRaisesRegex(tilerun.InvalidValueError, "RMSNormFwdOp returns 1 outputs; 2 were given"):
+            op.call_into([x, w], [y, z])
+        self.assertTrue((z == 7).all())
+        op.call_into([x, w], [y])  # and the op still serves a good call
+        np.testing.assert_allclose(y, rms_norm_ref(x, w, 1e-6), rtol=1e-5)
+        # two outputs over one another
+        bn = tilerun.op("BatchNormFwdOp", training=True)
+        xb, y = np.arange(12, dtype=np.float32).reshape(4, 3), np.empty((4, 3), np.float32)
+        stats = np.full(6, 7, np.float32)
+        ins = [xb, np.zeros(3, np.float32), np.ones(3, np.float32)]
+        with self.assertRaisesRegex(tilerun.InvalidValueError, "^BatchNormFwdOp: outputs 'mean' and 'rstd' share "
+                                    "memory; give each memory of its own$"):
+            bn.call_into(ins, [y, stats[:3], stats[2:5]])
+        self.assertTrue((stats == 7).all())
+        bn.call_into(ins, [y, stats[:3], stats[3:]])  # side by side: served
+        np.testing.assert_allclose(stats[:3], xb.mean(axis=0), rtol=1e-6)
+
+    def test_arrays_the_producer_cannot_export_are_named(self):
+        add = tilerun.op("AddFwdOp")
+        a = np.ones(4, np.float32)
+        for bad in (np.array(["a"] * 4, dtype=object), np.ones(4, ">f4")):
+            with self.assertRaises(TypeError) as caught:
+                add(bad, a)
+            self.assertTrue(str(caught.exception).startswith("AddFwdOp: input 'a' cannot be borrowed: "),
+                            str(caught.exception))
+            self.assertIsInstance(caught.exception.__cause__, BufferError)
+        # a writable output its producer cannot export is not called read-only
+        with self.assertRaises(TypeError) as caught:
+            add.call_into((a, a), np.empty(4, ">f4"))
+        self.assertTrue(str(caught.exception).startswith("AddFwdOp: output 'c' cannot be borrowed: "),
+                        str(caught.exception))
+        with self.assertRaisesRegex(RuntimeError, "without _enter"):
+            add._leave()
+
+    def test_names_that_are_not_strings(self):
+        rt = tilerun.default_runtime()
+        for call in (lambda: tilerun.op(None), lambda: tilerun.op(5), lambda: tilerun.op("AddFwdOp", target=5),
+                     lambda: tilerun.Op("AddFwdOp", runtime="x"), lambda: rt.set_default_target(5),
+                     lambda: rt.workloads(None), lambda: rt.op_info(None)):
+            with self.assertRaises(TypeError):
+                call()
+        with self.assertRaisesRegex(ValueError, "NUL"):
+            tilerun.op("RMSNormFwdOp\0x")
+
+
 class CBaselineCpuTest(unittest.TestCase):
     """The benchmarks' loop in C (_ext._bench_call_into, _bench_call): bench_host.py's "over C"."""
 

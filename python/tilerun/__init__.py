@@ -27,9 +27,11 @@ given input is one, else as a :class:`Tensor` (a DLPack producer).
 
 import contextlib
 import ctypes
+import functools
 import os
 import sys
 import threading
+import weakref
 
 __all__ = [
     "Error", "SignatureError", "BackendError", "UnknownTargetError", "AmbiguousTargetError",
@@ -294,15 +296,25 @@ _PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _PyCapsule_New = _pythonapi.PyCapsule_New
 _PyCapsule_New.restype = ctypes.py_object
 _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-# For the destructor, which receives the capsule as a borrowed PyObject * (no new reference).
-_PyCapsule_IsValid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_IsValid", _pythonapi))
-_PyCapsule_GetPointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", _pythonapi))
 
 _DLTENSOR = b"dltensor"  # the capsule name (kept alive here: capsules point at it)
 
+def _name_bytes(value, what, none_ok=False):
+    """A name argument (an op's, a target's) as the C API takes it: a TypeError for what is not
+    a str (None too, unless `none_ok`), a ValueError for a NUL inside (C would end the name there)."""
+    if value is None and none_ok:
+        return None
+    if not isinstance(value, str):
+        raise TypeError("tilerun: %s is a str, got %r (%s)" % (what, value, type(value).__name__))
+    if "\0" in value:
+        raise ValueError("tilerun: %s %r holds a NUL character" % (what, value))
+    return value.encode()
+
+
 # ---- errors ----------------------------------------------------------------------------------
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
 
 
 class Error(Exception):
@@ -313,7 +325,13 @@ class Error(Exception):
     ``message`` the text tilerun wrote, which is also ``str(e)`` (the class names the kind once)."""
 
     def __new__(cls, code, message, code_number=None):
-        return super().__new__(cls, message)
+        # The built-in base that lays the object out makes it (OSError's __new__ for IOError,
+        # Exception's for MemoryError's kind, whose own __new__ refuses a class that mixes it in),
+        # from the message alone, as OSError would read (code, message, number) as errno fields.
+        base = cls
+        while base.__flags__ & _HEAPTYPE:
+            base = base.__base__
+        return base.__new__(cls, message)
 
     def __init__(self, code, message, code_number=None):
         super().__init__(message)
@@ -704,18 +722,10 @@ class _Cuda:
 # ---- outputs: tilerun.Tensor -----------------------------------------------------------------
 
 
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _capsule_destructor(capsule):
-    # A capsule still named "dltensor" was never consumed: its DLManagedTensor is still ours.
-    if _PyCapsule_IsValid_raw(capsule, _DLTENSOR):
-        p = _PyCapsule_GetPointer_raw(capsule, _DLTENSOR)
-        if p:
-            m = ctypes.cast(p, ctypes.POINTER(DLManagedTensor))
-            if m.contents.deleter:
-                m.contents.deleter(m)
-
-
-_capsule_destructor_ptr = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
+# A capsule still named "dltensor" was never consumed: its DLManagedTensor is still ours. The
+# destructor is the extension's, in C: it may run while an exception propagates, where a ctypes
+# callback (Python) may not.
+_capsule_destructor_ptr = _ext.capsule_destructor
 
 # Runtimes that handed out an output not in cpu memory: its deleter may need the runtime's
 # allocator (a backend's), so such a runtime is never destroyed.
@@ -854,6 +864,16 @@ class Tensor:
 # ---- runtimes --------------------------------------------------------------------------------
 
 
+def _locked(method):
+    """A Runtime method that uses its tr_runtime * under its lock, so that close() (which takes
+    the lock too) never destroys it under the call."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
 class Runtime:
     """A tilerun runtime (tr_runtime_new): the manifest, loaded now, and the backends,
     discovered when the first op is made.
@@ -893,10 +913,12 @@ class Runtime:
         # the folder the runtime chose when none was given (tr_runtime_manifest_dir)
         self.manifest_dir = os.fsdecode(_tr_runtime_manifest_dir(rt))
         self._defs = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._ops = weakref.WeakSet()  # the ops made from it, closed with it
+        self._closed = False
 
     def _handle(self):
-        if self._rt is None:
+        if self._rt is None or self._closed:
             raise ValueError("tilerun: the runtime is closed")
         return self._rt
 
@@ -905,7 +927,7 @@ class Runtime:
         writes in place) of op `name`, or None when the manifest has no such op."""
         with self._lock:
             if name not in self._defs:
-                d = _tr_runtime_find_op(self._handle(), name.encode())
+                d = _tr_runtime_find_op(self._handle(), _name_bytes(name, "an op's name"))
                 if not d:
                     return None
                 n_in, n_out = _tr_op_def_input_count(d), _tr_op_def_output_count(d)
@@ -918,6 +940,7 @@ class Runtime:
                     tuple(bool(_tr_op_def_input_mutated(d, i)) for i in range(n_in)))
             return self._defs[name]
 
+    @_locked
     def op_names(self):
         """The names of the manifest's ops, sorted."""
         rt = self._handle()
@@ -932,11 +955,12 @@ class Runtime:
             raise LookupError("tilerun: the manifest (%s) has no op %r" % (self.manifest_dir, name))
         return info[:4] + (info[5],)
 
+    @_locked
     def workloads(self, name, device="cpu"):
         """The manifest's workload rows of op `name` on `device`: a list of (label, inputs,
         params), inputs as ``(shape, dtype name, device)`` or None (an absent optional input),
         params a dict as :func:`op` takes them."""
-        d = _tr_runtime_find_op(self._handle(), name.encode())
+        d = _tr_runtime_find_op(self._handle(), _name_bytes(name, "an op's name"))
         if not d:
             raise LookupError("tilerun: the manifest (%s) has no op %r" % (self.manifest_dir, name))
         dev = _TensorSpec()  # its leading tr_device
@@ -957,11 +981,13 @@ class Runtime:
         return rows
 
     @property
+    @_locked
     def launches_remotely(self):
         """True when this runtime's pipeline places launch in another process: its calls then
         reach only tensors in memory that process can map (see :meth:`empty`)."""
         return bool(_tr_runtime_launch_remote(self._handle()))
 
+    @_locked
     def empty(self, shape, dtype="float32", device="cpu"):
         """A new, uninitialised, contiguous :class:`Tensor`, made as this runtime makes outputs:
         with launch in another process, a cpu tensor is in shared memory that process maps. So
@@ -1006,22 +1032,27 @@ class Runtime:
         """An op instance of this runtime: see :func:`tilerun.op`."""
         return Op(name, target=target, runtime=self, **params)
 
+    @_locked
     def registered_targets(self, op_name=None):
         """The registered targets, sorted (with `op_name`: those with a builder for it)."""
-        n = _tr_registered_targets(self._handle(), op_name and op_name.encode(), None, 0)
+        op_b = _name_bytes(op_name, "an op's name", none_ok=True)
+        n = _tr_registered_targets(self._handle(), op_b, None, 0)
         names = (ctypes.c_char_p * max(n, 1))()
-        n = _tr_registered_targets(self._handle(), op_name and op_name.encode(), names, n)
+        n = _tr_registered_targets(self._handle(), op_b, names, n)
         return [names[i].decode() for i in range(n)]
 
+    @_locked
     def set_default_target(self, target):
         """The process default target ahead of device detection (a name, "<builtin>", or None
         to clear)."""
-        _check(_tr_set_default_target(self._handle(), target and target.encode()))
+        _check(_tr_set_default_target(self._handle(), _name_bytes(target, "a target", none_ok=True)))
 
+    @_locked
     def default_target(self):
         t = _tr_default_target(self._handle())
         return t.decode() if t else None
 
+    @_locked
     def load_failures(self):
         """Backends that failed to load: a list of (backend, reason)."""
         rt = self._handle()
@@ -1029,18 +1060,28 @@ class Runtime:
                 for i in range(_tr_load_failure_count(rt))]
 
     def close(self):
-        """Destroys the runtime (its ops must be unused by then: each keeps the runtime alive,
-        so this is only needed to free it early). A runtime that handed out outputs outside cpu
-        memory stays alive (their deleters use its allocator)."""
-        if self in _immortal_runtimes:
-            return
-        if self._rt is not None:
-            _tr_runtime_destroy(ctypes.byref(self._rt))
-            self._rt = None
+        """Closes the runtime and every op made from it (their later use raises "the op is
+        closed"); the runtime is destroyed at once, or, where a call of one of its ops still runs,
+        when the Runtime object goes (each op keeps it alive). Only needed to free it early. A runtime that handed out outputs outside cpu memory stays alive (their deleters
+        use its allocator)."""
+        with self._lock:
+            ops = list(self._ops)
+            self._closed = True
+            for o in ops:
+                o.close()
+            if self in _immortal_runtimes:
+                return
+            # an op whose call still runs (in another thread, or the caller of this one) keeps
+            # its tr_op until that call returns, and keeps this runtime: destroyed by __del__ then
+            if self._rt is not None and not any(o._pending() for o in ops):
+                rt, self._rt = self._rt, None
+                _tr_runtime_destroy(ctypes.byref(rt))
 
     def __del__(self):
         if not sys.is_finalizing() and getattr(self, "_rt", None) is not None:
-            self.close()
+            if self not in _immortal_runtimes:
+                rt, self._rt = self._rt, None
+                _tr_runtime_destroy(ctypes.byref(rt))
 
 
 _default_runtime = None
@@ -1146,10 +1187,15 @@ class Op(_ext.OpBase):
 
     def __init__(self, name, target=None, runtime=None, **params):
         self._op = None
+        name_b = _name_bytes(name, "an op's name")
+        target_b = _name_bytes(target, "a target", none_ok=True)
+        if runtime is not None and not isinstance(runtime, Runtime):
+            raise TypeError("tilerun: runtime is a tilerun.Runtime or None, got %r (%s)"
+                            % (runtime, type(runtime).__name__))
         self.runtime = runtime if runtime is not None else default_runtime()
         self.name = name
         self.params = dict(params)
-        info = self.runtime._op_def(name) if isinstance(name, str) else None
+        info = self.runtime._op_def(name)
         if info is None:
             # tr_op_new names the op and says why (not in the manifest).
             info = ((), (), (), False, "", ())
@@ -1164,41 +1210,58 @@ class Op(_ext.OpBase):
             values[i].name = kb
             _fill_value(key, v, values[i].value, keep)
         op = ctypes.c_void_p()
-        _check(_tr_op_new(self.runtime._handle(), name.encode(), values, n,
-                          None if target is None else target.encode(), ctypes.byref(op)))
-        self._op = op  # tr_op_new copied the values: `keep` may go
-        # The C side owns the tr_op * from here (it destroys it, after any call still running).
-        self._bind(op.value, len(self.output_names), self.runtime,
-                   bool(_tr_runtime_launch_remote(self.runtime._handle()))
-                   if _tr_runtime_launch_remote is not None else False)
+        with self.runtime._lock:  # Runtime.close closes the runtime's ops: none made meanwhile
+            _check(_tr_op_new(self.runtime._handle(), name_b, values, n, target_b, ctypes.byref(op)))
+            self._op = op  # tr_op_new copied the values: `keep` may go
+            # The C side owns the tr_op * from here (it destroys it, after any call still running).
+            mutated = sum(1 << i for i, m in enumerate(info[5]) if m and i < 64)
+            self._bind(op.value, len(self.output_names), self.runtime,
+                       bool(_tr_runtime_launch_remote(self.runtime._handle()))
+                       if _tr_runtime_launch_remote is not None else False,
+                       (name, tuple(self.input_names), tuple(self.output_names)), mutated)
+            self.runtime._ops.add(self)
 
     def _handle(self):
         if self._op is None:
             raise ValueError("tilerun: the op is closed")
         return self._op
 
+    @contextlib.contextmanager
+    def _using(self):
+        """The tr_op * held as a call holds it (a close meanwhile waits for the block)."""
+        self._handle()
+        address = self._enter()
+        try:
+            yield ctypes.c_void_p(address)
+        finally:
+            self._leave()
+
     @property
     def target(self):
         """The settled target (a name or "<builtin>"), or None while none is settled."""
-        t = _tr_op_target(self._handle())
+        with self._using() as h:
+            t = _tr_op_target(h)
         return t.decode() if t else None
 
     @property
     def memo_count(self):
         """How many kernels the op has built and keeps."""
-        return _tr_op_memo_count(self._handle())
+        with self._using() as h:
+            return _tr_op_memo_count(h)
 
     def request_tune(self):
         """Tuned mode: asks every kernel built so far, and each one built later, to tune."""
-        _check(_tr_op_request_tune(self._handle()))
+        with self._using() as h:
+            _check(_tr_op_request_tune(h))
 
     def kernel_config(self):
         """The config of the first kernel the op built that has one (a composite op: its
         steps'), as a dict of name to value ({} when none): e.g. the implementation chosen, and
         what tuning settled."""
         arr = ctypes.POINTER(_NamedValue)()
-        n = _tr_op_kernel_config(self._handle(), ctypes.byref(arr))
-        return {arr[i].name.decode(): _value_to_py(arr[i].value) for i in range(n)}
+        with self._using() as h:
+            n = _tr_op_kernel_config(h, ctypes.byref(arr))
+            return {arr[i].name.decode(): _value_to_py(arr[i].value) for i in range(n)}
 
     def output_specs(self, *inputs):
         """What a call with these inputs would make, without running anything (no target, no
@@ -1215,8 +1278,8 @@ class Op(_ext.OpBase):
         n_out = max(len(self.output_names), 1)
         outs = (_TensorSpec * n_out)()
         present = (ctypes.c_uint8 * n_out)()
-        _check(_tr_op_output_specs(self._handle(), ptrs, len(specs), outs, present,
-                                   len(self.output_names)))
+        with self._using() as h:
+            _check(_tr_op_output_specs(h, ptrs, len(specs), outs, present, len(self.output_names)))
         return [_spec_tuple(outs[i]) if present[i] else None for i in range(len(self.output_names))]
 
     def close(self):

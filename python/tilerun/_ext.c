@@ -359,6 +359,16 @@ static int borrow(borrowed *b, PyObject *obj, int writable, const DLTensor **out
   if (route_out) *route_out = r;
   if (r->route == ROUTE_EXCHANGE) return borrow_exchange(b, obj, r->api, out);
   if (r->route == ROUTE_BUFFER && borrow_buffer(b, obj, writable, out)) return 0;
+  if (r->route == ROUTE_BUFFER && writable) { /* refused writable: a read-only array? */
+    Py_buffer ro;
+    if (PyObject_GetBuffer(obj, &ro, PyBUF_RECORDS_RO) == 0) {
+      const int readonly = ro.readonly;
+      PyBuffer_Release(&ro);
+      if (readonly) return -2;
+    } else {
+      PyErr_Clear();
+    }
+  }
   return borrow_python(b, obj, out);
 }
 
@@ -498,10 +508,67 @@ typedef struct {
   Py_ssize_t n_outputs;
   PyObject *runtime;  /* the Runtime it was made in: kept alive while the op is */
   int remote;         /* the runtime launches in another process: the GIL goes during a call */
-  int in_flight;      /* calls running with the GIL released (changed only under the GIL) */
+  int in_flight;      /* calls running, from op_enter to op_leave (changed only under the GIL) */
   int closing;        /* _close came while calls ran: the last one destroys the op */
   int immortalized;   /* the runtime went into the immortal set */
+  PyObject *names;    /* (op name, input names, output names) for the binding's errors, or NULL */
+  unsigned long long mutated; /* bit i: the op writes input i in place */
 } ext_op;
+
+/* The name of the op's input (`output` 0) or output i, for a message; a new reference. */
+static PyObject *tensor_name(const ext_op *self, int output, Py_ssize_t i) {
+  /* _bind checked names is a 3-tuple: these lookups are in range and set no error */
+  PyObject *list = self->names != NULL ? PyTuple_GetItem(self->names, output ? 2 : 1) : NULL;
+  PyObject *name = list != NULL && PyTuple_Check(list) && i < PyTuple_Size(list) ? PyTuple_GetItem(list, i) : NULL;
+  if (name != NULL) {
+    Py_INCREF(name);
+    return name;
+  }
+  return PyUnicode_FromFormat("#%zd", i);
+}
+
+/* borrow(), the error naming the op and the tensor: a read-only array where the call writes
+ * (a ValueError), or a producer's BufferError (a TypeError, the producer's message kept). */
+static int borrow_named(const ext_op *self, borrowed *b, PyObject *obj, int output, Py_ssize_t i,
+                        const DLTensor **out, const route_entry **route_out) {
+  const int writable = output || (i < 64 && (self->mutated >> i) & 1);
+  const int rc = borrow(b, obj, writable, out, route_out);
+  if (rc == 0) return 0;
+  if (rc != -2 && !PyErr_ExceptionMatches(PyExc_BufferError)) return -1;
+  PyObject *type = NULL, *value = NULL, *tb = NULL;
+  if (rc != -2) { /* the producer's error, taken before anything below may run */
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+  }
+  PyObject *op = self->names != NULL ? PyTuple_GetItem(self->names, 0) : NULL;
+  if (op == NULL) op = PyUnicode_FromString("tilerun");
+  else Py_INCREF(op);
+  PyObject *name = tensor_name(self, output, i);
+  const char *role = output ? "output" : "input";
+  if (op == NULL || name == NULL) { /* no memory for the names: the error as it came */
+    Py_XDECREF(op);
+    Py_XDECREF(name);
+    if (rc != -2) PyErr_Restore(type, value, tb);
+    return -1;
+  }
+  if (rc == -2) {
+    PyErr_Format(PyExc_ValueError, "%S: %s '%S' is a read-only array; the call writes it%s", op, role, name,
+                 output ? "" : " in place");
+  } else {
+    PyErr_Format(PyExc_TypeError, "%S: %s '%S' cannot be borrowed: %S", op, role, name, value);
+    PyObject *t2, *v2, *tb2;
+    PyErr_Fetch(&t2, &v2, &tb2);
+    PyErr_NormalizeException(&t2, &v2, &tb2);
+    if (tb != NULL) PyException_SetTraceback(value, tb);
+    PyException_SetCause(v2, value); /* steals value */
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    PyErr_Restore(t2, v2, tb2);
+  }
+  Py_XDECREF(op);
+  Py_XDECREF(name);
+  return -1;
+}
 
 static void op_destroy_now(ext_op *self) {
   if (self->op != NULL) {
@@ -520,10 +587,12 @@ static int op_enter(ext_op *self) {
     PyErr_SetString(PyExc_RuntimeError, "tilerun._ext: setup() was not called");
     return -1;
   }
+  self->in_flight++; /* a close meanwhile (another thread, or a producer's __dlpack__) waits */
   return 0;
 }
 
 static void op_leave(ext_op *self) {
+  self->in_flight--;
   if (self->in_flight == 0 && self->closing) op_destroy_now(self);
 }
 
@@ -534,16 +603,10 @@ static void *run_call(ext_op *self, const borrowed *b, const DLTensor *const *in
                       size_t n_out, int into) {
   const int release = !b->any_cuda || self->remote;
   PyThreadState *saved = NULL;
-  if (release) {
-    self->in_flight++;
-    saved = PyEval_SaveThread();
-  }
+  if (release) saved = PyEval_SaveThread();
   void *status = into ? g_call_into(self->op, ins, n_in, (DLTensor *const *)outs, n_out)
                       : g_call(self->op, ins, n_in, (DLManagedTensor **)outs, n_out);
-  if (release) {
-    PyEval_RestoreThread(saved);
-    self->in_flight--;
-  }
+  if (release) PyEval_RestoreThread(saved);
   return status;
 }
 
@@ -626,11 +689,11 @@ static int into_call_open(into_call *c, const ext_op *self, PyObject *inputs, Py
   borrowed_init(&c->b, c->in.items, c->n_in, c->in.tuple);
   memset(c->outs, 0, sizeof(c->outs));
   for (Py_ssize_t i = 0; i < c->n_in; i++) {
-    if (borrow(&c->b, c->in.items[i], 0, &c->ins[i], NULL) != 0) return -1;
+    if (borrow_named(self, &c->b, c->in.items[i], 0, i, &c->ins[i], NULL) != 0) return -1;
   }
   for (Py_ssize_t i = 0; i < c->out.n; i++) {
     const DLTensor *t;
-    if (borrow(&c->b, c->out.items[i], 1, &t, NULL) != 0) return -1;
+    if (borrow_named(self, &c->b, c->out.items[i], 1, i, &t, NULL) != 0) return -1;
     c->outs[i] = (DLTensor *)t;
   }
   return 0;
@@ -658,8 +721,9 @@ static PyObject *op_run(ext_op *self, PyObject *const *args, Py_ssize_t n_in, Py
   for (Py_ssize_t i = 0; i < n_in; i++) {
     PyObject *t = args[i];
     const route_entry *r;
-    if (borrow(&b, t, 0, &ins[i], &r) != 0) {
+    if (borrow_named(self, &b, t, 0, i, &ins[i], &r) != 0) {
       borrowed_release(&b);
+      op_leave(self);
       return NULL;
     }
     if (first == NULL && t != Py_None) {
@@ -765,9 +829,8 @@ static PyObject *op_call(PyObject *pyself, PyObject *args, PyObject *kwargs) {
     PyErr_SetString(PyExc_TypeError, k_by_position);
     return NULL;
   }
-  if (op_enter(self) != 0) return NULL;
   Py_ssize_t n_in = PyTuple_Size(args);
-  if (op_check_count(self, n_in) != 0) return NULL;
+  if (op_check_count(self, n_in) != 0 || op_enter(self) != 0) return NULL;
   PyObject *items[EXT_MAX_TENSORS];
   for (Py_ssize_t i = 0; i < n_in; i++) items[i] = PyTuple_GetItem(args, i); /* borrowed */
   return op_run(self, items, n_in, args);
@@ -781,9 +844,8 @@ static PyObject *op_vectorcall(PyObject *callable, PyObject *const *args, size_t
     PyErr_SetString(PyExc_TypeError, k_by_position);
     return NULL;
   }
-  if (op_enter(self) != 0) return NULL;
   Py_ssize_t n_in = (Py_ssize_t)(nargsf & ~EXT_VECTORCALL_ARGUMENTS_OFFSET);
-  if (op_check_count(self, n_in) != 0) return NULL;
+  if (op_check_count(self, n_in) != 0 || op_enter(self) != 0) return NULL;
   return op_run(self, args, n_in, NULL);
 }
 
@@ -821,7 +883,13 @@ static PyObject *op_bind(PyObject *pyself, PyObject *args) {
   PyObject *addr, *runtime;
   Py_ssize_t n_outputs;
   int remote;
-  if (!PyArg_ParseTuple(args, "OnOp", &addr, &n_outputs, &runtime, &remote)) return NULL;
+  PyObject *names = NULL;
+  unsigned long long mutated = 0;
+  if (!PyArg_ParseTuple(args, "OnOp|OK", &addr, &n_outputs, &runtime, &remote, &names, &mutated)) return NULL;
+  if (names != NULL && (!PyTuple_Check(names) || PyTuple_Size(names) != 3)) {
+    PyErr_SetString(PyExc_TypeError, "tilerun._ext: names is (op name, input names, output names)");
+    return NULL;
+  }
   if (self->op != NULL) {
     PyErr_SetString(PyExc_ValueError, "tilerun._ext: the op is bound already");
     return NULL;
@@ -841,6 +909,9 @@ static PyObject *op_bind(PyObject *pyself, PyObject *args) {
   Py_INCREF(runtime);
   EXT_SETREF(self->runtime, runtime);
   self->remote = remote;
+  Py_XINCREF(names);
+  EXT_SETREF(self->names, names);
+  self->mutated = mutated;
   Py_RETURN_NONE;
 }
 
@@ -855,11 +926,36 @@ static PyObject *op_close(PyObject *pyself, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+/* _enter() / _leave(): the Python methods that hand the tr_op * to ctypes (which releases the
+ * GIL) hold the op as a call does, so that a close meanwhile waits for them. */
+static PyObject *op_py_enter(PyObject *pyself, PyObject *unused) {
+  (void)unused;
+  if (op_enter((ext_op *)pyself) != 0) return NULL;
+  return PyLong_FromVoidPtr(((ext_op *)pyself)->op);
+}
+
+static PyObject *op_py_leave(PyObject *pyself, PyObject *unused) {
+  (void)unused;
+  ext_op *self = (ext_op *)pyself;
+  if (self->in_flight <= 0) {
+    PyErr_SetString(PyExc_RuntimeError, "tilerun._ext: _leave() without _enter()");
+    return NULL;
+  }
+  op_leave(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *op_pending(PyObject *pyself, PyObject *unused) {
+  (void)unused;
+  return PyBool_FromLong(((ext_op *)pyself)->op != NULL);
+}
+
 static void op_dealloc(PyObject *pyself) {
   ext_op *self = (ext_op *)pyself;
   PyTypeObject *type = Py_TYPE(pyself);
   op_destroy_now(self);
   Py_CLEAR(self->runtime);
+  Py_CLEAR(self->names);
   freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
   tp_free(pyself);
   Py_DECREF(type);
@@ -871,6 +967,9 @@ static PyMethodDef op_methods[] = {
     {"_bind", op_bind, METH_VARARGS,
      "_bind(op address, n outputs, runtime, launches remotely): binds a tr_op *."},
     {"_close", op_close, METH_NOARGS, "_close(): destroys the tr_op * (after calls running)."},
+    {"_pending", op_pending, METH_NOARGS, "_pending(): whether the tr_op * still exists (a call runs)."},
+    {"_enter", op_py_enter, METH_NOARGS, "_enter(): holds the op as a call does; its tr_op * address."},
+    {"_leave", op_py_leave, METH_NOARGS, "_leave(): ends an _enter() (the op goes now if closed meanwhile)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -953,7 +1052,6 @@ static void *bench_one(void *op, const DLTensor *const *ins, size_t n_in, DLTens
  * call). Returns the `n` calls' nanoseconds (tr_now_ns), or -1 with the call's error set. */
 static long long bench_loop(ext_op *self, const DLTensor *const *ins, size_t n_in, DLTensor *const *outs,
                             size_t n_out, int into, Py_ssize_t n) {
-  self->in_flight++;
   PyThreadState *saved = PyEval_SaveThread();
   void *status = bench_one(self->op, ins, n_in, outs, n_out, into);
   uint64_t t0 = g_now_ns();
@@ -962,7 +1060,6 @@ static long long bench_loop(ext_op *self, const DLTensor *const *ins, size_t n_i
   }
   uint64_t elapsed = g_now_ns() - t0;
   PyEval_RestoreThread(saved);
-  self->in_flight--;
   if (status != NULL) {
     raise_status(status);
     return -1;
@@ -1011,7 +1108,7 @@ static PyObject *ext_bench_call(PyObject *module, PyObject *const *args, Py_ssiz
   borrowed_init(&b, in.items, in.n, in.tuple);
   const DLTensor *ins[EXT_MAX_TENSORS];
   for (Py_ssize_t i = 0; i < in.n; i++) {
-    if (borrow(&b, in.items[i], 0, &ins[i], NULL) != 0) goto done;
+    if (borrow_named(self, &b, in.items[i], 0, i, &ins[i], NULL) != 0) goto done;
   }
   long long ns = bench_loop(self, ins, (size_t)in.n, NULL, (size_t)self->n_outputs, 0, n);
   if (ns >= 0) result = PyLong_FromLongLong(ns);
@@ -1124,6 +1221,19 @@ static PyMethodDef ext_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The destructor of tilerun.Tensor's "dltensor" capsules: a capsule still so named was never
+ * consumed, so its DLManagedTensor is still the package's to free. In C, as it may run while an
+ * exception propagates (a capsule dropped in an unwinding frame), where no Python may run. */
+static void dltensor_capsule_destructor(PyObject *capsule) {
+  if (!PyCapsule_IsValid(capsule, "dltensor")) return; /* consumed: renamed "used_dltensor" */
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  DLManagedTensor *m = PyCapsule_GetPointer(capsule, "dltensor");
+  if (m != NULL && m->deleter != NULL) m->deleter(m);
+  PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+}
+
 static int ext_exec(PyObject *module) {
   if (g_owner_type == NULL && (g_owner_type = (PyTypeObject *)PyType_FromSpec(&owner_spec)) == NULL) return -1;
   PyObject *type = PyType_FromSpec(&op_spec);
@@ -1133,6 +1243,11 @@ static int ext_exec(PyObject *module) {
   g_op_type = (PyTypeObject *)type;
   int rc = PyModule_AddObjectRef(module, "OpBase", type);
   Py_DECREF(type);
+  if (rc != 0) return -1;
+  PyObject *destructor = PyLong_FromVoidPtr((void *)(uintptr_t)dltensor_capsule_destructor);
+  if (destructor == NULL) return -1;
+  rc = PyModule_AddObjectRef(module, "capsule_destructor", destructor);
+  Py_DECREF(destructor);
   if (rc != 0) return -1;
   return PyModule_AddIntConstant(module, "MAX_TENSORS", EXT_MAX_TENSORS);
 }
