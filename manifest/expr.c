@@ -189,7 +189,10 @@ static int32_t parse_atom(parser *p) {
       p->nodes[n].name_at = (uint16_t)at;
       p->nodes[n].name_len = (uint16_t)len;
       if (!p->resolve(p->ctx, p->text + at, len, 0, 0, &p->nodes[n].ref)) {
-        fail(p, at, "unknown name");
+        char what[128];
+        snprintf(what, sizeof(what), "unknown name '%.*s%s'", len > 64 ? 64 : (int)len, p->text + at,
+                 len > 64 ? "..." : "");
+        fail(p, at, what);
       }
     }
     return n;

@@ -50,7 +50,8 @@ typedef struct tr_expr_env {
 typedef struct tr_expr tr_expr;
 
 /* Compiles `text`. A syntax error or an unknown name is a ManifestError
- * "expression '<text>': <what> at column <c>" (1-based column); *out is then NULL. */
+ * "expression '<text>': <what> at column <c>" (1-based column; an unknown name is named:
+ * "unknown name 'Q' at column 1"); *out is then NULL. */
 tr_status *tr_expr_compile(const char *text, tr_expr_resolve_fn resolve, void *ctx,
                            tr_expr **out) TR_MUST_USE;
 

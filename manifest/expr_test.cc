@@ -96,7 +96,10 @@ TEST_CASE("evaluation errors name the expression and the cause") {
 
 TEST_CASE("syntax errors and unknown names give the column") {
   CHECK(compile_error("a +") == "ManifestError: expression 'a +': expected a value, found the end at column 4");
-  CHECK(compile_error("a + A") == "ManifestError: expression 'a + A': unknown name at column 5");
+  CHECK(compile_error("a + A") == "ManifestError: expression 'a + A': unknown name 'A' at column 5");
+  CHECK(compile_error("Q > 1") == "ManifestError: expression 'Q > 1': unknown name 'Q' at column 1");
+  CHECK(compile_error("a * (b + width_2)") ==
+        "ManifestError: expression 'a * (b + width_2)': unknown name 'width_2' at column 10");
   CHECK(compile_error("(a + b") == "ManifestError: expression '(a + b': expected ')' at column 7");
   CHECK(compile_error("a b") == "ManifestError: expression 'a b': unexpected text at column 3");
   CHECK(compile_error("sqrt(a)") == "ManifestError: expression 'sqrt(a)': unknown function (functions: "

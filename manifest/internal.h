@@ -134,7 +134,7 @@ typedef struct composition_decl {
 
 typedef struct workload_decl {
   char *label;
-  int line;
+  int line, column; /* the row's, for messages */
   int has_dtype;
   tr_dtype dtype;
   uint8_t has_shape[TR_SIG_MAX_INPUTS];

@@ -30,8 +30,8 @@ static tr_status *add(tr_lint_report *r, const char *fmt, ...) {
 /* Adds a failed status as a problem of a workload row, and frees it. */
 static tr_status *row_problem(tr_lint_report *r, const tr_op_def *op, int row, tr_status *why) {
   const workload_decl *w = &op->workloads[row];
-  tr_status *status = add(r, "%s:%d: %s: workload '%s': %s", op->path, w->line, op->name, w->label,
-                          tr_status_message(why));
+  tr_status *status = add(r, "%s:%d:%d: %s: workload '%s': %s", op->path, w->line, w->column, op->name,
+                          w->label, tr_status_message(why));
   tr_status_destroy(&why);
   return status;
 }

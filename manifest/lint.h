@@ -10,7 +10,8 @@
 extern "C" {
 #endif
 
-/* A list of problems, each one line "file:line: Op: what is wrong". */
+/* A list of problems, each one line "file:line: Op: what is wrong" (an op's own), or
+ * "file:line:column: Op: workload 'label': what is wrong" (one of its workload rows). */
 typedef struct tr_lint_report {
   size_t count;
   char **problems;

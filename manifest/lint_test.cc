@@ -69,10 +69,10 @@ TEST_CASE("a workload row that is not a legal call is a problem, with the checke
                      "  roofline: {flops: \"numel(x)\", bytes: \"bytes(x) + bytes(y)\"}\n";
   auto problems = lint(text);
   REQUIRE(problems.size() == 3);
-  CHECK(problems[0] == "F:13: ScaleFwdOp: workload 'wrong n': ScaleFwdOp: input 'x' shape (4, 8) "
+  CHECK(problems[0] == "F:13:7: ScaleFwdOp: workload 'wrong n': ScaleFwdOp: input 'x' shape (4, 8) "
                        "does not match [*B, n] = (4, 7): axis 1 is 8, expected n = 7");
-  CHECK(problems[1] == "F:14: ScaleFwdOp: workload 'no n': ScaleFwdOp: param 'n' (int) is required");
-  CHECK(problems[2] == "F:15: ScaleFwdOp: workload 'int8': ScaleFwdOp: input 'x' dtype int8 is not "
+  CHECK(problems[1] == "F:14:7: ScaleFwdOp: workload 'no n': ScaleFwdOp: param 'n' (int) is required");
+  CHECK(problems[2] == "F:15:7: ScaleFwdOp: workload 'int8': ScaleFwdOp: input 'x' dtype int8 is not "
                        "one of float16 | float32 (type variable T)");
 }
 
@@ -82,8 +82,31 @@ TEST_CASE("a roofline that does not evaluate on a row is a problem") {
                      "  roofline: {flops: \"numel(x) / prod(B)\", bytes: \"bytes(x)\"}\n";
   auto problems = lint(text);
   REQUIRE(problems.size() == 1);
-  CHECK(problems[0] == "F:12: ScaleFwdOp: workload 'zero': expression 'numel(x) / prod(B)': "
+  CHECK(problems[0] == "F:12:7: ScaleFwdOp: workload 'zero': expression 'numel(x) / prod(B)': "
                        "division by zero");
+}
+
+TEST_CASE("a row's problem names the row's own line and column") {
+  std::string text = "RowFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"                   // 1-4
+                     "    forall: {T: \"DType[float16 | float32]\"}\n"                              // 5
+                     "    params: {d: {type: int, default: 1}}\n"                                    // 6
+                     "    inputs:\n      x: {dtype: T, shape: \"[M, N]\"}\n"                        // 7-8
+                     "    outputs:\n      y: {dtype: T, shape: \"[M, N]\"}\n"                       // 9-10
+                     "    constraints: [\"N // d >= 1\"]\n"                                        // 11
+                     "  workloads:\n"                                                              // 12
+                     "  - {label: zero d, dtype: float16, shapes: {x: [4, 8]}, params: {d: 0}}\n" // 13, column 5
+                     "  - label: rank 3\n"                                                         // 14, column 5
+                     "    dtype: float16\n    shapes: {x: [4, 8, 2]}\n"                          // 15-16
+                     "  -   {label: inf, dtype: float32, shapes: {x: [4, 8]}}\n"                  // 17, column 7
+                     "  roofline: {flops: \"numel(x) * 10 ** 400\", bytes: \"bytes(x) + bytes(y)\"}\n";
+  auto problems = lint(text);
+  REQUIRE(problems.size() == 3);
+  CHECK(problems[0] == "F:13:5: RowFwdOp: workload 'zero d': RowFwdOp: constraint 'N // d >= 1' does not "
+                       "hold: N = 8, d = 0 (expression 'N // d >= 1': division by zero)");
+  CHECK(problems[1] == "F:14:5: RowFwdOp: workload 'rank 3': RowFwdOp: input 'x' shape (4, 8, 2) does not "
+                       "match [M, N]: rank 3, expected 2");
+  CHECK(problems[2] == "F:17:7: RowFwdOp: workload 'inf': roofline gives flops inf and bytes 256; both must "
+                       "be finite and >= 0");
 }
 
 TEST_CASE("an unused type variable is a problem") {
@@ -140,7 +163,7 @@ TEST_CASE("an integer input's fill evaluates on every row and is not negative") 
                      "  roofline: {flops: \"0\", bytes: \"bytes(i) * 2\"}\n";
   auto problems = lint(text);
   REQUIRE(problems.size() == 1);
-  CHECK(problems[0] == "F:12: IndexFwdOp: workload 'low': input 'i' fill 'n - 10' gives -2, below 0");
+  CHECK(problems[0] == "F:12:7: IndexFwdOp: workload 'low': input 'i' fill 'n - 10' gives -2, below 0");
 }
 
 TEST_CASE("an output too large for int64 to count is a problem of its row") {
@@ -155,9 +178,9 @@ TEST_CASE("an output too large for int64 to count is a problem of its row") {
                      "  roofline: {flops: \"numel(c)\", bytes: \"bytes(a) + bytes(b) + bytes(c)\"}\n";
   auto problems = lint(gemm);
   REQUIRE(problems.size() == 2);
-  CHECK(problems[0] == "F:12: GemmFwdOp: workload 'wide': output 'c' float16(4294967296, 4294967296) is too "
+  CHECK(problems[0] == "F:12:7: GemmFwdOp: workload 'wide': output 'c' float16(4294967296, 4294967296) is too "
                        "large: its element count overflows int64 (at most 9223372036854775807 elements)");
-  CHECK(problems[1] == "F:13: GemmFwdOp: workload 'big': output 'c' float32(1073741824, 4294967296) is too "
+  CHECK(problems[1] == "F:13:7: GemmFwdOp: workload 'big': output 'c' float32(1073741824, 4294967296) is too "
                        "large: its size, 4611686018427387904 elements of 4 bytes, overflows int64 (at most "
                        "9223372036854775807 bytes)");
 }

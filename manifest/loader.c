@@ -807,6 +807,7 @@ static tr_status *load_workload(loading *l, const yaml_node_t *node, workload_de
   TR_RETURN_IF_ERROR(check_mapping(l, node, "a workload row", kKeys));
   tr_op_def *op = l->op;
   w->line = tr_yaml_line(node);
+  w->column = (int)node->start_mark.column + 1;
   const char *label;
   yaml_node_t *f = tr_yaml_get(l->doc, node, "label");
   if (f == NULL) return err_at(l, node, "a workload row has no 'label'");
@@ -1155,6 +1156,7 @@ static tr_status *add_op(tr_manifest *m, tr_op_def *op) {
 }
 
 static tr_status *load_doc(tr_manifest *m, tr_yaml_doc *doc) {
+  TR_RETURN_IF_ERROR(tr_yaml_one_document(doc, "a manifest file"));
   yaml_node_t *root = tr_yaml_root(doc);
   if (root == NULL) return NULL;
   if (root->type != YAML_MAPPING_NODE) {

@@ -40,14 +40,15 @@ tr_status *tr_op_def_workload(const tr_op_def *op, size_t i, const tr_device *de
       dtype = w->input_dtype[k];
     } else if (in->dtype.kind == DT_VAR) {
       if (!w->has_dtype) {
-        return TR_STATUS(TR_MANIFEST, "%s:%d: %s: workload '%s' gives no dtype for input '%s' "
-                         "(dtype: %s)", op->path, w->line, op->name, w->label, in->name, in->dtype.text);
+        return TR_STATUS(TR_MANIFEST, "%s:%d:%d: %s: workload '%s' gives no dtype for input '%s' "
+                         "(dtype: %s)", op->path, w->line, w->column, op->name, w->label, in->name,
+                         in->dtype.text);
       }
       dtype = w->dtype;
     } else if (in->dtype.kind == DT_SAME_AS) {
       if (!has[in->dtype.input]) {
-        return TR_STATUS(TR_MANIFEST, "%s:%d: %s: workload '%s' leaves out input '%s', whose dtype input '%s' "
-                         "takes (dtype: %s)", op->path, w->line, op->name, w->label,
+        return TR_STATUS(TR_MANIFEST, "%s:%d:%d: %s: workload '%s' leaves out input '%s', whose dtype input '%s' "
+                         "takes (dtype: %s)", op->path, w->line, w->column, op->name, w->label,
                          op->inputs[in->dtype.input].name, in->name, in->dtype.text);
       }
       dtype = specs[in->dtype.input].dtype; /* an earlier input, already filled */

@@ -11,6 +11,8 @@
 struct tr_yaml_doc {
   char *path;
   yaml_document_t document;
+  int has_next;      /* another document follows the first */
+  yaml_mark_t next;  /* where it starts */
 };
 
 static const char *error_kind(yaml_error_type_t error) {
@@ -176,8 +178,10 @@ static tr_status *compose_event(composing *c, const yaml_event_t *e, int *done) 
 
 /* The first document of the stream, built from libyaml's events as yaml_parser_load builds it,
  * with the nesting counted as it is read: a file nested too deep is refused at the first level
- * too many, before libyaml's scanner (quadratic in the nesting of flow collections) reads on. */
-static tr_status *compose(const char *name, yaml_parser_t *parser, yaml_document_t *document) {
+ * too many, before libyaml's scanner (quadratic in the nesting of flow collections) reads on.
+ * Then the next event is read, to note in *has_next and *next where a second document starts. */
+static tr_status *compose(const char *name, yaml_parser_t *parser, yaml_document_t *document,
+                          int *has_next, yaml_mark_t *next) {
   yaml_event_t e;
   if (!yaml_parser_parse(parser, &e)) return parser_error(name, parser); /* the stream's start */
   yaml_event_delete(&e);
@@ -205,6 +209,15 @@ static tr_status *compose(const char *name, yaml_parser_t *parser, yaml_document
     status = compose_event(&c, &e, &done);
     yaml_event_delete(&e);
   }
+  if (status == NULL) { /* the stream's end, or a second document's start */
+    if (!yaml_parser_parse(parser, &e)) {
+      status = parser_error(name, parser);
+    } else {
+      *has_next = e.type == YAML_DOCUMENT_START_EVENT;
+      *next = e.start_mark;
+      yaml_event_delete(&e);
+    }
+  }
   for (size_t i = 0; i < c.n_anchors; i++) free(c.anchors[i].name);
   free(c.anchors);
   if (status != NULL) yaml_document_delete(document);
@@ -229,7 +242,7 @@ tr_status *tr_yaml_load_string(const char *name, const char *text, size_t size,
     return TR_STATUS(TR_OUT_OF_MEMORY, "loading %s: initialising libyaml", name);
   }
   yaml_parser_set_input_string(&parser, (const unsigned char *)text, size);
-  tr_status *status = compose(name, &parser, &doc->document);
+  tr_status *status = compose(name, &parser, &doc->document, &doc->has_next, &doc->next);
   yaml_parser_delete(&parser);
   if (status != NULL) {
     free(doc->path);
@@ -342,6 +355,12 @@ tr_status *tr_yaml_duplicate_key(tr_yaml_doc *doc, const yaml_node_t *mapping, y
   }
   free(keys);
   return NULL;
+}
+
+tr_status *tr_yaml_one_document(const tr_yaml_doc *doc, const char *what) {
+  if (!doc->has_next) return NULL;
+  return TR_STATUS(TR_MANIFEST, "%s:%zu:%zu: %s holds one YAML document; a second one starts here",
+                   doc->path, doc->next.line + 1, doc->next.column + 1, what);
 }
 
 int tr_yaml_line(const yaml_node_t *node) { return node ? (int)node->start_mark.line + 1 : 0; }

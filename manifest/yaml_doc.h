@@ -19,11 +19,12 @@ typedef struct tr_yaml_doc tr_yaml_doc;
 /* Mappings and sequences nest at most this many levels deep (a root mapping is level 1). */
 #define TR_YAML_MAX_DEPTH 64
 
-/* Loads the first document of a file. A file that cannot be read is an IOError naming the path;
- * a syntax error is a ManifestError "path:line:column: <libyaml's problem> (<context>)", and so is
- * a mapping or sequence nested deeper than TR_YAML_MAX_DEPTH (refused as it is read: the time is
- * linear in the file, however deep it goes); an empty file loads as a document whose root is
- * NULL. */
+/* Loads the first document of a file, noting whether a second one follows (of which only the
+ * first token is read; see tr_yaml_one_document). A file that cannot be read is an IOError naming
+ * the path; a syntax error is a ManifestError "path:line:column: <libyaml's problem> (<context>)",
+ * and so is a mapping or sequence nested deeper than TR_YAML_MAX_DEPTH (refused as it is read:
+ * the time is linear in the file, however deep it goes); an empty file loads as a document whose
+ * root is NULL. */
 tr_status *tr_yaml_load_file(const char *path, tr_yaml_doc **out) TR_MUST_USE;
 
 /* The same, from text in memory; `name` stands for the path in messages. */
@@ -65,6 +66,11 @@ tr_status *tr_yaml_unique_keys(tr_yaml_doc *doc, const yaml_node_t *mapping, con
 /* A ManifestError "path:line:column: <message>", pointing at `node` (1-based line and column). */
 tr_status *tr_yaml_error_at(const tr_yaml_doc *doc, const yaml_node_t *node, const char *fmt, ...)
     TR_PRINTF(3, 4) TR_MUST_USE;
+
+/* NULL when the file holds one document (or none); else a ManifestError at the second document's
+ * start, "path:line:column: <what> holds one YAML document; a second one starts here", with
+ * `what` such as "a manifest file". Fails for nothing else. */
+tr_status *tr_yaml_one_document(const tr_yaml_doc *doc, const char *what) TR_MUST_USE;
 
 /* The 1-based line of a node, for listings. */
 int tr_yaml_line(const yaml_node_t *node);

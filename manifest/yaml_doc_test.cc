@@ -72,6 +72,21 @@ TEST_CASE("errors at a node point at it") {
   tr_yaml_doc_destroy(&doc);
 }
 
+TEST_CASE("a second document is noted at its start; what starts it is read, no further") {
+  tr_yaml_doc *doc = load("a: 1\n...\n# a comment\n");
+  CHECK(tr_yaml_one_document(doc, "a test file") == nullptr);
+  tr_yaml_doc_destroy(&doc);
+  doc = load("a: 1\n--- \n  b: [\n");  // the second document's own syntax error is not read
+  CHECK(std::string(tr_yaml_scalar(tr_yaml_get(doc, tr_yaml_root(doc), "a"))) == "1");
+  tr_status *s = tr_yaml_one_document(doc, "a test file");
+  CHECK(std::string(tr_status_message(s)) == "mem.yaml:2:1: a test file holds one YAML document; a second "
+                                             "one starts here");
+  CHECK(tr_status_code(s) == TR_MANIFEST);
+  tr_status_destroy(&s);
+  tr_yaml_doc_destroy(&doc);
+  CHECK(load_error("a: 1\n...\n@b\n").find("bad.yaml:3:1: bad token: ") == 0);
+}
+
 TEST_CASE("a missing file is an IOError naming the path") {
   tr_yaml_doc *doc = nullptr;
   tr_status *s = tr_yaml_load_file("/nonexistent/spec.yaml", &doc);
