@@ -18,7 +18,7 @@
 #include "tilerun/status.h"
 #include "tilerun/tilerun.h"
 
-#define TR_VERSION "0.1.0"
+#define TR_VERSION TILERUN_VERSION /* the library's (tilerun/version.h), as tilerun.pc says */
 
 static const char kUsage[] =
     "usage: tilerun [--help] [--version] <command> [options]\n"
@@ -43,7 +43,7 @@ static const char kUsage[] =
     "  targets [OP]\n"
     "             load the backends and list the registered targets with the ops each\n"
     "             serves (with OP: the targets that serve it), and the backends that failed\n"
-    "  serve COMPONENT --endpoint E [--device-facts DEV=ARCH,SMS,SMEM]\n"
+    "  serve COMPONENT --endpoint E [--device-facts DEVICE=ARCH,SMS,SHARED_BYTES]\n"
     "             host one component (validate, settle, select, build, launch; echo for the\n"
     "             benchmark's round trip) at an ipc:// or tcp:// endpoint until SIGTERM; a\n"
     "             pipeline file places the component there (placement: process). launch\n"
@@ -73,8 +73,10 @@ static const char kUsage[] =
     "  --iters N        bench: calls per measurement (default 2000, at most 10000000)\n"
     "  --endpoint E     serve: where to listen (tcp://:PORT binds loopback)\n"
     "  --curve-secret K serve: refused (ps shows it to every local user): use the environment\n"
-    "  --device-facts F serve select: a device's facts instead of reading them from it, e.g.\n"
-    "                   cuda:0=90,132,232448 (arch, SMs, shared memory per block); repeatable\n"
+    "  --device-facts F serve select: a device's facts instead of reading them from it:\n"
+    "                   DEVICE=ARCH,SMS,SHARED_BYTES, e.g. cuda:0=90,132,232448 (ARCH the compute\n"
+    "                   capability, 90 for sm_90; SMS the multiprocessors; SHARED_BYTES the shared\n"
+    "                   memory per block); repeatable\n"
     "\n"
     "environment:\n"
     "  TILERUN_MANIFEST_DIR   the spec directory, when --manifest is not given\n"
@@ -122,9 +124,10 @@ static const option_doc kOptions[] = {
                       "most 1000000000)"},
     {"--iters N", "calls per measurement (default 2000; a whole number from 1 to 10000000)"},
     {"--endpoint E", "where to listen: ipc://PATH, or tcp://:PORT (binds loopback); required"},
-    {"--device-facts F", "select only: a device's facts instead of reading them from it, e.g.\n"
-                         "cuda:0=90,132,232448 (arch, SMs, shared memory per block); repeatable, at\n"
-                         "most 8 (default: read from the device)"},
+    {"--device-facts F", "select only: a device's facts instead of reading them from it, as\n"
+                         "DEVICE=ARCH,SMS,SHARED_BYTES, e.g. cuda:0=90,132,232448 (ARCH the compute\n"
+                         "capability, 90 for sm_90; SMS the multiprocessors; SHARED_BYTES the shared\n"
+                         "memory per block); repeatable, at most 8 (default: read from the device)"},
     {"CurveZMQ", "from the environment, never a flag (ps shows flags to every local user):\n"
                  "TILERUN_CURVE_SECRET, or a file named by TILERUN_CURVE_SECRET_FILE;\n"
                  "TILERUN_CURVE_CLIENTS names the clients served (default: plain connections)"},
@@ -187,22 +190,53 @@ static void print_option(FILE *out, const option_doc *o) {
   fputc('\n', out);
 }
 
-/* The help of `command` (and its subcommand, for manifest and bench); 0 when there is none. */
-static int command_help(const char *command, const char *sub, FILE *out) {
-  char name[64];
-  const command_doc *found = NULL;
-  for (int with_sub = sub != NULL; with_sub >= 0 && found == NULL; with_sub--) {
-    snprintf(name, sizeof(name), with_sub ? "%s %s" : "%s", command, sub);
-    for (size_t i = 0; i < sizeof(kCommands) / sizeof(kCommands[0]) && found == NULL; i++) {
-      if (strcmp(kCommands[i].name, name) == 0) found = &kCommands[i];
+static const char kCommandList[] = "run, ops, manifest, backends, targets, serve, bench, help";
+
+/* The doc of command `name` ("manifest show" for a subcommand); NULL when there is none. */
+static const command_doc *command_named(const char *name) {
+  for (size_t i = 0; i < sizeof(kCommands) / sizeof(kCommands[0]); i++) {
+    if (strcmp(kCommands[i].name, name) == 0) return &kCommands[i];
+  }
+  return NULL;
+}
+
+/* The subcommands of `command` ("check, show" for manifest) into `out`; "" when it has none. */
+static const char *subcommands_of(const char *command, char *out, size_t cap) {
+  size_t n = strlen(command), used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < sizeof(kCommands) / sizeof(kCommands[0]); i++) {
+    const char *name = kCommands[i].name;
+    if (strncmp(name, command, n) == 0 && name[n] == ' ' && used < cap) {
+      used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? ", " : "", name + n + 1);
     }
   }
-  if (found == NULL) return 0;
+  return out;
+}
+
+static int usage_error(FILE *err, const char *fmt, ...) TR_PRINTF(2, 3);
+
+/* `tilerun help [COMMAND [SUB]]` or `tilerun [COMMAND [SUB]] --help`: the global help without a
+ * command (or for help itself), else the command's; SUB counts for a command that has
+ * subcommands (manifest, bench). An unknown command or subcommand is a usage error (2). */
+static int command_help(const char *command, const char *sub, FILE *out, FILE *err) {
+  if (command == NULL || strcmp(command, "help") == 0) {
+    fputs(kUsage, out);
+    return 0;
+  }
+  const command_doc *found = command_named(command);
+  if (found == NULL) return usage_error(err, "no command '%s' (commands: %s)", command, kCommandList);
+  char subs[128];
+  if (sub != NULL && subcommands_of(command, subs, sizeof(subs))[0] != '\0') {
+    char name[128];
+    snprintf(name, sizeof(name), "%s %s", command, sub);
+    found = command_named(name);
+    if (found == NULL) return usage_error(err, "no command '%s %s' (%s's subcommands: %s)", command, sub, command, subs);
+  }
   fprintf(out, "usage: %s\n\n%s\n\noptions:\n", found->usage, found->summary);
   for (int i = 0; i < 8 && found->options[i] != NULL; i++) print_option(out, option_named(found->options[i]));
   print_option(out, option_named("--help"));
   fprintf(out, "\nexit status: 0 success, 1 the command failed (the message says why), 2 bad usage.\n");
-  return 1;
+  return 0;
 }
 
 typedef struct cli_options {
@@ -476,7 +510,6 @@ static int list_targets(const cli_options *opts, const char *op_name, FILE *out,
   return 0;
 }
 
-static int usage_error(FILE *err, const char *fmt, ...) TR_PRINTF(2, 3);
 static int usage_error(FILE *err, const char *fmt, ...) {
   va_list args;
   va_start(args, fmt);
@@ -535,7 +568,9 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
       opts.iters = (long)iters;
       i++;
     } else if (strcmp(arg, "--device-facts") == 0) {
-      if (i + 1 >= argc) return usage_error(err, "%s needs DEVICE=ARCH,SMS,SHARED_BYTES", arg);
+      if (i + 1 >= argc) {
+        return usage_error(err, "%s needs a value: DEVICE=ARCH,SMS,SHARED_BYTES, e.g. cuda:0=90,132,232448", arg);
+      }
       if (opts.n_device_facts == 8) return usage_error(err, "%s", "at most 8 --device-facts");
       opts.device_facts[opts.n_device_facts++] = argv[++i];
     } else if (strcmp(arg, "--smallest") == 0) {
@@ -548,7 +583,8 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     } else if (strcmp(arg, "--all") == 0) { /* every row is the default now; kept for old scripts */
       opts.smallest = 0;
     } else if (strcmp(arg, "--device") == 0) {
-      const char *d = i + 1 < argc ? argv[++i] : "";
+      if (i + 1 >= argc) return usage_error(err, "%s", "--device needs a value: auto, cpu or cuda");
+      const char *d = argv[++i];
       if (strcmp(d, "auto") == 0) opts.device = TR_MAINJOB_AUTO;
       else if (strcmp(d, "cpu") == 0) opts.device = TR_MAINJOB_CPU;
       else if (strcmp(d, "cuda") == 0) opts.device = TR_MAINJOB_CUDA;
@@ -575,8 +611,7 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     int help_cmd = !want_help || (command != NULL && strcmp(command, "help") == 0);
     const char *name = help_cmd ? (n_positional > 0 ? positional[0] : NULL) : command;
     const char *sub = help_cmd ? (n_positional > 1 ? positional[1] : NULL) : (n_positional > 0 ? positional[0] : NULL);
-    if (name == NULL || !command_help(name, sub, out)) fputs(kUsage, out);
-    return 0;
+    return command_help(name, sub, out, err);
   }
   if (command == NULL) return usage_error(err, "no command given");
   if (strcmp(command, "manifest") == 0) {
@@ -608,6 +643,7 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
   if (strcmp(command, "ops") == 0) return list_ops(&opts, out, err);
   if (strcmp(command, "backends") == 0) return list_backends(out, err);
   if (strcmp(command, "run") == 0) {
+    if (tr_mainjob_check_ops(manifest_dir(&opts), opts.ops, err) != 0) return 2; /* before anything is printed */
     fprintf(out, "tilerun %s: the main job\n\n", TR_VERSION);
     int rc = list_ops(&opts, out, err);
     fprintf(out, "\n");
@@ -619,5 +655,5 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     int rc_rows = tr_mainjob_run(&job, out, err);
     return rc_backends != 0 ? rc_backends : rc_rows;
   }
-  return usage_error(err, "unknown command '%s' (commands: run, ops, manifest, backends, targets, serve, bench, help)", command);
+  return usage_error(err, "unknown command '%s' (commands: %s)", command, kCommandList);
 }

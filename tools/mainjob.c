@@ -400,6 +400,18 @@ static int ops_known(const tr_manifest *m, const char *list, const char *manifes
   return 1;
 }
 
+int tr_mainjob_check_ops(const char *manifest_dir, const char *ops, FILE *err) {
+  tr_manifest *m = NULL;
+  tr_status *status = ops != NULL ? tr_manifest_load_dir(manifest_dir, &m) : NULL;
+  if (status != NULL) { /* reported by whatever loads it next */
+    tr_status_destroy(&status);
+    return 0;
+  }
+  int known = ops == NULL || ops_known(m, ops, manifest_dir, err);
+  tr_manifest_destroy(&m);
+  return known ? 0 : 2;
+}
+
 int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
   tr_manifest *m = NULL;
   job j;

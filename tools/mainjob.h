@@ -32,6 +32,12 @@ typedef struct tr_mainjob_options {
  * when `ops` names an op the manifest does not have (printed to `err`, nothing run). */
 int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err);
 
+/* Checks that each comma-separated name of `ops` (NULL: none to check) is an op of the manifest at
+ * `manifest_dir`, so a caller can refuse the list before it prints anything. Returns 0 when they
+ * all are, or when the manifest does not load (tr_mainjob_run reports that); 2 when one is not,
+ * printing the first such name to `err` as tr_mainjob_run does. */
+int tr_mainjob_check_ops(const char *manifest_dir, const char *ops, FILE *err);
+
 #ifdef __cplusplus
 }
 #endif

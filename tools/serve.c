@@ -1,6 +1,7 @@
 /* serve.c: `tilerun serve`: a component hosted out of process, behind the transport. */
 #include "tools/serve.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,13 @@
 #include "tilerun/tilerun.h"
 
 static volatile int g_stop; /* set from a signal handler (the platform layer's) */
+
+/* A usage error: "tilerun serve: <message>"; returns exit status 2. */
+static int usage_error(FILE *err, const char *option, tr_status *status) {
+  fprintf(err, "tilerun serve: %s%s%s\n", option ? option : "", option ? ": " : "", tr_status_message(status));
+  tr_status_destroy(&status);
+  return 2;
+}
 
 static int fail(FILE *err, tr_status *status) {
   char text[1024];
@@ -80,24 +88,61 @@ static tr_status *facts_of(void *ctx, const tr_device *device, tr_device_facts *
   return tr_registry_device_facts(f->registry, device, out);
 }
 
-/* "cuda:0=90,132,232448" */
+#define FACTS_FORMAT "DEVICE=ARCH,SMS,SHARED_BYTES, e.g. cuda:0=90,132,232448"
+
+/* The field `name` of --device-facts `all`, at *text: a whole number from 0 to `max`, ended by a
+ * comma or the end (the `last` field: the end). Advances *text past it and its comma. Fails with
+ * TR_VALUE naming the field and the value. */
+static tr_status *facts_field(const char *all, const char **text, const char *name, long long max, int last,
+                              long long *out) {
+  const char *start = *text, *end = start + strcspn(start, ",");
+  long long value = 0;
+  int too_large = 0;
+  const char *c = start;
+  for (; c < end && *c >= '0' && *c <= '9'; c++) {
+    too_large |= value > (max - (*c - '0')) / 10;
+    if (!too_large) value = value * 10 + (*c - '0');
+  }
+  if (start == end) {
+    return TR_STATUS(TR_VALUE, "--device-facts '%s': %s is missing (" FACTS_FORMAT ")", all, name);
+  }
+  if (c != end || too_large) {
+    return TR_STATUS(TR_VALUE, "--device-facts '%s': %s must be a whole number from 0 to %lld, got '%.*s' ("
+                     FACTS_FORMAT ")", all, name, max, (int)(end - start), start);
+  }
+  if (last && *end != '\0') {
+    return TR_STATUS(TR_VALUE, "--device-facts '%s': more than the three fields ARCH,SMS,SHARED_BYTES ("
+                     FACTS_FORMAT ")", all);
+  }
+  *text = *end == ',' ? end + 1 : end;
+  *out = value;
+  return NULL;
+}
+
+/* "cuda:0=90,132,232448": DEVICE=ARCH,SMS,SHARED_BYTES. Fails with TR_VALUE naming the field that
+ * is wrong and its value. */
 static tr_status *parse_facts(const char *text, tr_device *device, tr_device_facts *facts) {
   const char *eq = strchr(text, '=');
   char dev[64];
-  long arch = 0, sms = 0;
-  long long smem = 0;
-  int used = 0;
-  if (eq == NULL || (size_t)(eq - text) >= sizeof(dev) ||
-      sscanf(eq + 1, "%ld,%ld,%lld%n", &arch, &sms, &smem, &used) != 3 || eq[1 + used] != '\0' || arch < 0 ||
-      sms < 0 || smem < 0) {
-    return TR_STATUS(TR_VALUE, "--device-facts takes DEVICE=ARCH,SMS,SHARED_BYTES (e.g. cuda:0=90,132,232448), got '%s'",
-                     text);
+  if (eq == NULL || eq == text || (size_t)(eq - text) >= sizeof(dev)) {
+    return TR_STATUS(TR_VALUE, "--device-facts '%s': %s (" FACTS_FORMAT ")", text,
+                     eq == NULL ? "no '=' after the DEVICE" : eq == text ? "DEVICE is missing" : "DEVICE is too long");
   }
   memcpy(dev, text, (size_t)(eq - text));
   dev[eq - text] = '\0';
-  TR_RETURN_IF_ERROR(tr_device_parse(dev, device));
+  tr_status *status = tr_device_parse(dev, device);
+  if (status != NULL) {
+    tr_status *named = TR_STATUS(TR_VALUE, "--device-facts '%s': DEVICE: %s", text, tr_status_message(status));
+    tr_status_destroy(&status);
+    return named;
+  }
   if (device->index < 0) device->index = 0;
-  *facts = (tr_device_facts){(int32_t)arch, NULL, (int32_t)sms, smem};
+  long long arch = 0, sms = 0, smem = 0;
+  const char *p = eq + 1;
+  TR_RETURN_IF_ERROR(facts_field(text, &p, "ARCH", INT32_MAX, 0, &arch));
+  TR_RETURN_IF_ERROR(facts_field(text, &p, "SMS", INT32_MAX, 0, &sms));
+  TR_RETURN_IF_ERROR(facts_field(text, &p, "SHARED_BYTES", INT64_MAX, 1, &smem));
+  *facts = (tr_device_facts){(int32_t)arch, NULL, (int32_t)sms, (int64_t)smem};
   return NULL;
 }
 
@@ -172,6 +217,7 @@ typedef struct serve_select {
 int tr_serve_main(const char *component, const char *endpoint, const char *manifest_dir,
                   const char *curve_secret, const char *const *device_facts, size_t n_device_facts, FILE *out,
                   FILE *err) {
+  /* every argument is checked before anything is loaded: a bad one is a usage error (2) */
   int id = strcmp(component, "echo") == 0 ? TR_COMPONENT_COUNT : tr_component_id_of(component);
   if (id < 0) {
     fprintf(err, "tilerun serve: no component '%s' (served: validate, settle, select, build, launch, echo)\n",
@@ -186,6 +232,20 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
     fprintf(err, "tilerun serve: at most %d --device-facts, got %zu\n", MAX_STATED, n_device_facts);
     return 2;
   }
+  if (curve_secret != NULL) {
+    fprintf(err, "tilerun serve: --curve-secret is no longer read: on the command line every local user sees the "
+            "key (ps); give it in TILERUN_CURVE_SECRET, or in a file named by TILERUN_CURVE_SECRET_FILE\n");
+    return 2;
+  }
+  serve_facts stated;
+  memset(&stated, 0, sizeof(stated));
+  for (; stated.n < n_device_facts; stated.n++) {
+    tr_status *bad = parse_facts(device_facts[stated.n], &stated.devices[stated.n], &stated.facts[stated.n]);
+    if (bad != NULL) return usage_error(err, NULL, bad);
+  }
+  char resolved[TR_ENDPOINT_MAX];
+  tr_status *bad_endpoint = tr_endpoint_resolve(endpoint, resolved);
+  if (bad_endpoint != NULL) return usage_error(err, "--endpoint", bad_endpoint);
   tr_manifest *m = NULL;
   tr_registry *reg = NULL;
   serve_select *sel = NULL;
@@ -224,16 +284,7 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   } else {
     sel = calloc(1, sizeof(*sel));
     status = sel ? tr_registry_new(NULL, NULL, &reg) : TR_STATUS(TR_OUT_OF_MEMORY, "the select table");
-    for (size_t i = 0; status == NULL && i < n_device_facts; i++) {
-      status = parse_facts(device_facts[i], &sel->facts.devices[i], &sel->facts.facts[i]);
-      sel->facts.n = i + 1;
-    }
-    if (status != NULL && sel != NULL && strstr(tr_status_message(status), "--device-facts") != NULL) {
-      fail(err, status);
-      tr_registry_destroy(&reg);
-      free(sel);
-      return 2;
-    }
+    if (status == NULL) sel->facts = stated;
     if (status == NULL) status = load_backends(reg);
     if (status == NULL) {
       sel->facts.registry = reg;
@@ -250,11 +301,6 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   const char *secret_from = NULL;
   char *clients = NULL;
   const char *clients_file = tr_plat_getenv("TILERUN_CURVE_CLIENTS");
-  if (status == NULL && curve_secret != NULL) {
-    status = TR_STATUS(TR_VALUE, "--curve-secret is no longer read: on the command line every local user "
-                       "sees the key (ps); give it in TILERUN_CURVE_SECRET, or in a file named by "
-                       "TILERUN_CURVE_SECRET_FILE");
-  }
   if (status == NULL) status = curve_secret_of(secret, &secret_from);
   if (status == NULL && secret[0] != '\0') {
     if (zmq_curve_public(public_key, secret) != 0) {
@@ -273,8 +319,6 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
     }
     opts.curve_clients = clients;
   }
-  char resolved[TR_ENDPOINT_MAX];
-  if (status == NULL) status = tr_endpoint_resolve(endpoint, resolved);
   tr_server *server = NULL;
   if (status == NULL) status = tr_server_bind(resolved, handler, ctx, &opts, &server);
   memset(secret, 0, sizeof(secret));

@@ -20,7 +20,9 @@ extern "C" {
  * comes from $TILERUN_CURVE_SECRET or the file $TILERUN_CURVE_SECRET_FILE names, and makes it
  * require CurveZMQ (its public key is printed); $TILERUN_CURVE_CLIENTS names a file of the only
  * client public keys served. Prints "serving <component> at <endpoint>" once bound, its counts
- * and "stopped" at the end. Returns the exit status (2: bad usage). */
+ * and "stopped" at the end. Returns the exit status: 2 (bad usage) before anything is loaded for
+ * an unknown component, a malformed `endpoint` (a tcp port must be * or 0 to 65535) or
+ * `device_facts` entry (the message names the field and its value), or any `curve_secret`. */
 int tr_serve_main(const char *component, const char *endpoint, const char *manifest_dir,
                   const char *curve_secret, const char *const *device_facts, size_t n_device_facts, FILE *out,
                   FILE *err);

@@ -73,6 +73,30 @@ static int tr__is_bare_port(const char *text) {
   return 1;
 }
 
+/* A tcp endpoint's port (after the last ':', or all of a bare port): "*" or a number from 0 to
+ * 65535. ZeroMQ would take 99999 as 99999 mod 65536, and -5 as 65531. */
+static tr_status *tr__check_tcp_port(const char *endpoint, const char *rest) {
+  const char *port = rest;
+  if (!tr__is_bare_port(rest)) {
+    const char *host_end = rest[0] == '[' ? strchr(rest, ']') : NULL; /* an IPv6 address's colons */
+    port = strrchr(host_end != NULL ? host_end : rest, ':');
+    if (port == NULL || port[1] == '\0') {
+      return TR_STATUS(TR_VALUE, "endpoint '%s' names no port (tcp://HOST:PORT, tcp://:PORT or "
+                                 "tcp://PORT)", endpoint);
+    }
+    port++;
+  }
+  if (strcmp(port, "*") == 0) return NULL;
+  long value = 0;
+  const char *c = port;
+  for (; *c >= '0' && *c <= '9' && value <= 65535; c++) value = value * 10 + (*c - '0');
+  if (*c != '\0' || value > 65535) {
+    return TR_STATUS(TR_VALUE, "endpoint '%s': port '%s' is not a number from 0 to 65535 (or *, any "
+                               "free port)", endpoint, port);
+  }
+  return NULL;
+}
+
 tr_status *tr_endpoint_resolve(const char *endpoint, char resolved[TR_ENDPOINT_MAX]) {
   resolved[0] = '\0';
   if (endpoint == NULL || endpoint[0] == '\0') {
@@ -93,6 +117,7 @@ tr_status *tr_endpoint_resolve(const char *endpoint, char resolved[TR_ENDPOINT_M
     return TR_STATUS(TR_VALUE, "endpoint '%s' names no %s", endpoint,
                      strcmp(transport, "tcp://") == 0 ? "port" : "address");
   }
+  if (strcmp(transport, "tcp://") == 0) TR_RETURN_IF_ERROR(tr__check_tcp_port(endpoint, rest));
   int n;
   if (strcmp(transport, "tcp://") == 0 && rest[0] == ':') {
     n = snprintf(resolved, TR_ENDPOINT_MAX, "tcp://127.0.0.1%s", rest);

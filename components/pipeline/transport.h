@@ -88,7 +88,8 @@ typedef struct tr_transport_options {
  * give "tcp://127.0.0.1:5555"; "tcp://:*" gives "tcp://127.0.0.1:*", any free port); any other
  * endpoint is copied unchanged. Fails with TR_VALUE naming the endpoint when it is NULL or
  * empty, its transport is not inproc://, ipc:// or tcp://, it names nothing after the
- * transport, or the result does not fit TR_ENDPOINT_MAX; `resolved` is then "". Thread-safe.
+ * transport, a tcp endpoint names no port or a port that is not * or a number from 0 to 65535,
+ * or the result does not fit TR_ENDPOINT_MAX; `resolved` is then "". Thread-safe.
  * The caller frees a returned status. */
 tr_status *tr_endpoint_resolve(const char *endpoint, char resolved[TR_ENDPOINT_MAX]) TR_MUST_USE;
 

@@ -224,6 +224,45 @@ TEST_CASE("endpoints without a tcp host resolve to loopback; others are kept", "
         "ValueError: endpoint 'tcp://:' names no port");
   CHECK(error_of(tr_endpoint_resolve("inproc://", resolved)) ==
         "ValueError: endpoint 'inproc://' names no address");
+  CHECK(error_of(tr_endpoint_resolve("tcp://localhost", resolved)) ==
+        "ValueError: endpoint 'tcp://localhost' names no port (tcp://HOST:PORT, tcp://:PORT or tcp://PORT)");
+  CHECK(error_of(tr_endpoint_resolve("tcp://[::1]", resolved)) ==
+        "ValueError: endpoint 'tcp://[::1]' names no port (tcp://HOST:PORT, tcp://:PORT or tcp://PORT)");
+  CHECK(resolved[0] == '\0');
+  CHECK(Resolve("tcp://:0") == "tcp://127.0.0.1:0");
+  CHECK(Resolve("tcp://:65535") == "tcp://127.0.0.1:65535");
+  CHECK(Resolve("tcp://65535") == "tcp://127.0.0.1:65535");
+}
+
+TEST_CASE("a tcp port outside 0..65535, or not a number, is refused naming the endpoint", "[transport]") {
+  // ZeroMQ itself would bind 99999 as 34463 (mod 65536) and -5 as 65531
+  char resolved[TR_ENDPOINT_MAX];
+  const std::pair<const char *, const char *> cases[] = {
+      {"tcp://:99999", "99999"},      {"tcp://99999", "99999"},         {"tcp://:-5", "-5"},
+      {"tcp://:65536", "65536"},      {"tcp://127.0.0.1:70000", "70000"}, {"tcp://[::1]:123456", "123456"},
+      {"tcp://:5555x", "5555x"},      {"tcp://:99999999999999999999", "99999999999999999999"},
+      {"tcp://*:http", "http"},
+  };
+  for (const auto &c : cases) {
+    INFO(c.first);
+    CHECK(error_of(tr_endpoint_resolve(c.first, resolved)) ==
+          std::string("ValueError: endpoint '") + c.first + "': port '" + c.second +
+              "' is not a number from 0 to 65535 (or *, any free port)");
+    CHECK(resolved[0] == '\0');
+  }
+  tr_transport_options opts = {};
+  tr_server *server = nullptr;  // the library refuses it too, before ZeroMQ sees it
+  CHECK(error_of(tr_server_start("tcp://:99999", Echo, nullptr, &opts, &server)).find(
+            "endpoint 'tcp://:99999': port '99999' is not a number") != std::string::npos);
+  CHECK(server == nullptr);
+  tr_client *client = nullptr;
+  CHECK(error_of(tr_client_new("tcp://127.0.0.1:-5", &opts, &client)).find(
+            "port '-5' is not a number from 0 to 65535") != std::string::npos);
+  CHECK(client == nullptr);
+}
+
+TEST_CASE("long endpoints are refused with their length", "[transport]") {
+  char resolved[TR_ENDPOINT_MAX];
   const std::string long_one = "ipc:///" + std::string(300, 'a');
   CHECK(error_of(tr_endpoint_resolve(long_one.c_str(), resolved)).find(
             "is 307 characters long; at most 255 fit") != std::string::npos);
