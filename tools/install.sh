@@ -18,6 +18,7 @@ while [ $# -gt 0 ]; do
     *) echo "install.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+case "$prefix" in /*) ;; *) prefix="$PWD/$prefix" ;; esac  # relative: to where it was run from
 cd "$(dirname "$0")/.."
 ./tools/ensure-deps.sh
 bazel build -c opt //python:libtilerun.so //tools:tilerun //backends/cpu:installed

@@ -41,6 +41,7 @@ for v in prefix lib headers tilerun backend_dir manifest_dir; do
     exit 2
   fi
 done
+case "$prefix" in /*) ;; *) prefix="$PWD/$prefix" ;; esac  # tilerun.pc needs it absolute
 if [ -z "$version" ]; then
   version=$(sed -n 's/^#define TILERUN_VERSION "\(.*\)"$/\1/p' "$headers/version.h")
 fi
