@@ -241,11 +241,37 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
 #ifndef TR_SKINNY_WG_LARGE_ROWS
 #define TR_SKINNY_WG_LARGE_ROWS 128
 #endif
+/* The swapped wgmma build (kernels/src/gemm.cu's TR_WG_SWAP: x the wgmma's A, 64 rows, w its B)
+ * for x of more than TR_SKINNY_WG_SWAP_MIN_ROWS rows on a weight of more than 8192 rows: a CTA
+ * takes the rows of w that make about one tile an SM of TR_SKINNY_WG_SWAP_SMS (rounded up to 8,
+ * 64 to 256), so one wave covers w with no split of k, and a ring of at most
+ * TR_SKINNY_WG_SWAP_RING_KIB. (As cuBLAS does at m = 64 on 14336x4096: ncu on an H100,
+ * 2026-12-06, shows its kernel nvjet_sm90_tst_112x64_64x9 in 128 CTAs of 112 rows, 9 stages, at
+ * 82% of DRAM; the 128-row tiles here make 112 CTAs, 20 SMs idle, and 64-row ones 1.7 waves.)
+ * Measured on an H100 (`tools/gpu.sh ab`, bench_gemm.py --rows "decode m=", 2026-12-06, three
+ * rounds against -DTR_SKINNY_WG_SWAP_MIN_ROWS=64, which turns it off): m = 64 on 14336x4096
+ * (112 rows a CTA, 8 stages) 47.00-47.21 us against 47.73-48.33, 0.93-0.94x torch against 0.92;
+ * the other rows do not take it and stayed within 1%. So filling the SMs is worth 1.5-2%, not the
+ * 8% cuBLAS is ahead: ncu (one cold launch each) shows cuBLAS's kernel at an L2 hit rate of 17%
+ * against 35-45% here, its clusters of two sharing x (one load of x for two tiles: half the L2
+ * traffic of x, which here is 64 MB a call against 117 MB of w); the next step is x multicast
+ * over a cluster of two tiles. */
+#ifndef TR_SKINNY_WG_SWAP_MIN_ROWS
+#define TR_SKINNY_WG_SWAP_MIN_ROWS 32
+#endif
+#ifndef TR_SKINNY_WG_SWAP_SMS
+#define TR_SKINNY_WG_SWAP_SMS 132
+#endif
+#ifndef TR_SKINNY_WG_SWAP_RING_KIB
+#define TR_SKINNY_WG_SWAP_RING_KIB 200
+#endif
 typedef struct skinny_wg_shape {
   int64_t rows;   /* rows of w a CTA */
+  int64_t x_rows; /* rows of x's tile: S rounded up to 8 (swapped: 64) */
   int64_t stages; /* the ring's stages */
   int64_t smem;   /* dynamic shared memory a CTA */
   int small;      /* a weight of at most 8192 rows */
+  int swap;       /* the swapped build */
 } skinny_wg_shape;
 
 /* bytes a stage: `rows` rows of w and x's rows rounded up to 8, 64 k of 2 bytes each; the dynamic
@@ -255,9 +281,17 @@ static skinny_wg_shape skinny_wg_shape_of(int64_t L, int64_t S) {
   skinny_wg_shape w;
   if (S < 1) S = 1; /* as source_for compiles it */
   w.small = L <= 8192;
+  w.swap = !w.small && S > TR_SKINNY_WG_SWAP_MIN_ROWS;
   w.rows = w.small ? TR_SKINNY_WG_SMALL_ROWS : TR_SKINNY_WG_LARGE_ROWS;
+  w.x_rows = (S + 7) / 8 * 8;
   int64_t ring = (w.small ? TR_SKINNY_WG_SMALL_RING_KIB : SKINNY_WG_SMEM / 1024) * 1024;
-  int64_t stage = w.rows * 128 + (S + 7) / 8 * 8 * 128;
+  if (w.swap) {
+    int64_t per = (L + TR_SKINNY_WG_SWAP_SMS - 1) / TR_SKINNY_WG_SWAP_SMS;
+    w.rows = per < 64 ? 64 : per > 256 ? 256 : (per + 7) / 8 * 8;
+    w.x_rows = 64;
+    ring = (int64_t)TR_SKINNY_WG_SWAP_RING_KIB * 1024;
+  }
+  int64_t stage = w.rows * 128 + w.x_rows * 128;
   int64_t stages = (ring - 2048) / stage;
   w.stages = stages > TR_SKINNY_WG_MAX_STAGES ? TR_SKINNY_WG_MAX_STAGES : stages < 2 ? 2 : stages;
   w.smem = w.stages * stage + 1024 + 16 * w.stages;
@@ -299,6 +333,7 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
     const skinny_wg_shape w = skinny_wg_shape_of(v.L, S);
     tr_intree_add_int(out, "-DTR_STAGES=%lld", (long long)w.stages);
     tr_intree_add_int(out, "-DTR_WG_ROWS=%lld", (long long)w.rows);
+    tr_intree_add_int(out, "-DTR_WG_SWAP=%lld", (long long)w.swap);
     out->wide_block = SKINNY_WG_BLOCK;
   }
   out->wide_split = 1;
@@ -441,8 +476,8 @@ static tr_cuda_map_key skinny_map_key(const tr_intree_built *k, const void *w, c
 static tr_status *skinny_encode(const void *ctx, const tr_cuda_map_key *key, tr_cu_tensor_map maps[2]) {
   const tr_intree_built *k = ctx;
   const uint64_t w_dims[2] = {key->dims[0], key->dims[1]}, x_dims[2] = {key->dims[0], key->dims[2]};
-  const uint32_t rows = (uint32_t)skinny_wg_shape_of(k->ints[2], k->ints[1]).rows;
-  const uint32_t w_box[2] = {64, rows}, x_box[2] = {64, (uint32_t)((key->dims[2] + 7) / 8 * 8)};
+  const skinny_wg_shape shape = skinny_wg_shape_of(k->ints[2], k->ints[1]);
+  const uint32_t w_box[2] = {64, (uint32_t)shape.rows}, x_box[2] = {64, (uint32_t)shape.x_rows};
   TR_RETURN_IF_ERROR(tr_cu_tensor_map_u16(&maps[0], key->base[0], 2, w_dims, &key->strides[0], w_box, 1));
   return tr_cu_tensor_map_u16(&maps[1], key->base[1], 2, x_dims, &key->strides[1], x_box, 1);
 }

@@ -92,9 +92,12 @@ std::vector<Case> all_cases() {
                       {9, 4096, 4096, false, true},   {64, 4096, 72, true, true},    {8, 4096, 4096, false, true},
                       // the wgmma build (sm_90a's split build for x K-contiguous, from one row): m = 9,
                       // 16, 33, 64, k below a 64-wide tile, not a multiple of it, long; weights of at
-                      // most 8192 rows (64-row tiles) and more (128-row tiles)
+                      // most 8192 rows (64-row tiles) and more (128-row tiles); the swapped build (x of
+                      // more than 32 rows on more than 8192 rows of w: 112, 80, 256 and 72 rows a CTA,
+                      // in n64 parts and a narrower one, x padded to 64 rows)
                       {33, 4096, 4096, false, true},  {9, 100, 8, false, true},      {16, 100, 200, false, true},
-                      {64, 4096, 14336, false, true}, {300, 33, 4104, false, true}};
+                      {64, 4096, 14336, false, true}, {300, 33, 4104, false, true},  {40, 10000, 4096, false, true},
+                      {33, 40000, 64, false, true},   {64, 9000, 72, false, true},   {16, 14336, 4096, false, true}};
   for (tr_dtype dt : {TR_FLOAT16, TR_BFLOAT16}) {
     for (const G &g : shapes) {
       add(cases, gemm, "gemm_skinny", nullptr,

@@ -19,7 +19,10 @@
 // K-major), float32 accumulators in registers. So x is read once a 64- or 128-row tile (the mma.sync
 // kernel reads it once a warp's 16 or 32 rows), and the copies need no registers. Rows of w past
 // L, k past K and rows of x past S arrive as zeros (the maps' bounds); the partials are summed
-// over the cluster as above. Its module's tr_gemm_skinny_any is the mma.sync split kernel (any
+// over the cluster as above. Swapped (-DTR_WG_SWAP, x of more than 32 rows on a large weight), x
+// is the wgmma's A (64 rows, zero-padded past S) and w its B (N = the CTA's rows of w, any multiple
+// of 8 up to 256, in n64 parts and a narrower one), so the tile count can match the SM count.
+// Its module's tr_gemm_skinny_any is the mma.sync split kernel (any
 // alignment, and the fallback where the maps cannot be made). For other architectures the same
 // options build the mma.sync split kernel.
 //
@@ -304,10 +307,20 @@ template <> __device__ __forceinline__ void wgmma_m64k16<64>(float (&d)[32], u64
 #ifndef TR_WG_ROWS
 #define TR_WG_ROWS 128
 #endif
-constexpr int WG_ROWS = TR_WG_ROWS;                // rows of w a CTA: one m64 wgmma a k16 step each 64
-constexpr int WG_H = WG_ROWS / 64;
-static_assert(WG_ROWS == 64 || WG_ROWS == 128, "a CTA takes 64 or 128 rows of w");
-constexpr int WG_N = SP;                           // x's rows rounded up to 8: the wgmma's N
+#ifndef TR_WG_SWAP
+#define TR_WG_SWAP 0
+#endif
+// TR_WG_SWAP: x is the wgmma's A (its 64 rows, zero-padded past S: M = 64) and w its B, N = the
+// CTA's rows of w, any multiple of 8 up to 256 (in n64 parts and one narrower), so that a tile
+// count near the SM count needs no split of k (x of more than 32 rows, where x's 64-row A costs
+// little more than its real rows). Else w is A (64 or 128 rows: one m64 wgmma each 64) and x B.
+constexpr bool WG_SWAP = TR_WG_SWAP != 0;
+constexpr int WG_ROWS = TR_WG_ROWS;                // rows of w a CTA
+constexpr int WG_H = WG_SWAP ? 1 : WG_ROWS / 64;
+static_assert(WG_SWAP ? (WG_ROWS % 8 == 0 && WG_ROWS >= 8 && WG_ROWS <= 256) : (WG_ROWS == 64 || WG_ROWS == 128),
+              "a CTA takes 64 or 128 rows of w (swapped: a multiple of 8 up to 256)");
+constexpr int WG_N = WG_SWAP ? 64 : SP;            // x's rows in a tile: rounded up to 8 (swapped: 64)
+constexpr int WG_NF = WG_ROWS / 64, WG_NR = WG_ROWS % 64;  // swapped: n64 parts of w's rows, and the rest
 constexpr int WG_KT = (K + 63) / 64;               // k tiles of 64 (a 128-byte row each)
 constexpr int WG_STAGES = TR_STAGES;
 constexpr int W_TILE = WG_ROWS * 128, X_TILE = WG_N * 128;  // bytes
@@ -325,6 +338,8 @@ static_assert(WG_ROWS * SP * 4 <= RING_BYTES, "the partials fit in the ring");
 // hands the stage before back on its empty mbarrier once those products are done (one group in
 // flight while the next stage is waited for). Then the accumulators go to the ring's memory as
 // partials [column][row] and store_partials sums the cluster's in rank order.
+// (A template on SW, WG_SWAP, so that the build's other branch is not instantiated.)
+template <bool SW>
 __device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const tensor_map *wm, const tensor_map *xm,
                                              char *smem) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -346,11 +361,16 @@ __device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const 
   }
   __syncthreads();
 
-  float acc[WG_H][WG_N / 2];
+  // swapped: acc[j] the n64 part j of w's rows (WG_NF of them), rest the last WG_NR rows
+  constexpr int AH = SW ? (WG_NF > 0 ? WG_NF : 1) : WG_H, AN = SW ? 64 : WG_N, AR = SW && WG_NR > 0 ? WG_NR : 2;
+  float acc[AH][AN / 2];
+  float rest[AR / 2];
 #pragma unroll
-  for (int h = 0; h < WG_H; h++)
+  for (int h = 0; h < AH; h++)
 #pragma unroll
-    for (int i = 0; i < WG_N / 2; i++) acc[h][i] = 0.f;
+    for (int i = 0; i < AN / 2; i++) acc[h][i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < AR / 2; i++) rest[i] = 0.f;
 
   if (warp == CONSUMERS / 32) {  // the producer
     if (lane == 0) {
@@ -374,9 +394,16 @@ __device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const 
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; kk++) {
-        const u64 b = wgmma_desc_sw128(st + W_TILE + 32 * kk);
+        if constexpr (SW) {
+          const u64 a = wgmma_desc_sw128(st + W_TILE + 32 * kk);
 #pragma unroll
-        for (int h = 0; h < WG_H; h++) wgmma_m64k16<WG_N>(acc[h], wgmma_desc_sw128(st + h * 64 * 128 + 32 * kk), b);
+          for (int j = 0; j < WG_NF; j++) wgmma_m64k16<64>(acc[j], a, wgmma_desc_sw128(st + j * 64 * 128 + 32 * kk));
+          if constexpr (SW && WG_NR > 0) wgmma_m64k16<AR>(rest, a, wgmma_desc_sw128(st + WG_NF * 64 * 128 + 32 * kk));
+        } else {
+          const u64 b = wgmma_desc_sw128(st + W_TILE + 32 * kk);
+#pragma unroll
+          for (int h = 0; h < WG_H; h++) wgmma_m64k16<WG_N>(acc[h], wgmma_desc_sw128(st + h * 64 * 128 + 32 * kk), b);
+        }
       }
       wgmma_commit();
       wgmma_wait<1>();  // the stage before is read: back to the producer
@@ -389,7 +416,21 @@ __device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const 
   }
   fence_proxy_async();  // the products' reads of the ring before the partials' writes there
   __syncthreads();
-  if (warp < CONSUMERS / 32) {
+  if constexpr (SW) {  // D[s][l]: x's row s (those past SP are padding), w's row l
+    const int s0 = 16 * warp + lane / 4;
+#pragma unroll
+    for (int j = 0; j < WG_NF; j++)
+#pragma unroll
+      for (int i = 0; i < 32; i++) {
+        const int sr = s0 + 8 * ((i / 2) % 2), l = 64 * j + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+        if (sr < SP && warp < CONSUMERS / 32) red[sr * WG_ROWS + l] = acc[j][i];
+      }
+#pragma unroll
+    for (int i = 0; i < (WG_NR > 0 ? AR / 2 : 0); i++) {
+      const int sr = s0 + 8 * ((i / 2) % 2), l = 64 * WG_NF + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+      if (sr < SP && warp < CONSUMERS / 32) red[sr * WG_ROWS + l] = rest[i];
+    }
+  } else if (warp < CONSUMERS / 32) {  // D[l][s]: w's row l, x's row s
 #pragma unroll
     for (int h = 0; h < WG_H; h++)
 #pragma unroll
@@ -418,7 +459,7 @@ extern "C" __global__ void __launch_bounds__(TR_BLOCK)
   }
   await_previous_kernel();
   extern __shared__ __align__(1024) char smem[];
-  skinny_wgmma(y, L, ys, yl, &wm, &xm, smem);
+  skinny_wgmma<WG_SWAP>(y, L, ys, yl, &wm, &xm, smem);
 }
 
 extern "C" __global__ void __launch_bounds__(TR_BLOCK) tr_gemm_skinny_any(const T *w, const T *x, T *y, i64 L,

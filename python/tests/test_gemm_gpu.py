@@ -8,7 +8,8 @@ GemmFwdOp cases: every dtype the manifest allows (float16, bfloat16, float32), b
 keeps those with at most one 4096), plus the manifest's workload rows (bfloat16), the selection
 boundaries m = 64 / 65 and n = 64 / 65, and the skinny kernel's edges (m or n of 8, 9, 16, 33, 64
 with k of 8, 72, 200 and 4104: one vector, part of a batch, chunks with a remainder; the wgmma
-build's: m of 1, 3, 9, 17, 64 with w rows of 130, 257 and 8200 and k of 56, 64, 136). Each case:
+build's: m of 1, 3, 9, 17, 64 with w rows of 130, 257 and 8200 and k of 56, 64, 136; its swapped
+build's: m of 33, 40, 64 with w rows of 8200, 10000 and 40000 and k of 56, 136). Each case:
   into      Op.call_into into an output pre-filled with NaN (an unwritten element fails);
   call      Op(a, b), the output allocated by tilerun;
   strided   non-contiguous operands (a column slice of a wider tensor) give the same result;
@@ -91,6 +92,18 @@ def cases(quick):
                     out.append(("GemmFwdOp %s wgmma edges ta=0 tb=1 m=%d n=%d k=%d" % (dt, m, n, k),
                                 dt, m, n, k, False, True))
             out.append(("GemmFwdOp %s wgmma edges ta=0 tb=1 m=257 n=24 k=%d" % (dt, k), dt, 257, 24, k, False, True))
+    # the swapped wgmma build (x of 33 to 64 rows on more than 8192 rows of w): CTAs of 64 rows
+    # (8200: whole n64 parts, a partial last tile), 80 (10000: an n64 part and an n16 one) and 256
+    # (40000: four n64 parts, more than one wave), x of 33 and 40 rows (zero-padded to 64) and 64,
+    # both ways round (the weight as b, and as a with n small)
+    for dt in ("float16", "bfloat16"):
+        for k in (56, 136):
+            for m in (33, 40, 64):
+                for n in (8200, 10000, 40000):
+                    out.append(("GemmFwdOp %s swapped wgmma ta=0 tb=1 m=%d n=%d k=%d" % (dt, m, n, k),
+                                dt, m, n, k, False, True))
+            out.append(("GemmFwdOp %s swapped wgmma ta=0 tb=1 m=10000 n=40 k=%d" % (dt, k), dt, 10000, 40, k,
+                        False, True))
     for label, m, n, k, tb in WORKLOADS:
         out.append(("GemmFwdOp bfloat16 workload %s m=%d n=%d k=%d" % (label, m, n, k), "bfloat16", m, n, k,
                     False, tb))
