@@ -18,7 +18,9 @@ Fails when a marked block fails (or runs past 120 s), when a marker is malformed
 by a fence, when no block at all is marked, and when README.md lacks a marked C or Python block.
 
 Under Bazel (`bazel test //docs:doc_blocks_test`) it reads the runfiles; by hand, from the
-repository root after that build: `python3 docs/doc_blocks_test.py [PAGE.md ...]`.
+repository root after that build and `bazel build //python:tilerun` (the extension, which the
+layout does not hold): `TILERUN_EXTENSION=$PWD/bazel-bin/python/tilerun/_ext.so python3
+docs/doc_blocks_test.py [PAGE.md ...]` (docs/building.md).
 """
 
 import glob
