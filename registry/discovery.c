@@ -79,10 +79,10 @@ static const tr_backend_descriptor *find(const tr_discovery *found, const char *
 static tr_status *read_descriptor(tr_discovery *found, const char *dir, const char *path) {
   tr_yaml_doc *doc = NULL;
   TR_RETURN_IF_ERROR(tr_yaml_load_file(path, &doc));
-  tr_status *status = NULL;
+  tr_status *status = tr_yaml_one_document(doc, "a backend descriptor");
   yaml_node_t *root = tr_yaml_root(doc);
   const char *name = NULL, *library = NULL;
-  if (root == NULL || root->type != YAML_MAPPING_NODE) {
+  if (status == NULL && (root == NULL || root->type != YAML_MAPPING_NODE)) {
     status = tr_yaml_error_at(doc, root, "a backend descriptor is a mapping with 'name' and "
                                          "'library'");
   }

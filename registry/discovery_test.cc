@@ -61,12 +61,14 @@ TEST_CASE("bad descriptors are skipped and reported with file, line and column")
   std::string badname = dir.write("d_badname.yaml", "name: Bad-Name\nlibrary: x.so\n");
   std::string list = dir.write("e_list.yaml", "- name\n");
   std::string empty = dir.write("f_empty.yaml", "name: ''\nlibrary: x.so\n");
+  std::string two = dir.write("g_two.yaml", "name: two\nlibrary: x.so\n---\nname: other\n");
   tr_discovery *found = discover({dir.path});
   REQUIRE(tr_discovery_count(found) == 1);
   CHECK(std::string(tr_discovery_at(found, 0)->name) == "good");
-  REQUIRE(tr_discovery_failure_count(found) == 6);
+  REQUIRE(tr_discovery_failure_count(found) == 7);
   std::vector<std::string> reasons;
-  for (size_t i = 0; i < 6; i++) reasons.push_back(tr_discovery_failure_at(found, i)->reason);
+  for (size_t i = 0; i < 7; i++) reasons.push_back(tr_discovery_failure_at(found, i)->reason);
+  CHECK(reasons[6] == two + ":3:1: a backend descriptor holds one YAML document; a second one starts here");
   CHECK(reasons[0] == nolib + ":1:1: 'library' is missing");
   CHECK(reasons[1] == extra + ":3:1: unknown key 'version' in a backend descriptor (known: "
                               "name, library)");

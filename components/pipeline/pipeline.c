@@ -94,9 +94,9 @@ tr_status *tr_pipeline_config_load(const char *path, tr_pipeline_config *out) {
   tr_pipeline_config_default(out);
   tr_yaml_doc *doc = NULL;
   TR_RETURN_IF_ERROR(tr_yaml_load_file(path, &doc));
-  tr_status *status = NULL;
+  tr_status *status = tr_yaml_one_document(doc, "a pipeline file");
   yaml_node_t *root = tr_yaml_root(doc);
-  if (root == NULL || root->type != YAML_MAPPING_NODE) {
+  if (status == NULL && (root == NULL || root->type != YAML_MAPPING_NODE)) {
     status = tr_yaml_error_at(doc, root, "a pipeline file is a mapping with 'components' (and 'deadline_ms')");
   }
   if (status == NULL) status = tr_yaml_unique_keys(doc, root, "", " in a pipeline file");

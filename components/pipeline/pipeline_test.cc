@@ -41,6 +41,8 @@ TEST_CASE("pipeline files: placements, endpoints, deadline; errors with file, li
   CHECK(c.components[TR_COMPONENT_SETTLE].placement == TR_PLACE_PROCESS);
   CHECK(std::string(c.components[TR_COMPONENT_SETTLE].endpoint) == "tcp://:45123");
   CHECK(c.components[TR_COMPONENT_BUILD].placement == TR_PLACE_INLINE);  // unnamed: inline
+  CHECK(load_error("deadline_ms: 750\n---\ncomponents: {}\n") ==
+        "ManifestError: F:2:1: a pipeline file holds one YAML document; a second one starts here");
   CHECK(load_error("components:\n  lanch: {placement: inline}\n") ==
         "ManifestError: F:2:3: unknown component 'lanch' (components: validate, settle, select, build, launch)");
   CHECK(load_error("components:\n  settle: {placement: process}\n") ==
@@ -389,6 +391,10 @@ TEST_CASE("the pinned selector swaps in for select and refuses what its file doe
   tr_pins *loaded = nullptr;
   CHECK(error_of(tr_pins_load(bad.c_str(), &loaded)) ==
         "ManifestError: " + bad + ":1:33: unknown key 'color' in a pin (known: op, interface, match, key)");
+  std::string two = dir.write("two.yaml", "- {op: X, interface: Y, key: z}\n---\n- {op: Z, interface: Y, key: z}\n");
+  CHECK(error_of(tr_pins_load(two.c_str(), &loaded)) ==
+        "ManifestError: " + two + ":2:1: a pins file holds one YAML document; a second one starts here");
+  CHECK(loaded == nullptr);
 }
 
 TEST_CASE("the shipped pipeline files load") {

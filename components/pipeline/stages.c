@@ -248,7 +248,7 @@ tr_status *tr_pins_load(const char *path, tr_pins **out) {
   tr_yaml_doc *doc = NULL;
   TR_RETURN_IF_ERROR(tr_yaml_load_file(path, &doc));
   tr_pins *pins = calloc(1, sizeof(*pins));
-  tr_status *status = pins ? NULL : TR_STATUS(TR_OUT_OF_MEMORY, "pins");
+  tr_status *status = pins ? tr_yaml_one_document(doc, "a pins file") : TR_STATUS(TR_OUT_OF_MEMORY, "pins");
   yaml_node_t *root = tr_yaml_root(doc);
   if (status == NULL && (root == NULL || root->type != YAML_SEQUENCE_NODE)) {
     status = tr_yaml_error_at(doc, root, "a pins file is a list of pins");
