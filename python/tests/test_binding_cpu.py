@@ -345,6 +345,36 @@ class BindingCpuTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             tilerun.op("RMSNormFwdOp", normalized_shape=(64, "a"))
 
+    def test_params_from_numpy_and_their_errors(self):
+        x = np.ones((2, 64), np.float32)
+        # NumPy's scalars and 1-d integer arrays are the values they hold
+        rms = tilerun.op("RMSNormFwdOp", normalized_shape=np.array([64]), eps=np.float32(1e-5))
+        np.testing.assert_allclose(rms(x, None), x, rtol=1e-4)
+        a, b = np.arange(6, dtype=np.float32).reshape(3, 2), np.arange(12, dtype=np.float32).reshape(3, 4)
+        gemm = tilerun.op("GemmFwdOp", trans_a=np.bool_(True))  # a bool, not the int 1 it also is
+        np.testing.assert_allclose(gemm(a, b), a.T @ b, rtol=1e-6)
+        np.testing.assert_allclose(tilerun.op("SoftmaxFwdOp", dim=np.int64(-1))(x), softmax_ref(x), rtol=1e-6)
+        # each error names the op and the param
+        cases = [
+            (dict(normalized_shape=[64.0]), TypeError,
+             "RMSNormFwdOp: param 'normalized_shape': a list param holds ints only; got 64.0 (float)"),
+            (dict(normalized_shape=(64,), eps=object()), TypeError,
+             "RMSNormFwdOp: param 'eps': cannot pass a value of type object; params are None, bool, int, "
+             "float, str, a list or tuple of ints, or a dtype (a name, tilerun.dtype, or a NumPy or torch "
+             "dtype)"),
+            (dict(normalized_shape=(64,), eps=bool), TypeError, "RMSNormFwdOp: param 'eps': cannot pass the type bool"),
+            (dict(normalized_shape=(64,), eps=10 ** 400), OverflowError,
+             "RMSNormFwdOp: param 'eps': an int of 1329 bits fits neither int64 nor a double"),
+        ]
+        for params, kind, text in cases:
+            with self.assertRaises(kind) as caught:
+                tilerun.op("RMSNormFwdOp", **params)
+            self.assertTrue(str(caught.exception).startswith(text), str(caught.exception))
+        # an int past int64 is a float: a float param takes it, an int param says what it got
+        tilerun.op("RMSNormFwdOp", normalized_shape=(64,), eps=10 ** 30)
+        with self.assertRaisesRegex(tilerun.SignatureParamError, "param 'dim' expects int, got .*\\(float\\)"):
+            tilerun.op("SoftmaxFwdOp", dim=2 ** 70)
+
     def test_unknown_target(self):
         with self.assertRaises(tilerun.UnknownTargetError):
             tilerun.op("AddFwdOp", target="no-such-target")

@@ -575,18 +575,36 @@ def _spec_tuple(spec):
 # ---- params ----------------------------------------------------------------------------------
 
 
-def _fill_value(name, v, slot, keep):
-    """Fills the tr_value `slot` from the Python value v; buffers it points to go into `keep`."""
+def _fill_value(name, v, slot, keep, op="tilerun"):
+    """Fills the tr_value `slot` from the Python value v (param `name` of `op`, for messages);
+    buffers it points to go into `keep`. NumPy's scalars and 1-d integer arrays are taken as the
+    Python values they hold; an int past int64 as a float (a float param's value; an int param
+    refuses it by kind)."""
+    where = "%s: param %r" % (op, name)
+    if type(v).__module__ == "numpy" and not isinstance(v, type):
+        if type(v).__name__ in ("bool_", "bool"):  # numpy.bool_ (before its __index__)
+            v = bool(v)
+        elif getattr(v, "ndim", None) == 1 and hasattr(v, "tolist"):
+            v = v.tolist()  # a 1-d array: the list it holds (checked as any list below)
+        elif getattr(v, "ndim", None) == 0 and hasattr(v, "item"):
+            v = v.item()  # a NumPy scalar or 0-d array
     if v is None:
         slot.kind = TR_VALUE_NONE
     elif isinstance(v, bool):  # before int: bool is an int
         slot.kind = TR_VALUE_BOOL
         slot.as_.b = v
     elif isinstance(v, int):
-        if not -2**63 <= v < 2**63:
-            raise OverflowError("tilerun: param %r: %d does not fit in int64" % (name, v))
-        slot.kind = TR_VALUE_INT
-        slot.as_.i = v
+        if -2**63 <= v < 2**63:
+            slot.kind = TR_VALUE_INT
+            slot.as_.i = v
+        else:
+            try:
+                as_float = float(v)
+            except OverflowError:
+                raise OverflowError("%s: an int of %d bits fits neither int64 nor a double"
+                                    % (where, v.bit_length())) from None
+            slot.kind = TR_VALUE_FLOAT  # a float param takes it; an int param says it got a float
+            slot.as_.f = as_float
     elif isinstance(v, float):
         slot.kind = TR_VALUE_FLOAT
         slot.as_.f = v
@@ -601,13 +619,14 @@ def _fill_value(name, v, slot, keep):
         items = []
         for item in v:
             if isinstance(item, bool) or not isinstance(item, int):
-                if hasattr(item, "__index__") and not isinstance(item, bool):
+                if hasattr(item, "__index__") and not isinstance(item, (bool, type)) and \
+                        type(item).__name__ not in ("bool_", "bool"):
                     item = item.__index__()  # numpy integers
                 else:
-                    raise TypeError("tilerun: param %r: a list param holds ints only; got %r"
-                                    % (name, item))
+                    raise TypeError("%s: a list param holds ints only; got %r (%s)"
+                                    % (where, item, type(item).__name__))
             if not -2**63 <= item < 2**63:
-                raise OverflowError("tilerun: param %r: %d does not fit in int64" % (name, item))
+                raise OverflowError("%s: an int of %d bits does not fit in int64" % (where, item.bit_length()))
             items.append(item)
         arr = (ctypes.c_int64 * max(len(items), 1))(*items)
         keep.append(arr)
@@ -620,14 +639,13 @@ def _fill_value(name, v, slot, keep):
             code, bits, lanes = dtype(dt).dl
             slot.kind = TR_VALUE_DTYPE
             slot.as_.dtype = DLDataType(code, bits, lanes)
-        elif hasattr(v, "__index__"):  # numpy integers
-            _fill_value(name, v.__index__(), slot, keep)
-        elif hasattr(v, "__float__") and type(v).__module__ == "numpy":  # numpy floats
-            _fill_value(name, float(v), slot, keep)
+        elif not isinstance(v, type) and hasattr(v, "__index__"):  # integers of other libraries
+            _fill_value(name, v.__index__(), slot, keep, op)
         else:
+            what = "the type %s" % v.__name__ if isinstance(v, type) else "a value of type %s" % type(v).__name__
             raise TypeError(
-                "tilerun: param %r: cannot pass a %s; params are None, bool, int, float, str, "
-                "a list or tuple of ints, or a dtype" % (name, type(v).__name__))
+                "%s: cannot pass %s; params are None, bool, int, float, str, a list or tuple of "
+                "ints, or a dtype (a name, tilerun.dtype, or a NumPy or torch dtype)" % (where, what))
 
 
 # ---- streams ---------------------------------------------------------------------------------
@@ -1208,7 +1226,7 @@ class Op(_ext.OpBase):
             kb = key.encode()
             keep.append(kb)
             values[i].name = kb
-            _fill_value(key, v, values[i].value, keep)
+            _fill_value(key, v, values[i].value, keep, name)
         op = ctypes.c_void_p()
         with self.runtime._lock:  # Runtime.close closes the runtime's ops: none made meanwhile
             _check(_tr_op_new(self.runtime._handle(), name_b, values, n, target_b, ctypes.byref(op)))
