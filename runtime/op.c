@@ -641,7 +641,8 @@ tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_in
   if (n_outputs > 0) TR__NOT_NULL("tr_op_call_into", outputs);
   size_t n_out = tr_op_def_output_count(op->def);
   if (tr_op_def_is_composite(op->def)) {
-    return TR_STATUS(TR_VALUE, "%s is composite: call it with tr_op_call", tr_op_def_name(op->def));
+    return TR_STATUS(TR_VALUE, "%s is composite (its steps make their own outputs): call it with tr_op_call, or "
+                     "op(...) from Python", tr_op_def_name(op->def));
   }
   if (n_outputs != n_out) {
     return TR_STATUS(TR_VALUE, "%s returns %zu outputs; %zu were given", tr_op_def_name(op->def), n_out, n_outputs);

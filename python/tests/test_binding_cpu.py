@@ -426,6 +426,15 @@ class BindingCpuTest(unittest.TestCase):
             tilerun.set_stream(64, None)
         self.assertEqual(cm.exception.code, "ValueError")
         self.assertIn("64", cm.exception.message)
+        # past int32 (which ctypes would wrap), or not an int
+        with self.assertRaisesRegex(ValueError, "device index 1180591620717411303424 is outside 0..63"):
+            tilerun.stream(2 ** 70)
+        with self.assertRaisesRegex(ValueError, "outside 0..63"):
+            tilerun.set_stream(2 ** 32, None)  # would be device 0 wrapped
+        with self.assertRaisesRegex(ValueError, "outside 0..63"):
+            tilerun.stream(64)
+        with self.assertRaises(TypeError):
+            tilerun.stream("0")
 
     # ---- outputs are freed ----
 
@@ -794,6 +803,20 @@ class MisuseCpuTest(unittest.TestCase):
             "u = tilerun.empty((2, 4), 'float32', 'cpu')\n"
             "try:\n    (u.__dlpack__(), u.__dlpack__())\nexcept BufferError as e:\n    print(e)\n")
         self.assertEqual(out.splitlines(), ["unwound", "tilerun.Tensor: already exported through __dlpack__"])
+
+    def test_a_bad_thread_count_in_the_environment_is_said_not_ignored(self):
+        import subprocess
+        code = ("import numpy as np, tilerun\n"
+                "a = np.ones(4096, np.float32)\n"
+                "assert (tilerun.op('AddFwdOp')(a, a) == 2).all()\n")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        for value, warned in (("abc", True), ("0", True), ("65", True), ("2", False)):
+            env["TILERUN_CPU_THREADS"] = value
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            said = "TILERUN_CPU_THREADS='%s' is not a number from 1 to 64" % value
+            self.assertEqual(said in proc.stderr, warned, proc.stderr)
 
     def test_every_error_class_can_be_raised(self):
         for name in tilerun.__all__:

@@ -651,6 +651,17 @@ def _fill_value(name, v, slot, keep, op="tilerun"):
 # ---- streams ---------------------------------------------------------------------------------
 
 
+def _device_index(value, fn, lo=0, hi=63):
+    """A cuda device index as the C API takes it (int32): a TypeError for what is not an
+    integer, a ValueError outside lo..hi (ctypes would wrap one past int32 silently)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError("tilerun.%s: a device index is an int, got %r (%s)" % (fn, value, type(value).__name__))
+    index = value.__index__()
+    if not lo <= index <= hi:
+        raise ValueError("tilerun.%s: device index %d is outside 0..63" % (fn, index))
+    return index
+
+
 def set_stream(device_index, handle):
     """Sets the calling thread's current stream for cuda device `device_index`: where tilerun
     launches and allocates outputs. An output goes back, when freed, on the stream it was made
@@ -663,13 +674,14 @@ def set_stream(device_index, handle):
         handle = int(handle)
         if handle == 0:
             handle = 1  # CU_STREAM_LEGACY: tilerun reads NULL as the per-thread default stream
-    _check(_tr_cuda_set_stream(int(device_index), handle))
+    # tr_cuda_set_stream refuses an index outside 0..63 itself (its ValueError)
+    _check(_tr_cuda_set_stream(_device_index(device_index, "set_stream", -2**31, 2**31 - 1), handle))
 
 
 def stream(device_index):
     """The calling thread's current stream for cuda device `device_index`, as an int handle;
     None for the per-thread default stream (tilerun's default)."""
-    return _tr_cuda_stream(int(device_index))
+    return _tr_cuda_stream(_device_index(device_index, "stream"))
 
 
 def _dlpack_stream(device_index):

@@ -1,4 +1,5 @@
 /* common.c: the CPU kernels' shared part: conversions, argument checks, the parallel loop. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +26,15 @@ static void tr__cpu_read_default_threads(void) {
   const char *text = tr_plat_getenv("TILERUN_CPU_THREADS");
   if (text == NULL || *text == '\0') return;
   char *end = NULL;
+  errno = 0;
   long value = strtol(text, &end, 10);
-  if (*end != '\0' || value < 1 || value > TR_CPU_MAX_THREADS) return;
+  if (errno != 0 || end == text || *end != '\0' || value < 1 || value > TR_CPU_MAX_THREADS) {
+    /* read once a process: said once, on stderr (the CPU backend has no other channel here) */
+    fprintf(stderr, "tilerun: warning: TILERUN_CPU_THREADS='%s' is not a number from 1 to %d; the CPU "
+            "backend uses %d threads (the cores, at most %d)\n", text, TR_CPU_MAX_THREADS,
+            tr__cpu_default_threads_value, TR_CPU_MAX_THREADS);
+    return;
+  }
   tr__cpu_default_threads_value = (int)value;
 }
 
