@@ -127,20 +127,30 @@ TEST_CASE("a DLTensor is described without looking at its data or strides") {
         std::string::npos);
 }
 
+namespace {
+// A float32 cpu DLTensor of `shape` and `strides` (none: compact) over `data`; its vectors live
+// as long as the View.
+struct View {
+  std::vector<int64_t> shape, strides;
+  DLTensor t{};
+  View(std::vector<int64_t> sh, std::vector<int64_t> st, void *data, uint64_t byte_offset = 0)
+      : shape(std::move(sh)), strides(std::move(st)) {
+    t.data = data;
+    t.device = {kDLCPU, 0};
+    t.ndim = (int32_t)shape.size();
+    t.dtype = {kDLFloat, 32, 1};
+    t.shape = shape.data();
+    t.strides = strides.empty() ? nullptr : strides.data();
+    t.byte_offset = byte_offset;
+  }
+};
+}  // namespace
+
 TEST_CASE("a row broadcast's repeating block: stride-0 leading axes over contiguous trailing ones") {
   float data[64] = {0};
   auto t = [&](std::vector<int64_t> shape, std::vector<int64_t> strides) {
-    static std::vector<int64_t> sh, st;
-    sh = shape;
-    st = strides;
-    DLTensor d{};
-    d.data = data;
-    d.device = {kDLCPU, 0};
-    d.ndim = (int32_t)sh.size();
-    d.dtype = {kDLFloat, 32, 1};
-    d.shape = sh.data();
-    d.strides = st.empty() ? nullptr : st.data();
-    return tr_dl_tensor_repeat_period(&d);
+    View v(std::move(shape), std::move(strides), data);
+    return tr_dl_tensor_repeat_period(&v.t);
   };
   CHECK(t({4, 8}, {0, 1}) == 8);          // expand(bias [8], [4, 8])
   CHECK(t({2, 3, 8}, {0, 0, 1}) == 8);    // over two leading axes
@@ -156,16 +166,9 @@ TEST_CASE("a row broadcast's repeating block: stride-0 leading axes over contigu
 
 TEST_CASE("a DLTensor's span: the bytes its elements reach, negative strides below the data address") {
   auto span = [](std::vector<int64_t> shape, std::vector<int64_t> strides, uint64_t offset = 0) {
-    DLTensor d{};
-    d.data = nullptr;
-    d.device = {kDLCPU, 0};
-    d.ndim = (int32_t)shape.size();
-    d.dtype = {kDLFloat, 32, 1};
-    d.shape = shape.data();
-    d.strides = strides.empty() ? nullptr : strides.data();
-    d.byte_offset = offset;
+    View v(std::move(shape), std::move(strides), nullptr, offset);
     int64_t lo = -1, hi = -1;
-    int ok = tr_dl_tensor_span(&d, &lo, &hi);
+    int ok = tr_dl_tensor_span(&v.t, &lo, &hi);
     return std::vector<int64_t>{ok, lo, hi};
   };
   CHECK(span({4, 8}, {}) == std::vector<int64_t>{1, 0, 128});            // compact

@@ -521,33 +521,42 @@ static tr_status *entry_for(tr_op *op, const DLTensor *const *inputs, size_t n_i
   return status != NULL ? miss_error(op, status, spec_text) : NULL;
 }
 
-/* A ValueError where output `o` (checked: contiguous, of the call's shape) shares memory with an
- * input or an output before it that the call writes, on its device: a kernel reads its inputs
- * while it writes its outputs, so an output laid over an input (partly, or exactly) would be
- * read back half written. By byte ranges: an output in a gap of a strided input is refused too. */
-static tr_status *output_overlap(const tr_op *op, const kernel_entry *e, size_t o, const DLTensor *t,
-                                 const DLTensor *const *inputs, size_t n_inputs, DLTensor *const *outputs) {
-  int64_t olo = 0, ohi = 0;
-  if (!tr_dl_tensor_span(t, &olo, &ohi) || olo == ohi) return NULL; /* counted by output_mismatch's shape */
-  const uintptr_t obase = (uintptr_t)t->data;
-  for (size_t i = 0; i < n_inputs + o; i++) { /* the inputs, then the outputs before this one */
-    const DLTensor *in = i < n_inputs ? inputs[i] : e->output_present[i - n_inputs] ? outputs[i - n_inputs] : NULL;
-    int64_t lo = 0, hi = 0;
-    if (in == NULL || in->data == NULL || in->device.device_type != t->device.device_type ||
-        in->device.device_id != t->device.device_id || !tr_dl_tensor_span(in, &lo, &hi) || lo == hi) {
+/* The bytes a tensor of a call_into reaches, by address, on its device; `output` and `index` name
+ * it. reach_of: 0 for a tensor absent, without data, of no bytes, or whose span 64 bits do not
+ * count (the shape check or the copy refuses that one). */
+typedef struct reach {
+  uintptr_t lo, hi;
+  DLDevice device;
+  int output;
+  size_t index;
+} reach;
+
+static int reach_of(const DLTensor *t, int output, size_t index, reach *out) {
+  int64_t lo = 0, hi = 0;
+  if (t == NULL || t->data == NULL || !tr_dl_tensor_span(t, &lo, &hi) || lo == hi) return 0;
+  *out = (reach){(uintptr_t)t->data + (uintptr_t)lo, (uintptr_t)t->data + (uintptr_t)hi, t->device, output, index};
+  return 1;
+}
+
+/* A ValueError where output `r` (checked: contiguous, of the call's shape) shares memory with one
+ * of `taken` (the call's inputs, and the outputs checked before it): a kernel reads its inputs
+ * while it writes its outputs, so an output laid over an input (partly, or exactly) would be read
+ * back half written. By byte ranges: an output in a gap of a strided input is refused too. */
+static tr_status *output_overlap(const tr_op *op, const reach *r, const reach *taken, size_t n_taken) {
+  for (size_t i = 0; i < n_taken; i++) {
+    const reach *t = &taken[i];
+    if (t->device.device_type != r->device.device_type || t->device.device_id != r->device.device_id ||
+        t->hi <= r->lo || r->hi <= t->lo) {
       continue;
     }
-    const uintptr_t base = (uintptr_t)in->data;
-    if (base + (uintptr_t)lo < obase + (uintptr_t)ohi && obase + (uintptr_t)olo < base + (uintptr_t)hi) {
-      if (i >= n_inputs) {
-        return TR_STATUS(TR_VALUE, "%s: outputs '%s' and '%s' share memory; give each memory of its own",
-                         tr_op_def_name(op->def), tr_op_def_output_name(op->def, i - n_inputs),
-                         tr_op_def_output_name(op->def, o));
-      }
-      return TR_STATUS(TR_VALUE, "%s: output '%s' shares memory with input '%s'; give the output memory of its own "
-                       "(the kernel reads its inputs while it writes)", tr_op_def_name(op->def),
-                       tr_op_def_output_name(op->def, o), tr_op_def_input_name(op->def, i));
+    if (t->output) {
+      return TR_STATUS(TR_VALUE, "%s: outputs '%s' and '%s' share memory; give each memory of its own",
+                       tr_op_def_name(op->def), tr_op_def_output_name(op->def, t->index),
+                       tr_op_def_output_name(op->def, r->index));
     }
+    return TR_STATUS(TR_VALUE, "%s: output '%s' shares memory with input '%s'; give the output memory of its own "
+                     "(the kernel reads its inputs while it writes)", tr_op_def_name(op->def),
+                     tr_op_def_output_name(op->def, r->index), tr_op_def_input_name(op->def, t->index));
   }
   return NULL;
 }
@@ -651,12 +660,22 @@ tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_in
   tr_status *status = entry_for(op, inputs, n_inputs, &e);
   if (status != NULL) return status;
   DLTensor *outs[TR_SIG_MAX_OUTPUTS] = {0}; /* NULL for an output that does not exist here */
+  /* what the inputs reach, each counted once, then each output's as it is checked (the call was
+   * validated: no more inputs than the op declares) */
+  reach taken[TR_SIG_MAX_INPUTS + TR_SIG_MAX_OUTPUTS];
+  size_t n_taken = 0;
+  for (size_t i = 0; i < n_inputs && i < TR_SIG_MAX_INPUTS; i++) {
+    n_taken += (size_t)reach_of(inputs[i], 0, i, &taken[n_taken]);
+  }
   for (size_t o = 0; o < n_out && status == NULL; o++) {
     DLTensor *t = outputs[o];
     const tr_tensor_spec *want = &e->outputs[o];
     if (!e->output_present[o]) continue;
     status = output_mismatch(op, e, o, t, want);
-    if (status == NULL) status = output_overlap(op, e, o, t, inputs, n_inputs, outputs);
+    if (status == NULL && reach_of(t, 1, o, &taken[n_taken])) {
+      status = output_overlap(op, &taken[n_taken], taken, n_taken);
+      n_taken++;
+    }
     outs[o] = t;
   }
   if (status == NULL) status = launch(op, e, inputs, n_inputs, outs);

@@ -299,6 +299,7 @@ _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 _DLTENSOR = b"dltensor"  # the capsule name (kept alive here: capsules point at it)
 
+
 def _name_bytes(value, what, none_ok=False):
     """A name argument (an op's, a target's) as the C API takes it: a TypeError for what is not
     a str (None too, unless `none_ok`), a ValueError for a NUL inside (C would end the name there)."""
@@ -575,6 +576,11 @@ def _spec_tuple(spec):
 # ---- params ----------------------------------------------------------------------------------
 
 
+def _is_numpy_bool(v):
+    """numpy.bool_ (numpy.bool in NumPy 2): a bool, though it also has __index__."""
+    return type(v).__module__ == "numpy" and type(v).__name__ in ("bool_", "bool")
+
+
 def _fill_value(name, v, slot, keep, op="tilerun"):
     """Fills the tr_value `slot` from the Python value v (param `name` of `op`, for messages);
     buffers it points to go into `keep`. NumPy's scalars and 1-d integer arrays are taken as the
@@ -582,7 +588,7 @@ def _fill_value(name, v, slot, keep, op="tilerun"):
     refuses it by kind)."""
     where = "%s: param %r" % (op, name)
     if type(v).__module__ == "numpy" and not isinstance(v, type):
-        if type(v).__name__ in ("bool_", "bool"):  # numpy.bool_ (before its __index__)
+        if _is_numpy_bool(v):  # before its __index__
             v = bool(v)
         elif getattr(v, "ndim", None) == 1 and hasattr(v, "tolist"):
             v = v.tolist()  # a 1-d array: the list it holds (checked as any list below)
@@ -619,8 +625,7 @@ def _fill_value(name, v, slot, keep, op="tilerun"):
         items = []
         for item in v:
             if isinstance(item, bool) or not isinstance(item, int):
-                if hasattr(item, "__index__") and not isinstance(item, (bool, type)) and \
-                        type(item).__name__ not in ("bool_", "bool"):
+                if hasattr(item, "__index__") and not isinstance(item, (bool, type)) and not _is_numpy_bool(item):
                     item = item.__index__()  # numpy integers
                 else:
                     raise TypeError("%s: a list param holds ints only; got %r (%s)"
@@ -1092,8 +1097,9 @@ class Runtime:
     def close(self):
         """Closes the runtime and every op made from it (their later use raises "the op is
         closed"); the runtime is destroyed at once, or, where a call of one of its ops still runs,
-        when the Runtime object goes (each op keeps it alive). Only needed to free it early. A runtime that handed out outputs outside cpu memory stays alive (their deleters
-        use its allocator)."""
+        when the Runtime object goes (each op keeps it alive). Only needed to free it early. A
+        runtime that handed out outputs outside cpu memory stays alive (their deleters use its
+        allocator)."""
         with self._lock:
             ops = list(self._ops)
             self._closed = True
@@ -1103,15 +1109,18 @@ class Runtime:
                 return
             # an op whose call still runs (in another thread, or the caller of this one) keeps
             # its tr_op until that call returns, and keeps this runtime: destroyed by __del__ then
-            if self._rt is not None and not any(o._pending() for o in ops):
-                rt, self._rt = self._rt, None
-                _tr_runtime_destroy(ctypes.byref(rt))
+            if not any(o._pending() for o in ops):
+                self._destroy()
+
+    def _destroy(self):
+        """tr_runtime_destroy, once (never for a runtime in _immortal_runtimes)."""
+        if self._rt is not None and self not in _immortal_runtimes:
+            rt, self._rt = self._rt, None
+            _tr_runtime_destroy(ctypes.byref(rt))
 
     def __del__(self):
         if not sys.is_finalizing() and getattr(self, "_rt", None) is not None:
-            if self not in _immortal_runtimes:
-                rt, self._rt = self._rt, None
-                _tr_runtime_destroy(ctypes.byref(rt))
+            self._destroy()
 
 
 _default_runtime = None
@@ -1251,15 +1260,10 @@ class Op(_ext.OpBase):
                        (name, tuple(self.input_names), tuple(self.output_names)), mutated)
             self.runtime._ops.add(self)
 
-    def _handle(self):
-        if self._op is None:
-            raise ValueError("tilerun: the op is closed")
-        return self._op
-
     @contextlib.contextmanager
     def _using(self):
-        """The tr_op * held as a call holds it (a close meanwhile waits for the block)."""
-        self._handle()
+        """The tr_op * held as a call holds it (a close meanwhile waits for the block); a closed
+        op raises "the op is closed" (_enter)."""
         address = self._enter()
         try:
             yield ctypes.c_void_p(address)
