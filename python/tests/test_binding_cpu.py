@@ -896,13 +896,20 @@ class MisuseCpuTest(unittest.TestCase):
 
     def test_names_that_are_not_strings(self):
         rt = tilerun.default_runtime()
-        for call in (lambda: tilerun.op(None), lambda: tilerun.op(5), lambda: tilerun.op("AddFwdOp", target=5),
-                     lambda: tilerun.Op("AddFwdOp", runtime="x"), lambda: rt.set_default_target(5),
-                     lambda: rt.workloads(None), lambda: rt.op_info(None)):
-            with self.assertRaises(TypeError):
+        name_none = "tilerun: an op's name is a str, got None (NoneType)"
+        for call, text in ((lambda: tilerun.op(None), name_none),
+                           (lambda: tilerun.op(5), "tilerun: an op's name is a str, got 5 (int)"),
+                           (lambda: tilerun.op("AddFwdOp", target=5), "tilerun: a target is a str, got 5 (int)"),
+                           (lambda: tilerun.Op("AddFwdOp", runtime="x"),
+                            "tilerun: runtime is a tilerun.Runtime or None, got 'x' (str)"),
+                           (lambda: rt.set_default_target(5), "tilerun: a target is a str, got 5 (int)"),
+                           (lambda: rt.workloads(None), name_none), (lambda: rt.op_info(None), name_none)):
+            with self.assertRaises(TypeError) as caught:
                 call()
-        with self.assertRaisesRegex(ValueError, "NUL"):
+            self.assertEqual(str(caught.exception), text)
+        with self.assertRaises(ValueError) as caught:
             tilerun.op("RMSNormFwdOp\0x")
+        self.assertEqual(str(caught.exception), "tilerun: an op's name 'RMSNormFwdOp\\x00x' holds a NUL character")
 
 
 class CBaselineCpuTest(unittest.TestCase):
