@@ -796,6 +796,34 @@ class MisuseCpuTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "closed"):
             add(a, a)
 
+    def test_a_cycle_through_a_runtime_and_its_op_is_collected(self):
+        import weakref
+        rt = tilerun.Runtime()
+        add = rt.op("AddFwdOp")
+        a = np.ones(3, np.float32)
+        np.testing.assert_array_equal(add(a, a), 2 * a)
+        ref = rt._ref
+        self.assertEqual((ref.alive, ref.users), (True, 1))
+        rt.held, add.held = add, rt  # op -> runtime -> op, as an object holding both may make
+        gone = (weakref.ref(rt), weakref.ref(add))
+        del rt, add
+        gc.collect()
+        self.assertEqual([w() for w in gone], [None, None])  # collected, not leaked
+        self.assertEqual((ref.alive, ref.users), (False, 0))
+
+    def test_a_runtime_let_go_before_its_op_goes_after_it(self):
+        # the order a cycle's collection may finalize them in: the runtime's release first
+        rt = tilerun.Runtime()
+        add = rt.op("AddFwdOp")
+        ref = rt._ref
+        rt._destroy()
+        self.assertEqual((ref.alive, ref.users), (True, 1))  # its op still holds it
+        a = np.ones(3, np.float32)
+        np.testing.assert_array_equal(add(a, a), 2 * a)
+        add.close()
+        self.assertEqual((ref.alive, ref.users), (False, 0))
+        rt._destroy()  # once only
+
     def test_an_unconsumed_capsule_dropped_while_an_exception_unwinds(self):
         out = self.run_child(
             "t = tilerun.empty((2, 4), 'float32', 'cpu')\n"

@@ -876,6 +876,7 @@ class Tensor:
                                  _capsule_destructor_ptr)
         if t.device.device_type != kDLCPU and self._runtime is not None:
             _immortal_runtimes.add(self._runtime)
+            self._runtime._ref.keep()
         self._managed = None
         self._runtime = None
         return capsule
@@ -944,6 +945,12 @@ class Runtime:
             opts.pipeline_file = pf
         rt = ctypes.c_void_p()
         _check(_tr_runtime_new(ctypes.byref(opts), ctypes.byref(rt)))
+        try:
+            # destroys the tr_runtime * after this object's release and its last op, in either order
+            self._ref = _ext.RuntimeRef(rt.value)
+        except BaseException:
+            _tr_runtime_destroy(ctypes.byref(rt))
+            raise
         self._rt = rt
         # the folder the runtime chose when none was given (tr_runtime_manifest_dir)
         self.manifest_dir = os.fsdecode(_tr_runtime_manifest_dir(rt))
@@ -1097,26 +1104,23 @@ class Runtime:
     def close(self):
         """Closes the runtime and every op made from it (their later use raises "the op is
         closed"); the runtime is destroyed at once, or, where a call of one of its ops still runs,
-        when the Runtime object goes (each op keeps it alive). Only needed to free it early. A
+        when that call returns. Only needed to free it early. A
         runtime that handed out outputs outside cpu memory stays alive (their deleters use its
         allocator)."""
         with self._lock:
-            ops = list(self._ops)
             self._closed = True
-            for o in ops:
+            for o in list(self._ops):
                 o.close()
-            if self in _immortal_runtimes:
-                return
             # an op whose call still runs (in another thread, or the caller of this one) keeps
-            # its tr_op until that call returns, and keeps this runtime: destroyed by __del__ then
-            if not any(o._pending() for o in ops):
-                self._destroy()
+            # its tr_op until that call returns: the runtime goes after it (RuntimeRef)
+            self._destroy()
 
     def _destroy(self):
-        """tr_runtime_destroy, once (never for a runtime in _immortal_runtimes)."""
+        """Lets go of the tr_runtime *, once: destroyed now, or after the last op made from it
+        (never for a runtime in _immortal_runtimes)."""
         if self._rt is not None and self not in _immortal_runtimes:
-            rt, self._rt = self._rt, None
-            _tr_runtime_destroy(ctypes.byref(rt))
+            self._rt = None
+            self._ref.release()
 
     def __del__(self):
         if not sys.is_finalizing() and getattr(self, "_rt", None) is not None:
@@ -1387,6 +1391,7 @@ _ext.setup({
     "tr_op_call_into": _address(_lib.tr_op_call_into),
     "tr_cuda_set_stream": _address(_tr_cuda_set_stream),
     "tr_op_destroy": _address(_lib.tr_op_destroy),
+    "tr_runtime_destroy": _address(_lib.tr_runtime_destroy),
     # tr_now_ns, tilerun's clock, for the benchmarks' loop in C (_ext._bench_call*); optional
     "tr_now_ns": _address(_lib.tr_now_ns) if hasattr(_lib, "tr_now_ns") else None,
     "error_from": _error_from,

@@ -61,12 +61,14 @@ typedef void *(*call_into_fn)(void *op, const DLTensor *const *inputs, size_t n_
                               DLTensor *const *outputs, size_t n_outputs);
 typedef void *(*set_stream_fn)(int32_t device_index, void *stream);
 typedef void (*op_destroy_fn)(void **op);
+typedef void (*runtime_destroy_fn)(void **runtime);
 typedef uint64_t (*now_ns_fn)(void);
 
 static call_fn g_call;
 static call_into_fn g_call_into;
 static set_stream_fn g_set_stream;
 static op_destroy_fn g_op_destroy;
+static runtime_destroy_fn g_runtime_destroy;
 static now_ns_fn g_now_ns;       /* tr_now_ns, for _bench_call*; NULL in an older library */
 static PyObject *g_error_from;   /* (status address) -> the exception, freeing the status */
 static PyObject *g_borrow;       /* (tensor, keep list) -> DLTensor address (__dlpack__ route) */
@@ -499,6 +501,113 @@ static PyObject *numpy_output(DLManagedTensor *m) {
   return array;
 }
 
+/* ---- the runtime's reference ------------------------------------------------------------------ */
+
+/* RuntimeRef: a tilerun.Runtime's tr_runtime *, destroyed once the Runtime has released it and
+ * the last tr_op made from it is gone, in whichever order the two go: a reference cycle through
+ * a Runtime and its ops is collected in any order, and a tr_op destroyed after its runtime would
+ * read the runtime's manifest and call into unloaded backends. Changed only under the GIL. */
+typedef struct {
+  PyObject_HEAD
+  void *rt;         /* tr_runtime *; NULL once destroyed */
+  Py_ssize_t users; /* bound ops whose tr_op still exists */
+  int released;     /* the Runtime let go of it */
+  int kept;         /* an output that may need its allocator went to another owner: never destroyed */
+} ext_runtime_ref;
+
+static PyTypeObject *g_runtime_ref_type;
+
+static void runtime_ref_settle(ext_runtime_ref *r) {
+  if (r->released && r->users == 0 && !r->kept && r->rt != NULL) {
+    void *rt = r->rt;
+    r->rt = NULL;
+    g_runtime_destroy(&rt);
+  }
+}
+
+static PyObject *runtime_ref_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  PyObject *addr;
+  if (kwargs != NULL && PyDict_Size(kwargs) > 0) {
+    PyErr_SetString(PyExc_TypeError, "tilerun._ext.RuntimeRef(address) takes no keyword");
+    return NULL;
+  }
+  if (!PyArg_ParseTuple(args, "O", &addr)) return NULL;
+  void *rt = PyLong_AsVoidPtr(addr);
+  if (rt == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "tilerun._ext.RuntimeRef: a NULL runtime");
+    return NULL;
+  }
+  if (g_runtime_destroy == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "tilerun._ext: setup() was not called");
+    return NULL;
+  }
+  ext_runtime_ref *r = (ext_runtime_ref *)PyType_GenericNew(type, NULL, NULL);
+  if (r != NULL) r->rt = rt;
+  return (PyObject *)r;
+}
+
+static PyObject *runtime_ref_release(PyObject *self, PyObject *unused) {
+  (void)unused;
+  ext_runtime_ref *r = (ext_runtime_ref *)self;
+  r->released = 1;
+  runtime_ref_settle(r);
+  Py_RETURN_NONE;
+}
+
+static PyObject *runtime_ref_keep(PyObject *self, PyObject *unused) {
+  (void)unused;
+  ((ext_runtime_ref *)self)->kept = 1;
+  Py_RETURN_NONE;
+}
+
+static PyObject *runtime_ref_alive(PyObject *self, void *unused) {
+  (void)unused;
+  return PyBool_FromLong(((ext_runtime_ref *)self)->rt != NULL);
+}
+
+static PyObject *runtime_ref_users(PyObject *self, void *unused) {
+  (void)unused;
+  return PyLong_FromSsize_t(((ext_runtime_ref *)self)->users);
+}
+
+/* A Runtime that never released its runtime (kept, or gone while the interpreter shuts down)
+ * leaves it alive, as before this type. */
+static void runtime_ref_dealloc(PyObject *self) {
+  PyTypeObject *type = Py_TYPE(self);
+  freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+  tp_free(self);
+  Py_DECREF(type);
+}
+
+static PyMethodDef runtime_ref_methods[] = {
+    {"release", runtime_ref_release, METH_NOARGS,
+     "release(): the Runtime lets go; destroyed now, or when its last op goes."},
+    {"keep", runtime_ref_keep, METH_NOARGS, "keep(): never destroyed (an output needs its allocator)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef runtime_ref_getset[] = {
+    {"alive", runtime_ref_alive, NULL, "whether the tr_runtime * still exists", NULL},
+    {"users", runtime_ref_users, NULL, "bound ops whose tr_op * still exists", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot runtime_ref_slots[] = {
+    {Py_tp_new, (void *)runtime_ref_new},
+    {Py_tp_dealloc, (void *)runtime_ref_dealloc},
+    {Py_tp_methods, runtime_ref_methods},
+    {Py_tp_getset, runtime_ref_getset},
+    {Py_tp_doc, "RuntimeRef(address): a tr_runtime * destroyed after its Runtime and its last op let go."},
+    {0, NULL},
+};
+
+static PyType_Spec runtime_ref_spec = {
+    .name = "tilerun._ext.RuntimeRef",
+    .basicsize = sizeof(ext_runtime_ref),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = runtime_ref_slots,
+};
+
 /* ---- the op ------------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -507,6 +616,7 @@ typedef struct {
   void *op;           /* tr_op *; NULL until _bind and after _close */
   Py_ssize_t n_outputs;
   PyObject *runtime;  /* the Runtime it was made in: kept alive while the op is */
+  ext_runtime_ref *ref; /* its tr_runtime *, counting this op while its tr_op exists; or NULL */
   int remote;         /* the runtime launches in another process: the GIL goes during a call */
   int in_flight;      /* calls running, from op_enter to op_leave (changed only under the GIL) */
   int closing;        /* _close came while calls ran: the last one destroys the op */
@@ -575,6 +685,13 @@ static void op_destroy_now(ext_op *self) {
     void *op = self->op;
     self->op = NULL;
     g_op_destroy(&op);
+  }
+  ext_runtime_ref *ref = self->ref;
+  if (ref != NULL) { /* the runtime goes after its ops */
+    self->ref = NULL;
+    ref->users--;
+    runtime_ref_settle(ref);
+    Py_DECREF((PyObject *)ref);
   }
 }
 
@@ -775,6 +892,7 @@ static PyObject *op_run(ext_op *self, PyObject *const *args, Py_ssize_t n_in, Py
           versioned_output_deleter(&w->v);
           break;
         }
+        if (self->ref != NULL) self->ref->kept = 1;
         self->immortalized = 1;
       }
       void *obj = NULL;
@@ -904,8 +1022,24 @@ static PyObject *op_bind(PyObject *pyself, PyObject *args) {
                  EXT_MAX_TENSORS);
     return NULL;
   }
+  /* the Runtime's RuntimeRef (tilerun.Runtime._ref), which then outlives this op's tr_op */
+  PyObject *ref = PyObject_GetAttrString(runtime, "_ref");
+  if (ref == NULL) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+    PyErr_Clear();
+  } else if (!PyObject_TypeCheck(ref, g_runtime_ref_type) || ((ext_runtime_ref *)ref)->rt == NULL) {
+    const int closed = PyObject_TypeCheck(ref, g_runtime_ref_type);
+    Py_DECREF(ref);
+    PyErr_SetString(closed ? PyExc_ValueError : PyExc_TypeError,
+                    closed ? "tilerun: the runtime is closed" : "tilerun._ext: runtime._ref is not a RuntimeRef");
+    return NULL;
+  }
   self->op = op;
   self->n_outputs = n_outputs;
+  if (ref != NULL) {
+    ((ext_runtime_ref *)ref)->users++;
+    self->ref = (ext_runtime_ref *)ref; /* the reference GetAttr gave */
+  }
   Py_INCREF(runtime);
   EXT_SETREF(self->runtime, runtime);
   self->remote = remote;
@@ -945,14 +1079,32 @@ static PyObject *op_py_leave(PyObject *pyself, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
-static PyObject *op_pending(PyObject *pyself, PyObject *unused) {
-  (void)unused;
-  return PyBool_FromLong(((ext_op *)pyself)->op != NULL);
+/* The garbage collector sees the op's Runtime, so that a cycle through the two is collected (the
+ * RuntimeRef orders their destruction). */
+static int op_traverse(PyObject *pyself, visitproc visit, void *arg) {
+  ext_op *self = (ext_op *)pyself;
+  Py_VISIT(Py_TYPE(pyself));
+  Py_VISIT(self->runtime);
+  Py_VISIT(self->names);
+  return 0;
+}
+
+static int op_clear(PyObject *pyself) {
+  ext_op *self = (ext_op *)pyself;
+  if (self->in_flight > 0) {
+    self->closing = 1;
+  } else {
+    op_destroy_now(self);
+  }
+  Py_CLEAR(self->runtime);
+  Py_CLEAR(self->names);
+  return 0;
 }
 
 static void op_dealloc(PyObject *pyself) {
   ext_op *self = (ext_op *)pyself;
   PyTypeObject *type = Py_TYPE(pyself);
+  PyObject_GC_UnTrack(pyself);
   op_destroy_now(self);
   Py_CLEAR(self->runtime);
   Py_CLEAR(self->names);
@@ -967,7 +1119,6 @@ static PyMethodDef op_methods[] = {
     {"_bind", op_bind, METH_VARARGS,
      "_bind(op address, n outputs, runtime, launches remotely): binds a tr_op *."},
     {"_close", op_close, METH_NOARGS, "_close(): destroys the tr_op * (after calls running)."},
-    {"_pending", op_pending, METH_NOARGS, "_pending(): whether the tr_op * still exists (a call runs)."},
     {"_enter", op_py_enter, METH_NOARGS, "_enter(): holds the op as a call does; its tr_op * address."},
     {"_leave", op_py_leave, METH_NOARGS, "_leave(): ends an _enter() (the op goes now if closed meanwhile)."},
     {NULL, NULL, 0, NULL},
@@ -981,6 +1132,8 @@ static PyMemberDef op_members[] = {
 static PyType_Slot op_slots[] = {
     {Py_tp_call, (void *)op_call},
     {Py_tp_dealloc, (void *)op_dealloc},
+    {Py_tp_traverse, (void *)op_traverse},
+    {Py_tp_clear, (void *)op_clear},
     {Py_tp_methods, op_methods},
     {Py_tp_members, op_members},
     {Py_tp_new, (void *)op_new},
@@ -991,7 +1144,7 @@ static PyType_Slot op_slots[] = {
 static PyType_Spec op_spec = {
     .name = "tilerun._ext.OpBase",
     .basicsize = sizeof(ext_op),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | EXT_TPFLAGS_HAVE_VECTORCALL,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | EXT_TPFLAGS_HAVE_VECTORCALL,
     .slots = op_slots,
 };
 
@@ -1150,7 +1303,8 @@ static PyObject *ext_setup(PyObject *module, PyObject *dict) {
   void *call_into = address_of(dict, "tr_op_call_into");
   void *set_stream = address_of(dict, "tr_cuda_set_stream");
   void *destroy = address_of(dict, "tr_op_destroy");
-  if (!call || !call_into || !set_stream || !destroy) {
+  void *runtime_destroy = address_of(dict, "tr_runtime_destroy");
+  if (!call || !call_into || !set_stream || !destroy || !runtime_destroy) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "tilerun._ext.setup: a NULL entry");
     return NULL;
   }
@@ -1177,6 +1331,7 @@ static PyObject *ext_setup(PyObject *module, PyObject *dict) {
   g_call_into = (call_into_fn)call_into;
   g_set_stream = (set_stream_fn)set_stream;
   g_op_destroy = (op_destroy_fn)destroy;
+  g_runtime_destroy = (runtime_destroy_fn)runtime_destroy;
   g_now_ns = (now_ns_fn)now_ns;
   EXT_SETREF(g_error_from, error_from);
   EXT_SETREF(g_borrow, borrow_fn);
@@ -1243,6 +1398,14 @@ static int ext_exec(PyObject *module) {
   g_op_type = (PyTypeObject *)type;
   int rc = PyModule_AddObjectRef(module, "OpBase", type);
   Py_DECREF(type);
+  if (rc != 0) return -1;
+  PyObject *ref_type = PyType_FromSpec(&runtime_ref_spec);
+  if (ref_type == NULL) return -1;
+  Py_XDECREF((PyObject *)g_runtime_ref_type); /* _bind checks against the last module made's */
+  Py_INCREF(ref_type);
+  g_runtime_ref_type = (PyTypeObject *)ref_type;
+  rc = PyModule_AddObjectRef(module, "RuntimeRef", ref_type);
+  Py_DECREF(ref_type);
   if (rc != 0) return -1;
   PyObject *destructor = PyLong_FromVoidPtr((void *)(uintptr_t)dltensor_capsule_destructor);
   if (destructor == NULL) return -1;
