@@ -96,6 +96,10 @@ tr_status *tr_op_def_bind_params(const tr_op_def *op, const tr_named_value *give
   for (int i = 0; i < op->n_params; i++) settled[i] = tr_value_none();
   uint8_t seen[TR_SIG_MAX_PARAMS] = {0};
   for (size_t g = 0; g < n_given; g++) {
+    if (given[g].name == NULL) {
+      return param_error(op, TR_STATUS(TR_SIGNATURE_PARAM, "%s: param %zu of the %zu given has no name (NULL)",
+                                       op->name, g, n_given), settled);
+    }
     int i = tr_op_def_param_index(op, given[g].name);
     if (i < 0) {
       char names[512];

@@ -61,7 +61,8 @@ int tr_memo_key_from_dl(const DLTensor *const *inputs, size_t n_inputs, tr_memo_
   uint32_t size = 0;
   for (size_t i = 0; i < n_inputs; i++) {
     const DLTensor *t = inputs[i];
-    if (t != NULL && (t->ndim < 0 || t->ndim > TR_MAX_RANK)) return 0;
+    /* a rank out of range, or dims not given: no key (validation refuses it) */
+    if (t != NULL && (t->ndim < 0 || t->ndim > TR_MAX_RANK || (t->ndim > 0 && t->shape == NULL))) return 0;
     size += t ? key_part(out->bytes + size, 1, t->device, t->dtype, t->ndim, t->shape)
               : key_part(out->bytes + size, 0, (DLDevice){kDLCPU, 0}, (DLDataType){0, 0, 0}, 0, NULL);
   }

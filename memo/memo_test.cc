@@ -55,6 +55,10 @@ TEST_CASE("keys that would not fit are refused") {
   Tensor x({1});
   std::vector<const DLTensor *> many(17, &x.t);
   CHECK(tr_memo_key_from_dl(many.data(), many.size(), &k) == 0);
+  Tensor no_dims({2, 3});  // a rank with no shape to read: no key (validation names the tensor)
+  no_dims.t.shape = nullptr;
+  std::vector<const DLTensor *> shapeless = {&no_dims.t};
+  CHECK(tr_memo_key_from_dl(shapeless.data(), 1, &k) == 0);
 }
 
 TEST_CASE("the table stores, finds, grows and clears") {

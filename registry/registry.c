@@ -115,13 +115,15 @@ static char *dup_text(const char *s) {
 /* Names follow the device-type rule, [a-z][a-z0-9_]* of at most 31 characters. */
 static tr_status *check_name(const tr_registry *reg, const char *what, const char *name) {
   tr_device probe;
-  tr_status *bad = name ? tr_device_make(name, TR_DEVICE_NO_INDEX, &probe)
-                        : TR_STATUS(TR_VALUE, "NULL");
+  if (name == NULL) {
+    return TR_STATUS(TR_BACKEND, "backend '%s': the %s is NULL; a name is a lowercase letter followed by at most %d "
+                     "lowercase letters, digits or '_'", reg->backend, what, TR_DEVICE_TYPE_MAX - 1);
+  }
+  tr_status *bad = tr_device_make(name, TR_DEVICE_NO_INDEX, &probe);
   if (bad == NULL) return NULL;
   tr_status_destroy(&bad);
   return TR_STATUS(TR_BACKEND, "backend '%s': %s '%s' must be a lowercase letter followed by at "
-                   "most %d lowercase letters, digits or '_'", reg->backend, what,
-                   name ? name : "(null)", TR_DEVICE_TYPE_MAX - 1);
+                   "most %d lowercase letters, digits or '_'", reg->backend, what, name, TR_DEVICE_TYPE_MAX - 1);
 }
 
 /* ---- the API table's functions ---- */

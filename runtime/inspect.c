@@ -37,6 +37,41 @@ const tr_op_def *tr_runtime_find_op(const tr_runtime *runtime, const char *op_na
   return runtime != NULL && op_name != NULL ? tr_manifest_find(runtime->manifest, op_name) : NULL;
 }
 
+/* ---- the caller's arguments ---- */
+
+/* The specs a caller filled in, checked as tr_tensor_spec_make and tr_device_make check theirs
+ * (a rank past TR_MAX_RANK would be read past its shape; a negative extent or a device no
+ * tr_device_make made would be inferred from), each error naming the input. */
+static tr_status *given_specs(const tr_op_def *def, const tr_tensor_spec *const *inputs, size_t n_inputs) {
+  for (size_t i = 0; i < n_inputs; i++) {
+    const tr_tensor_spec *s = inputs[i];
+    if (s == NULL) continue;
+    tr_status *status = NULL;
+    tr_tensor_spec copy;
+    tr_device device;
+    if (memchr(s->device.type, '\0', sizeof(s->device.type)) == NULL) {
+      status = TR_STATUS(TR_VALUE, "device type is not a NUL-terminated string of at most %d bytes",
+                         TR_DEVICE_TYPE_MAX);
+    } else {
+      status = tr_device_make(s->device.type, s->device.index, &device);
+    }
+    if (status == NULL) status = tr_tensor_spec_make(&s->device, s->dtype, s->rank, s->shape, &copy);
+    if (status != NULL) {
+      const char *name = i < tr_op_def_input_count(def) ? tr_op_def_input_name(def, i) : NULL;
+      return name ? tr_status_append(status, " (input '%s' of %s)", name, tr_op_def_name(def))
+                  : tr_status_append(status, " (input %zu of %s)", i, tr_op_def_name(def));
+    }
+  }
+  return NULL;
+}
+
+/* The arguments of the output-spec and selection questions: none NULL that is read. */
+static tr_status *given_args(const char *fn, const tr_op_def *def, const tr_tensor_spec *const *inputs,
+                             size_t n_inputs) {
+  if (n_inputs > 0 && inputs == NULL) return TR_STATUS(TR_VALUE, "%s: 'inputs' is NULL (%zu inputs)", fn, n_inputs);
+  return given_specs(def, inputs, n_inputs);
+}
+
 /* ---- output specs ---- */
 
 static tr_status *room_for(const tr_op_def *def, size_t n_outputs) {
@@ -47,7 +82,13 @@ static tr_status *room_for(const tr_op_def *def, size_t n_outputs) {
 
 tr_status *tr_op_output_specs(const tr_op *op, const tr_tensor_spec *const *inputs, size_t n_inputs,
                               tr_tensor_spec *outputs, uint8_t *present, size_t n_outputs) {
+  TR__NOT_NULL("tr_op_output_specs", op);
+  if (n_outputs > 0) {
+    TR__NOT_NULL("tr_op_output_specs", outputs);
+    TR__NOT_NULL("tr_op_output_specs", present);
+  }
   TR_RETURN_IF_ERROR(room_for(op->def, n_outputs));
+  TR_RETURN_IF_ERROR(given_args("tr_op_output_specs", op->def, inputs, n_inputs));
   tr_call_check check;
   TR_RETURN_IF_ERROR(tr_op_def_check(op->def, op->settled, inputs, n_inputs, &check));
   copy_outputs(op->def, &check, outputs, present);
@@ -57,12 +98,20 @@ tr_status *tr_op_output_specs(const tr_op *op, const tr_tensor_spec *const *inpu
 tr_status *tr_runtime_output_specs(tr_runtime *rt, const char *op_name, const tr_named_value *params,
                                    size_t n_params, const tr_tensor_spec *const *inputs, size_t n_inputs,
                                    tr_tensor_spec *outputs, uint8_t *present, size_t n_outputs) {
+  TR__NOT_NULL("tr_runtime_output_specs", rt);
+  TR__NOT_NULL("tr_runtime_output_specs", op_name);
+  if (n_params > 0) TR__NOT_NULL("tr_runtime_output_specs", params);
+  if (n_outputs > 0) {
+    TR__NOT_NULL("tr_runtime_output_specs", outputs);
+    TR__NOT_NULL("tr_runtime_output_specs", present);
+  }
   const tr_op_def *def = tr_manifest_find(rt->manifest, op_name);
   if (def == NULL) {
     return TR_STATUS(TR_OP_NOT_AVAILABLE, "no op '%s' in the manifest (%zu ops; see 'tilerun ops')", op_name,
                      tr_manifest_op_count(rt->manifest));
   }
   TR_RETURN_IF_ERROR(room_for(def, n_outputs));
+  TR_RETURN_IF_ERROR(given_args("tr_runtime_output_specs", def, inputs, n_inputs));
   tr_value settled[TR_SIG_MAX_PARAMS];
   TR_RETURN_IF_ERROR(tr_op_def_bind_params(def, params, n_params, settled));
   tr_call_check check;
@@ -93,6 +142,7 @@ static tr_status *call_of(const tr_op *op, const tr_tensor_spec *const *inputs, 
                           const tr_device_facts *facts, const tr_select_entry **entry, const char **iface,
                           tr_call_spec *call) {
   const char *name = tr_op_def_name(op->def);
+  TR_RETURN_IF_ERROR(given_args(name, op->def, inputs, n_inputs));
   tr_call_check check;
   TR_RETURN_IF_ERROR(tr_op_def_check(op->def, op->settled, inputs, n_inputs, &check));
   const tr_intree_op *fam = tr_intree_find(name);
@@ -112,7 +162,9 @@ static tr_status *call_of(const tr_op *op, const tr_tensor_spec *const *inputs, 
 
 tr_status *tr_op_key_for(const tr_op *op, const tr_tensor_spec *const *inputs, size_t n_inputs, uint32_t stated,
                          const tr_device_facts *facts, tr_op_selection *out) {
+  TR__NOT_NULL("tr_op_key_for", out);
   memset(out, 0, sizeof(*out));
+  TR__NOT_NULL("tr_op_key_for", op);
   const tr_select_entry *entry = NULL;
   const char *iface = NULL;
   tr_call_spec call;
@@ -128,7 +180,9 @@ tr_status *tr_op_key_for(const tr_op *op, const tr_tensor_spec *const *inputs, s
 
 tr_status *tr_op_kernel_for(const tr_op *op, const tr_tensor_spec *const *inputs, size_t n_inputs, uint32_t stated,
                             const tr_device_facts *facts, tr_op_selection *out) {
+  TR__NOT_NULL("tr_op_kernel_for", out);
   memset(out, 0, sizeof(*out));
+  TR__NOT_NULL("tr_op_kernel_for", op);
   const tr_select_entry *entry = NULL;
   const char *iface = NULL;
   tr_call_spec call;
@@ -167,7 +221,9 @@ static void inventory_of(const tr_runtime *rt, const tr_intree_op *fam, tr_op_in
 }
 
 tr_status *tr_runtime_inventory_at(tr_runtime *rt, size_t i, tr_op_inventory *out) {
+  TR__NOT_NULL("tr_runtime_inventory_at", out);
   memset(out, 0, sizeof(*out));
+  TR__NOT_NULL("tr_runtime_inventory_at", rt);
   if (i >= tr_intree_op_count()) {
     return TR_STATUS(TR_VALUE, "the inventory holds %zu in-tree ops; got index %zu", tr_intree_op_count(), i);
   }
@@ -177,7 +233,10 @@ tr_status *tr_runtime_inventory_at(tr_runtime *rt, size_t i, tr_op_inventory *ou
 }
 
 tr_status *tr_runtime_inventory_of(tr_runtime *rt, const char *op_name, tr_op_inventory *out) {
+  TR__NOT_NULL("tr_runtime_inventory_of", out);
   memset(out, 0, sizeof(*out));
+  TR__NOT_NULL("tr_runtime_inventory_of", rt);
+  TR__NOT_NULL("tr_runtime_inventory_of", op_name);
   const tr_intree_op *fam = tr_intree_find(op_name);
   if (fam == NULL) return no_intree(op_name);
   TR_RETURN_IF_ERROR(tr__runtime_discover(rt));

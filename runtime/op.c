@@ -420,8 +420,10 @@ static tr_status *output_mismatch(const tr_op *op, const kernel_entry *e, size_t
 #define TR__EXPECTED() (tr_tensor_spec_format(want, expected, sizeof(expected)), expected)
   if (t == NULL) return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' is NULL; the call makes %s", name, out, TR__EXPECTED());
   if (!tr_dtype_equal(t->dtype, want->dtype)) {
-    return TR_STATUS(TR_SIGNATURE_DTYPE, "%s: output '%s' given is %s; the call makes %s", name, out,
-                     tr_dtype_name(t->dtype), TR__EXPECTED());
+    char got[64];
+    tr_dtype_format(t->dtype, got, sizeof(got));
+    return TR_STATUS(TR_SIGNATURE_DTYPE, "%s: output '%s' given is %s; the call makes %s", name, out, got,
+                     TR__EXPECTED());
   }
   if (t->device.device_type != e->dl_device.device_type || t->device.device_id != e->dl_device.device_id) {
     char got[TR_DEVICE_FORMAT_MAX];
@@ -431,6 +433,10 @@ static tr_status *output_mismatch(const tr_op *op, const kernel_entry *e, size_t
     else snprintf(got, sizeof(got), "DLPack device type %d:%d", (int)t->device.device_type, (int)t->device.device_id);
     tr_status_destroy(&unknown);
     return TR_STATUS(TR_SIGNATURE_DEVICE, "%s: output '%s' given is on %s; the call makes %s", name, out, got, TR__EXPECTED());
+  }
+  if (t->ndim < 0 || t->ndim > TR_MAX_RANK || (t->ndim > 0 && t->shape == NULL)) { /* no dims to read */
+    return TR_STATUS(TR_SIGNATURE_SHAPE, "%s: output '%s' given has rank %d%s; the call makes %s", name, out,
+                     (int)t->ndim, t->ndim > 0 && t->shape == NULL ? " and no shape" : "", TR__EXPECTED());
   }
   if (t->ndim != want->rank || memcmp(t->shape, want->shape, (size_t)want->rank * sizeof(int64_t)) != 0) {
     char got[256];
@@ -465,7 +471,16 @@ static tr_status *launch(tr_op *op, kernel_entry *e, const DLTensor *const *inpu
   tr_status *status = NULL;
   for (size_t i = 0; i < n_decl && status == NULL; i++) {
     const DLTensor *in = i < n_inputs ? inputs[i] : NULL;
-    if (in == NULL) continue;
+    if (in == NULL) continue; /* absent: only a NULL tensor is (one without data is an error) */
+    if (in->data == NULL) {
+      int64_t numel = 1;
+      for (int32_t d = 0; d < in->ndim; d++) numel *= in->shape[d]; /* validated: no overflow */
+      if (numel != 0) {
+        status = TR_STATUS(TR_VALUE, "%s: input '%s' has no data (a NULL pointer for its %lld elements)",
+                           tr_op_def_name(def), tr_op_def_input_name(def, i), (long long)numel);
+        break;
+      }
+    }
     int written_as_given = tr_op_def_input_mutated(def, i) && !tr_op_def_input_contiguous(def, i);
     const DLTensor *arg = in;
     /* a kernel that reads a repeating block in place (a bias expanded over rows) gets it as is */

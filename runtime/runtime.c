@@ -50,12 +50,36 @@ tr_status *tr__runtime_hint(tr_runtime *rt, tr_status *status) {
   return status;
 }
 
+/* The options' arrays: each as long as its count says, with no NULL entry (each would be read). */
+static tr_status *options_check(const tr_runtime_options *o) {
+  if (o->n_backend_dirs > 0 && o->backend_dirs == NULL) {
+    return TR_STATUS(TR_VALUE, "tr_runtime_new: options->backend_dirs is NULL with n_backend_dirs %zu",
+                     o->n_backend_dirs);
+  }
+  for (size_t i = 0; o->backend_dirs != NULL && i < o->n_backend_dirs; i++) {
+    if (o->backend_dirs[i] == NULL) return TR_STATUS(TR_VALUE, "tr_runtime_new: options->backend_dirs[%zu] is NULL", i);
+  }
+  if (o->n_builtins > 0 && (o->builtin_names == NULL || o->builtin_inits == NULL)) {
+    return TR_STATUS(TR_VALUE, "tr_runtime_new: options->%s is NULL with n_builtins %zu",
+                     o->builtin_names == NULL ? "builtin_names" : "builtin_inits", o->n_builtins);
+  }
+  for (size_t i = 0; i < o->n_builtins; i++) {
+    if (o->builtin_names[i] == NULL) return TR_STATUS(TR_VALUE, "tr_runtime_new: options->builtin_names[%zu] is NULL", i);
+    if (o->builtin_inits[i] == NULL) {
+      return TR_STATUS(TR_VALUE, "tr_runtime_new: options->builtin_inits[%zu] (backend '%s') is NULL", i,
+                       o->builtin_names[i]);
+    }
+  }
+  return NULL;
+}
+
 tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   TR__NOT_NULL("tr_runtime_new", out);
   *out = NULL;
   tr_runtime_options none;
   memset(&none, 0, sizeof(none));
   const tr_runtime_options *o = options ? options : &none;
+  TR_RETURN_IF_ERROR(options_check(o));
   tr_runtime *rt = calloc(1, sizeof(*rt));
   if (rt == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "allocating a runtime");
   rt->warn = o->warn ? o->warn : default_warn;

@@ -184,7 +184,7 @@ tr_status *tr_runtime_empty(tr_runtime *rt, const DLTensor *like, DLManagedTenso
   TR__NOT_NULL("tr_runtime_empty", out);
   *out = NULL;
   TR__NOT_NULL("tr_runtime_empty", rt);
-  if (like == NULL) return TR_STATUS(TR_VALUE, "tr_runtime_empty: no tensor to take the shape, dtype and device of");
+  if (like == NULL) return TR_STATUS(TR_VALUE, "tr_runtime_empty: 'like' is NULL (the spec to take the shape, dtype and device of)");
   if (tr_dtype_name(like->dtype) == NULL) {
     return TR_STATUS(TR_VALUE, "tr_runtime_empty: dtype (code %u, bits %u, lanes %u) is not one tilerun knows",
                      (unsigned)like->dtype.code, (unsigned)like->dtype.bits, (unsigned)like->dtype.lanes);

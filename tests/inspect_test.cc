@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -263,6 +264,68 @@ TEST_CASE("output specs: shape and dtype of each output from input specs and par
     tr_named_value bad_param = {"normalized_shape", tr_value_bool(true)};
     Err param(tr_runtime_output_specs(r.rt, "RMSNormFwdOp", &bad_param, 1, in, 1, out, present, 1));
     CHECK(param.code == TR_SIGNATURE_PARAM);
+  }
+  SECTION("specs filled in by hand are checked as tr_tensor_spec_make checks them, naming the input") {
+    Op op(r.rt, "AddFwdOp");
+    tr_tensor_spec a = spec("cpu", TR_FLOAT32, {4}), b = a;
+    const tr_tensor_spec *in[] = {&a, &b};
+    tr_tensor_spec out[1];
+    uint8_t present[1];
+    tr_op_selection sel;
+    b.rank = 12;  // read past its 8 dims before
+    Err rank(tr_op_output_specs(op.op, in, 2, out, present, 1));
+    CHECK(rank.code == TR_SIGNATURE_SHAPE);
+    CHECK(rank.message == "tensor rank 12 is out of range: tilerun handles ranks 0 to 8 (input 'b' of AddFwdOp)");
+    Err rank_key(tr_op_key_for(op.op, in, 2, 0, nullptr, &sel));
+    CHECK(rank_key.message == rank.message);
+    b = a;
+    b.shape[0] = -3;  // inferred as float32[-3] before
+    Err negative(tr_runtime_output_specs(r.rt, "AddFwdOp", nullptr, 0, in, 2, out, present, 1));
+    CHECK(negative.message == "tensor shape (-3,): axis 0 has extent -3, which is negative (input 'b' of AddFwdOp)");
+    b = a;
+    memset(&b.device, 0, sizeof(b.device));  // no device type
+    Err zeroed(tr_op_output_specs(op.op, in, 2, out, present, 1));
+    CHECK(zeroed.code == TR_VALUE);
+    CHECK_THAT(zeroed.message, Catch::EndsWith("(input 'b' of AddFwdOp)"));
+    b = a;
+    memset(b.device.type, 'x', sizeof(b.device.type));  // no terminating NUL
+    Err unterminated(tr_op_output_specs(op.op, in, 2, out, present, 1));
+    CHECK(unterminated.message ==
+          "device type is not a NUL-terminated string of at most " + std::to_string(TR_DEVICE_TYPE_MAX) +
+              " bytes (input 'b' of AddFwdOp)");
+    b = a;
+    ok(tr_op_output_specs(op.op, in, 2, out, present, 1));  // the same op, specs made right: served
+  }
+  SECTION("NULL arguments are ValueErrors naming the function and the argument") {
+    Op op(r.rt, "AddFwdOp");
+    tr_tensor_spec a = spec("cpu", TR_FLOAT32, {4});
+    const tr_tensor_spec *in[] = {&a, &a};
+    tr_tensor_spec out[1];
+    uint8_t present[1];
+    tr_op_selection sel;
+    tr_op_inventory inv;
+    CHECK(Err(tr_op_output_specs(nullptr, in, 2, out, present, 1)).message == "tr_op_output_specs: 'op' is NULL");
+    CHECK(Err(tr_op_output_specs(op.op, nullptr, 2, out, present, 1)).message ==
+          "tr_op_output_specs: 'inputs' is NULL (2 inputs)");
+    CHECK(Err(tr_op_output_specs(op.op, in, 2, nullptr, present, 1)).message ==
+          "tr_op_output_specs: 'outputs' is NULL");
+    CHECK(Err(tr_op_output_specs(op.op, in, 2, out, nullptr, 1)).message == "tr_op_output_specs: 'present' is NULL");
+    CHECK(Err(tr_runtime_output_specs(nullptr, "AddFwdOp", nullptr, 0, in, 2, out, present, 1)).message ==
+          "tr_runtime_output_specs: 'rt' is NULL");
+    CHECK(Err(tr_runtime_output_specs(r.rt, nullptr, nullptr, 0, in, 2, out, present, 1)).message ==
+          "tr_runtime_output_specs: 'op_name' is NULL");
+    CHECK(Err(tr_runtime_output_specs(r.rt, "AddFwdOp", nullptr, 1, in, 2, out, present, 1)).message ==
+          "tr_runtime_output_specs: 'params' is NULL");
+    CHECK(Err(tr_op_key_for(nullptr, in, 2, 0, nullptr, &sel)).message == "tr_op_key_for: 'op' is NULL");
+    CHECK(Err(tr_op_key_for(op.op, in, 2, 0, nullptr, nullptr)).message == "tr_op_key_for: 'out' is NULL");
+    CHECK(Err(tr_op_key_for(op.op, nullptr, 2, 0, nullptr, &sel)).message == "AddFwdOp: 'inputs' is NULL (2 inputs)");
+    CHECK(Err(tr_op_kernel_for(nullptr, in, 2, 0, nullptr, &sel)).message == "tr_op_kernel_for: 'op' is NULL");
+    CHECK(Err(tr_op_kernel_for(op.op, in, 2, 0, nullptr, nullptr)).message == "tr_op_kernel_for: 'out' is NULL");
+    CHECK(Err(tr_runtime_inventory_at(nullptr, 0, &inv)).message == "tr_runtime_inventory_at: 'rt' is NULL");
+    CHECK(Err(tr_runtime_inventory_at(r.rt, 0, nullptr)).message == "tr_runtime_inventory_at: 'out' is NULL");
+    CHECK(Err(tr_runtime_inventory_of(nullptr, "AddFwdOp", &inv)).message == "tr_runtime_inventory_of: 'rt' is NULL");
+    CHECK(Err(tr_runtime_inventory_of(r.rt, nullptr, &inv)).message == "tr_runtime_inventory_of: 'op_name' is NULL");
+    CHECK(Err(tr_runtime_inventory_of(r.rt, "AddFwdOp", nullptr)).message == "tr_runtime_inventory_of: 'out' is NULL");
   }
 }
 

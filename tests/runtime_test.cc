@@ -572,6 +572,99 @@ TEST_CASE("review fixes: outputs given to call_into are checked; huge tensors ar
   tr_op_destroy(&op);
 }
 
+TEST_CASE("runtime options: an array NULL with a count, or a NULL entry, is a ValueError naming it") {
+  const char *dirs[] = {"/nonexistent", nullptr};
+  const char *names[] = {"testcpu", nullptr};
+  tr_backend_init_fn inits[] = {init_testcpu, nullptr};
+  struct Case {
+    const char *const *dirs;
+    size_t n_dirs;
+    const char *const *names;
+    const tr_backend_init_fn *inits;
+    size_t n_builtins;
+    const char *message;
+  };
+  const Case cases[] = {
+      {nullptr, 1, nullptr, nullptr, 0, "ValueError: tr_runtime_new: options->backend_dirs is NULL with n_backend_dirs 1"},
+      {dirs, 2, nullptr, nullptr, 0, "ValueError: tr_runtime_new: options->backend_dirs[1] is NULL"},
+      {dirs, 1, nullptr, inits, 1, "ValueError: tr_runtime_new: options->builtin_names is NULL with n_builtins 1"},
+      {dirs, 1, names, nullptr, 1, "ValueError: tr_runtime_new: options->builtin_inits is NULL with n_builtins 1"},
+      {dirs, 1, names, inits, 2, "ValueError: tr_runtime_new: options->builtin_names[1] is NULL"},
+  };
+  for (const Case &c : cases) {
+    tr_runtime_options o{};
+    o.manifest_dir = "manifest/spec";
+    o.backend_dirs = c.dirs;
+    o.n_backend_dirs = c.n_dirs;
+    o.builtin_names = c.names;
+    o.builtin_inits = c.inits;
+    o.n_builtins = c.n_builtins;
+    tr_runtime *rt = reinterpret_cast<tr_runtime *>(&o);  // set to NULL on failure
+    CHECK(tr_test::error_of(tr_runtime_new(&o, &rt)) == c.message);
+    CHECK(rt == nullptr);
+  }
+  const char *both[] = {"testcpu", "other"};
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.builtin_names = both;
+  o.builtin_inits = inits;
+  o.n_builtins = 2;
+  tr_runtime *rt = nullptr;
+  CHECK(tr_test::error_of(tr_runtime_new(&o, &rt)) ==
+        "ValueError: tr_runtime_new: options->builtin_inits[1] (backend 'other') is NULL");
+}
+
+TEST_CASE("a tensor without data or dims is refused naming it, on a memo hit too; a param needs a name") {
+  Env env;
+  tr_op *op = env.op("AddFwdOp");
+  HostTensor a({4}), b({4}), out({4});
+  const DLTensor *in[] = {&a.t, &b.t};
+  DLTensor *outs[] = {&out.t};
+  tr_test::ok(tr_op_call_into(op, in, 2, outs, 1));  // the entry is built: what follows hits it
+  const std::string no_data = "ValueError: AddFwdOp: input 'b' has no data (a NULL pointer for its 4 elements)";
+  DLTensor nb = b.t;
+  nb.data = nullptr;
+  const DLTensor *in_nb[] = {&a.t, &nb};
+  CHECK(tr_test::error_of(tr_op_call_into(op, in_nb, 2, outs, 1)) == no_data);
+  Outputs o;
+  CHECK(tr_test::error_of(tr_op_call(op, in_nb, 2, o.items, 1)) == no_data);
+  CHECK(o.items[0] == nullptr);
+  int64_t four[] = {4}, back[] = {-1};  // strided (reversed): it would be copied, not read
+  nb.shape = four;
+  nb.strides = back;
+  CHECK(tr_test::error_of(tr_op_call_into(op, in_nb, 2, outs, 1)) == no_data);
+  // an input of rank 1 with no shape: validated (no key is made from it), not read
+  DLTensor shapeless = b.t;
+  shapeless.shape = nullptr;
+  const DLTensor *in_shapeless[] = {&a.t, &shapeless};
+  std::string e = tr_test::error_of(tr_op_call_into(op, in_shapeless, 2, outs, 1));
+  CHECK(e.find("NULL shape") != std::string::npos);
+  CHECK(e.find("input 'b' of AddFwdOp") != std::string::npos);
+  // outputs: no shape, a rank no tensor has, a dtype with no name
+  DLTensor bad = out.t;
+  bad.shape = nullptr;
+  DLTensor *bad_out[] = {&bad};
+  CHECK(tr_test::error_of(tr_op_call_into(op, in, 2, bad_out, 1)) ==
+        "SignatureError(shape): AddFwdOp: output 'c' given has rank 1 and no shape; the call makes float32[4] on cpu");
+  bad = out.t;
+  bad.ndim = 200;
+  CHECK(tr_test::error_of(tr_op_call_into(op, in, 2, bad_out, 1)) ==
+        "SignatureError(shape): AddFwdOp: output 'c' given has rank 200; the call makes float32[4] on cpu");
+  bad = out.t;
+  bad.dtype.lanes = 2;
+  std::string lanes = tr_test::error_of(tr_op_call_into(op, in, 2, bad_out, 1));
+  CHECK(lanes.find("SignatureError(dtype): AddFwdOp: output 'c' given is ") == 0);
+  CHECK(lanes.find("(null)") == std::string::npos);
+  tr_test::ok(tr_op_call_into(op, in, 2, outs, 1));  // the op still serves
+  for (int i = 0; i < 4; i++) CHECK(out.data[i] == a.data[i] + b.data[i]);
+  tr_op_destroy(&op);
+  tr_named_value unnamed = {nullptr, tr_value_float(1)};
+  tr_op *made = nullptr;
+  CHECK(tr_test::error_of(tr_op_new(env.rt, "AddFwdOp", &unnamed, 1, nullptr, &made)) ==
+        "SignatureError(param): AddFwdOp: param 0 of the 1 given has no name (NULL)");
+  CHECK(made == nullptr);
+}
+
 TEST_CASE("call_into refuses outputs sharing memory with an input, outputs past the op's, and strides past 64 bits") {
   Env env;
   tr_op *op = env.op("AddFwdOp");

@@ -655,7 +655,7 @@ TEST_CASE("the runtime launches through the launch component placed in a thread 
     odd.dtype = {(uint8_t)77, 32, 1};
     CHECK(error_of(tr_runtime_empty(rt, &odd, &none)) ==
           "ValueError: tr_runtime_empty: dtype (code 77, bits 32, lanes 1) is not one tilerun knows");
-    CHECK(error_of(tr_runtime_empty(rt, nullptr, &none)).find("no tensor") != std::string::npos);
+    CHECK(error_of(tr_runtime_empty(rt, nullptr, &none)).find("tr_runtime_empty: 'like' is NULL") != std::string::npos);
     DLTensor negative = like;
     int64_t bad_shape[2] = {2, -3};
     negative.shape = bad_shape;

@@ -28,8 +28,9 @@ typedef struct tr_tensor_spec {
   int64_t shape[TR_MAX_RANK]; /* shape[rank..] are 0 */
 } tr_tensor_spec;
 
-/* Makes a spec. On failure returns a ShapeError naming the rank (negative or above
- * TR_MAX_RANK) or the axis and the negative extent received; *out is untouched. */
+/* Makes a spec. On failure returns a SignatureError(shape) naming the rank (negative or above
+ * TR_MAX_RANK) or the axis and the negative extent received, or a ValueError for a NULL shape of
+ * a rank above 0; *out is untouched. */
 tr_status *tr_tensor_spec_make(const tr_device *device, tr_dtype dtype, int32_t rank,
                                const int64_t *shape, tr_tensor_spec *out) TR_MUST_USE;
 

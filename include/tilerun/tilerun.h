@@ -38,7 +38,9 @@ typedef struct tr_op tr_op;
 typedef struct tr_runtime_options {
   const char *manifest_dir; /* NULL or "": $TILERUN_MANIFEST_DIR, else an installed tilerun's
                              * <prefix>/share/tilerun/manifest, else "manifest/spec" */
-  /* The backend directories to search; NULL: $TILERUN_BACKEND_PATH then the install prefix's. */
+  /* The backend directories to search; NULL (with a count of 0): $TILERUN_BACKEND_PATH then the
+   * install prefix's. An array NULL with a count above 0, or a NULL entry in one, is a ValueError
+   * (the builtins' arrays too). */
   const char *const *backend_dirs;
   size_t n_backend_dirs;
   /* Backends linked into the program, loaded before the discovered ones (name, init); the

@@ -265,6 +265,21 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
 #ifndef TR_SKINNY_WG_SWAP_RING_KIB
 #define TR_SKINNY_WG_SWAP_RING_KIB 200
 #endif
+/* Candidates, off until measured (tools/gpu.sh ab): TR_SKINNY_WG_MCAST=1, the swapped build in
+ * clusters of two CTAs on neighbouring tiles, each copying half of x into both (kernels/src/gemm.cu's
+ * TR_WG_MCAST: x read from L2 once for two tiles, as cuBLAS's m = 64 kernels do);
+ * TR_SKINNY_WG_SWAP_SMALL=1, the swapped build on weights of at most 8192 rows too (32 rows a CTA
+ * at 4096: cuBLAS's nvjet_sm90_tst_64x32_64x16_1x2 on 64x4096x4096 is 128 CTAs of 32 rows in
+ * clusters of two, 16 stages); TR_SKINNY_WG_SWAP_MAX_STAGES, the swapped build's deepest ring. */
+#ifndef TR_SKINNY_WG_MCAST
+#define TR_SKINNY_WG_MCAST 0
+#endif
+#ifndef TR_SKINNY_WG_SWAP_SMALL
+#define TR_SKINNY_WG_SWAP_SMALL 0
+#endif
+#ifndef TR_SKINNY_WG_SWAP_MAX_STAGES
+#define TR_SKINNY_WG_SWAP_MAX_STAGES TR_SKINNY_WG_MAX_STAGES
+#endif
 typedef struct skinny_wg_shape {
   int64_t rows;   /* rows of w a CTA */
   int64_t x_rows; /* rows of x's tile: S rounded up to 8 (swapped: 64) */
@@ -272,6 +287,7 @@ typedef struct skinny_wg_shape {
   int64_t smem;   /* dynamic shared memory a CTA */
   int small;      /* a weight of at most 8192 rows */
   int swap;       /* the swapped build */
+  int mcast;      /* the swapped build in clusters of two tiles sharing x's copies */
 } skinny_wg_shape;
 
 /* bytes a stage: `rows` rows of w and x's rows rounded up to 8, 64 k of 2 bytes each; the dynamic
@@ -281,19 +297,22 @@ static skinny_wg_shape skinny_wg_shape_of(int64_t L, int64_t S) {
   skinny_wg_shape w;
   if (S < 1) S = 1; /* as source_for compiles it */
   w.small = L <= 8192;
-  w.swap = !w.small && S > TR_SKINNY_WG_SWAP_MIN_ROWS;
+  w.swap = (!w.small || TR_SKINNY_WG_SWAP_SMALL) && S > TR_SKINNY_WG_SWAP_MIN_ROWS;
+  w.mcast = w.swap && TR_SKINNY_WG_MCAST;
   w.rows = w.small ? TR_SKINNY_WG_SMALL_ROWS : TR_SKINNY_WG_LARGE_ROWS;
   w.x_rows = (S + 7) / 8 * 8;
   int64_t ring = (w.small ? TR_SKINNY_WG_SMALL_RING_KIB : SKINNY_WG_SMEM / 1024) * 1024;
+  int64_t max_stages = TR_SKINNY_WG_MAX_STAGES;
   if (w.swap) {
-    int64_t per = (L + TR_SKINNY_WG_SWAP_SMS - 1) / TR_SKINNY_WG_SWAP_SMS;
-    w.rows = per < 64 ? 64 : per > 256 ? 256 : (per + 7) / 8 * 8;
+    int64_t per = (L + TR_SKINNY_WG_SWAP_SMS - 1) / TR_SKINNY_WG_SWAP_SMS, least = w.small ? 32 : 64;
+    w.rows = per < least ? least : per > 256 ? 256 : (per + 7) / 8 * 8;
     w.x_rows = 64;
     ring = (int64_t)TR_SKINNY_WG_SWAP_RING_KIB * 1024;
+    max_stages = TR_SKINNY_WG_SWAP_MAX_STAGES;
   }
   int64_t stage = w.rows * 128 + w.x_rows * 128;
   int64_t stages = (ring - 2048) / stage;
-  w.stages = stages > TR_SKINNY_WG_MAX_STAGES ? TR_SKINNY_WG_MAX_STAGES : stages < 2 ? 2 : stages;
+  w.stages = stages > max_stages ? max_stages : stages < 2 ? 2 : stages;
   w.smem = w.stages * stage + 1024 + 16 * w.stages;
   return w;
 }
@@ -334,6 +353,10 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
     tr_intree_add_int(out, "-DTR_STAGES=%lld", (long long)w.stages);
     tr_intree_add_int(out, "-DTR_WG_ROWS=%lld", (long long)w.rows);
     tr_intree_add_int(out, "-DTR_WG_SWAP=%lld", (long long)w.swap);
+    tr_intree_add_int(out, "-DTR_WG_MCAST=%lld", (long long)w.mcast);
+#ifdef TR_SKINNY_WG_MCAST_SYNC
+    tr_intree_add_int(out, "-DTR_WG_MCAST_SYNC=%lld", (long long)TR_SKINNY_WG_MCAST_SYNC);
+#endif
     out->wide_block = SKINNY_WG_BLOCK;
   }
   out->wide_split = 1;
@@ -351,6 +374,7 @@ static tr_status *source_for(const tr_kernel_type *type, const tr_call_spec *cal
 static int64_t skinny_wg_default_split(int64_t L, int64_t S, int64_t k, int32_t sms) {
   const skinny_wg_shape w = skinny_wg_shape_of(L, S);
   int64_t tiles = (L + w.rows - 1) / w.rows, k_tiles = (k + 63) / 64, split = 1;
+  if (w.swap) return 1; /* its tiles are about one an SM already */
   if (w.small && (w.rows != 128 || w.smem * 2 > 227 * 1024)) { /* a CTA an SM: one wave, clusters of at most 2 at 128 rows */
     while (split < SKINNY_MAX_SPLIT && tiles * split * 2 <= (int64_t)sms && k_tiles / (split * 2) >= 2 &&
            (w.rows != 128 || split < 2)) {
@@ -477,7 +501,8 @@ static tr_status *skinny_encode(const void *ctx, const tr_cuda_map_key *key, tr_
   const tr_intree_built *k = ctx;
   const uint64_t w_dims[2] = {key->dims[0], key->dims[1]}, x_dims[2] = {key->dims[0], key->dims[2]};
   const skinny_wg_shape shape = skinny_wg_shape_of(k->ints[2], k->ints[1]);
-  const uint32_t w_box[2] = {64, (uint32_t)shape.rows}, x_box[2] = {64, (uint32_t)shape.x_rows};
+  /* multicast: each CTA of the two copies half of x's rows */
+  const uint32_t w_box[2] = {64, (uint32_t)shape.rows}, x_box[2] = {64, (uint32_t)(shape.x_rows >> shape.mcast)};
   TR_RETURN_IF_ERROR(tr_cu_tensor_map_u16(&maps[0], key->base[0], 2, w_dims, &key->strides[0], w_box, 1));
   return tr_cu_tensor_map_u16(&maps[1], key->base[1], 2, x_dims, &key->strides[1], x_box, 1);
 }
@@ -505,8 +530,10 @@ static tr_status *skinny_launch(const tr_intree_built *k, const void *w, const v
     if (status == NULL) {
       const skinny_wg_shape wg = skinny_wg_shape_of(L, S);
       int64_t tiles = (L + wg.rows - 1) / wg.rows;
-      status = tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)(tiles * split), (uint32_t)split,
-                                    k->wide_threads, (uint32_t)wg.smem, stream, args, k->overlap);
+      /* multicast: clusters of two tiles (an even count: the last may be past w), k unsplit */
+      int64_t grid = wg.mcast ? (tiles + 1) / 2 * 2 : tiles * split, cluster = wg.mcast ? 2 : split;
+      status = tr_cu_launch_cluster(k->wide.function, k->key, (uint32_t)grid, (uint32_t)cluster, k->wide_threads,
+                                    (uint32_t)wg.smem, stream, args, k->overlap);
       if (status == NULL) return NULL;
     }
     tr_status_destroy(&status); /* no map of this layout, or no clusters here: mma.sync */
@@ -597,7 +624,11 @@ static tr_status *tune_skinny(tr_intree_built *k, tr_cu_stream stream, tr_lt_typ
   int64_t best = k->ints[3];
   float best_us = 0.f;
   /* x's strides as the call has them: the buffer is laid out alike (S * K elements) */
-  for (int64_t split = 1; split <= (k->wide.function != NULL ? SKINNY_MAX_SPLIT : 1) && status == NULL;
+  /* the multicast build's clusters are two tiles, never a split of k */
+  int64_t most = k->wide.function == NULL || (k->ints[7] == SKINNY_WG_ON && skinny_wg_shape_of(L, S).mcast)
+                     ? 1
+                     : SKINNY_MAX_SPLIT;
+  for (int64_t split = 1; split <= most && status == NULL;
        split = TR_SKINNY_TUNE_EVERY_SPLIT ? split + 1 : split * 2) {
     timed_split t = {k, w, x, y, split, sets, have_maps ? maps : NULL};
     float us = 0.f;

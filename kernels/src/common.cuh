@@ -362,6 +362,14 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
                  : "memory");
   }
 }
+// An arrival on the mbarrier at `bar`, a shared::cluster address (cluster_addr: another CTA's),
+// ordering this thread's earlier accesses before it for the whole cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_remote(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
+}
 // As mbar_wait, with the cluster's scope: what other CTAs wrote and counted on it is seen after.
 __device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity) {
   unsigned done = 0;
@@ -403,6 +411,16 @@ __device__ __forceinline__ void tensor_copy_2d(unsigned dst, const tensor_map *m
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, "
       "{%2, %3}], [%4], %5;" ::"r"(dst),
       "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(bar), "l"(policy)
+      : "memory");
+}
+// The same into the shared memory of each CTA of the cluster in `ctas` (a bit a rank), at the
+// same offset as `dst`, each CTA's bytes counted on its own mbarrier at `bar`'s offset.
+__device__ __forceinline__ void tensor_copy_2d_multicast(unsigned dst, const tensor_map *map, int c0, int c1,
+                                                         unsigned bar, unsigned short ctas, u64 policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster.L2::"
+      "cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(ctas), "l"(policy)
       : "memory");
 }
 // L2 policies for copies: data read once (evicted first), data many CTAs read (evicted last).

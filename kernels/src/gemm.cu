@@ -48,6 +48,16 @@ static_assert(K % 8 == 0, "k spans whole 16-byte vectors");
 #else
 #define TR_WG 0
 #endif
+#ifndef TR_WG_MCAST
+#define TR_WG_MCAST 0
+#endif
+#ifndef TR_WG_MCAST_SYNC
+#define TR_WG_MCAST_SYNC 0
+#endif
+// TR_WG_MCAST (the swapped wgmma build only): a cluster's two CTAs take neighbouring tiles of w,
+// not shares of k, and each copies half of x's tile into both (a TMA multicast): x is read from
+// L2 once for two tiles.
+constexpr bool MCAST = TR_WG && TR_WG_MCAST != 0;
 
 // Eight elements of T at p as four 32-bit words; zeros where !valid. STREAM: the weight, read
 // once (no L1 allocation; the L2 fetches the whole 256-byte segment, which the CTA's other warps
@@ -140,7 +150,9 @@ __device__ __forceinline__ void store_partials(float *red, T *y, i64 lc, i64 L, 
   constexpr int QUADS = SP * ROWS / 4;
 #if defined(TR_SPLIT)
   constexpr unsigned MAX_SPLIT = 8; /* the portable cluster size */
-  const unsigned rank = cluster_rank(), splits = cluster_ctas();
+  // the CTAs whose partials are summed: ranks first.. of the cluster (MCAST: this one alone)
+  const unsigned rank = MCAST ? 0u : cluster_rank(), splits = MCAST ? 1u : cluster_ctas();
+  const unsigned first = MCAST ? cluster_rank() : 0u;
   cluster_arrive();
   cluster_wait();
   const int share = (QUADS + (int)splits - 1) / (int)splits, e0 = (int)rank * share;
@@ -150,7 +162,7 @@ __device__ __forceinline__ void store_partials(float *red, T *y, i64 lc, i64 L, 
     float4 part[MAX_SPLIT];
 #pragma unroll
     for (unsigned q = 0; q < MAX_SPLIT; q++)
-      if (q < splits) part[q] = load_cluster4(&red[s * ROWS + row], q);
+      if (q < splits) part[q] = load_cluster4(&red[s * ROWS + row], first + q);
     float4 v = part[0];
 #pragma unroll
     for (unsigned q = 1; q < MAX_SPLIT; q++) {
@@ -343,8 +355,10 @@ template <bool SW>
 __device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const tensor_map *wm, const tensor_map *xm,
                                              char *smem) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const unsigned rank = cluster_rank(), splits = cluster_ctas();
-  const i64 l0 = (i64)cluster_index() * WG_ROWS;
+  static_assert(!MCAST || SW, "x is multicast in the swapped build only");
+  // MCAST: the cluster's CTAs take tiles side by side, each the whole of k
+  const unsigned rank = MCAST ? 0u : cluster_rank(), splits = MCAST ? 1u : cluster_ctas();
+  const i64 l0 = (i64)(MCAST ? blockIdx.x : cluster_index()) * WG_ROWS;
   const int per = (WG_KT + (int)splits - 1) / (int)splits, t0 = (int)rank * per;
   const int n = WG_KT - t0 < per ? (WG_KT - t0 > 0 ? WG_KT - t0 : 0) : per;  // this CTA's k tiles
   // the ring 1024-byte aligned (the swizzle's period; the host gives 1 KiB more): the same offset
@@ -355,11 +369,15 @@ __device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const 
   if (threadIdx.x == 0) {
     for (int s = 0; s < WG_STAGES; s++) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, CONSUMERS / 32);  // a consumer warp's lane 0 each
+      mbar_init(empty + 8 * s, (MCAST ? 2 : 1) * CONSUMERS / 32);  // a consumer warp's lane 0 each (of both CTAs)
     }
     mbar_init_fence();
   }
   __syncthreads();
+  if constexpr (MCAST) {  // the other CTA's barriers are ready before this one's copies count on them
+    cluster_arrive();
+    cluster_wait();
+  }
 
   // swapped: acc[j] the n64 part j of w's rows (WG_NF of them), rest the last WG_NR rows
   constexpr int AH = SW ? (WG_NF > 0 ? WG_NF : 1) : WG_H, AN = SW ? 64 : WG_N, AR = SW && WG_NR > 0 ? WG_NR : 2;
@@ -375,14 +393,25 @@ __device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const 
   if (warp == CONSUMERS / 32) {  // the producer
     if (lane == 0) {
       const u64 stream = l2_policy_stream(), keep = l2_policy_keep();
+      // MCAST: a tile past w (the grid's CTA count made even) copies no w, only its half of x
+      const bool has_w = !MCAST || l0 < L;
+      const unsigned me = MCAST ? cluster_rank() : 0u;
       for (int it = 0; it < n; it++) {
         const int s = it % WG_STAGES;
-        if (it >= WG_STAGES) mbar_wait(empty + 8 * s, ((it / WG_STAGES) & 1) ^ 1);
-        mbar_expect_arrive(full + 8 * s, STAGE_BYTES);
+        if (it >= WG_STAGES) {  // MCAST: both CTAs' consumers are done with the stage
+          if constexpr (MCAST && TR_WG_MCAST_SYNC == 0) mbar_wait_cluster(empty + 8 * s, ((it / WG_STAGES) & 1) ^ 1);
+          else mbar_wait(empty + 8 * s, ((it / WG_STAGES) & 1) ^ 1);
+        }
+        mbar_expect_arrive(full + 8 * s, has_w ? STAGE_BYTES : X_TILE);
         const unsigned st = ring + s * STAGE_BYTES;
         const int k0 = (t0 + it) * 64;
-        tensor_copy_2d(st, wm, k0, (int)l0, full + 8 * s, stream);
-        tensor_copy_2d(st + W_TILE, xm, k0, 0, full + 8 * s, keep);
+        if (has_w) tensor_copy_2d(st, wm, k0, (int)l0, full + 8 * s, stream);
+        if constexpr (MCAST) {  // x's rows 32 me.. into both CTAs, counted on both's barrier
+          tensor_copy_2d_multicast(st + W_TILE + me * (X_TILE / 2), xm, k0, (int)me * (WG_N / 2), full + 8 * s, 0x3,
+                                   keep);
+        } else {
+          tensor_copy_2d(st + W_TILE, xm, k0, 0, full + 8 * s, keep);
+        }
       }
     }
     __syncwarp();
@@ -409,7 +438,18 @@ __device__ __forceinline__ void skinny_wgmma(T *y, i64 L, i64 ys, i64 yl, const 
       wgmma_wait<1>();  // the stage before is read: back to the producer
       if (it > 0) {
         __syncwarp();
-        if (lane == 0) mbar_arrive(empty + 8 * ((it - 1) % WG_STAGES));
+        const unsigned e = empty + 8 * ((it - 1) % WG_STAGES);
+        if (lane == 0) {
+          if constexpr (MCAST && TR_WG_MCAST_SYNC == 1) {
+            mbar_arrive(e);
+            mbar_arrive_remote(cluster_addr(e, cluster_rank() ^ 1u));
+          } else if constexpr (MCAST) {  // both CTAs' producers write the stage
+            mbar_arrive_cluster(cluster_addr(e, 0));
+            mbar_arrive_cluster(cluster_addr(e, 1));
+          } else {
+            mbar_arrive(e);
+          }
+        }
       }
     }
     wgmma_wait<0>();

@@ -9,7 +9,8 @@ keeps those with at most one 4096), plus the manifest's workload rows (bfloat16)
 boundaries m = 64 / 65 and n = 64 / 65, and the skinny kernel's edges (m or n of 8, 9, 16, 33, 64
 with k of 8, 72, 200 and 4104: one vector, part of a batch, chunks with a remainder; the wgmma
 build's: m of 1, 3, 9, 17, 64 with w rows of 130, 257 and 8200 and k of 56, 64, 136; its swapped
-build's: m of 33, 40, 64 with w rows of 8200, 10000 and 40000 and k of 56, 136). Each case:
+build's: m of 33, 40, 64 with w rows of 8200, 10000 and 40000 and k of 56, 136; m of 40 and 64
+on 130 and 4096 rows). Each case:
   into      Op.call_into into an output pre-filled with NaN (an unwritten element fails);
   call      Op(a, b), the output allocated by tilerun;
   strided   non-contiguous operands (a column slice of a wider tensor) give the same result;
@@ -104,6 +105,12 @@ def cases(quick):
                                 dt, m, n, k, False, True))
             out.append(("GemmFwdOp %s swapped wgmma ta=0 tb=1 m=10000 n=40 k=%d" % (dt, k), dt, 10000, 40, k,
                         False, True))
+            # x of more than 32 rows on weights of at most 8192 rows (the split build; with
+            # -DTR_SKINNY_WG_SWAP_SMALL=1 the swapped one: CTAs of 32 rows, 5 and 128 of them)
+            for m in (40, 64):
+                for n in (130, 4096):
+                    out.append(("GemmFwdOp %s small-weight wgmma ta=0 tb=1 m=%d n=%d k=%d" % (dt, m, n, k),
+                                dt, m, n, k, False, True))
     for label, m, n, k, tb in WORKLOADS:
         out.append(("GemmFwdOp bfloat16 workload %s m=%d n=%d k=%d" % (label, m, n, k), "bfloat16", m, n, k,
                     False, tb))
