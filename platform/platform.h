@@ -273,6 +273,10 @@ int tr_plat_is_dir(const char *path);
  * followed), 0 otherwise, including when it cannot be examined. Cannot fail. Thread-safe. */
 int tr_plat_file_exists(const char *path);
 
+/* 1 when `path` names a local (Unix-domain) socket's file, following symbolic links; 0 otherwise,
+ * including when it cannot be examined. Cannot fail. Thread-safe. */
+int tr_plat_is_socket(const char *path);
+
 /* Creates a new, empty, private directory whose name starts with `prefix`, inside $TMPDIR (or
  * the system's temporary directory when that is unset or empty). Sets *out_path to NULL first;
  * on success *out_path is its absolute path, freed by the caller with free(). Fails with

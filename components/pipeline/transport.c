@@ -641,6 +641,11 @@ static int tr__monitor_event(void *monitor) {
 static tr_status *tr__ipc_check_free(const char *component, const char *endpoint) {
   const char *path = endpoint + strlen("ipc://");
   if (path[0] == '@' || !tr_plat_file_exists(path)) return NULL; /* abstract, or nothing there */
+  if (!tr_plat_is_socket(path)) { /* ZeroMQ's bind would unlink whatever is there */
+    return TR_STATUS(TR_TRANSPORT, "cannot bind component '%s' to %s: %s is a %s, not a socket a server left "
+                     "(move it, or choose another path)", component, endpoint, path,
+                     tr_plat_is_dir(path) ? "directory" : "file");
+  }
   void *probe = NULL, *monitor = NULL;
   TR_RETURN_IF_ERROR(tr__socket_open(ZMQ_DEALER, component, endpoint, &probe));
   tr_status *status = tr__monitor_open(probe, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED |

@@ -6,9 +6,12 @@
 #include <zmq.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -977,6 +980,28 @@ TEST_CASE("an ipc bind refuses a path a live server holds, takes over a dead one
   Server taker(endpoint, Echo, nullptr);
   Client client(endpoint, &opts);
   CHECK(CallOk(client.c, "taken over") == "echo:taken over");
+}
+
+TEST_CASE("an ipc bind never replaces a file or a folder that is not a socket", "[transport]") {
+  TempDir dir("transport");
+  const std::string file = std::string(dir.path) + "/data.sock", folder = std::string(dir.path) + "/folder.sock";
+  FILE *f = std::fopen(file.c_str(), "w");
+  REQUIRE(f != nullptr);
+  std::fputs("keep me", f);
+  std::fclose(f);
+  REQUIRE(tr_plat_make_dirs(folder.c_str()) == nullptr);
+  for (const std::string &path : {file, folder}) {
+    const std::string endpoint = "ipc://" + path;
+    tr_server *s = nullptr;
+    CHECK(error_of(tr_server_start(endpoint.c_str(), Echo, nullptr, nullptr, &s)) ==
+          "TransportError: cannot bind component '(unnamed)' to " + endpoint + ": " + path + " is a " +
+              (path == file ? "file" : "directory") + ", not a socket a server left (move it, or choose another path)");
+    CHECK(s == nullptr);
+    CHECK(tr_plat_file_exists(path.c_str()));
+  }
+  std::ifstream in(file);
+  std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(kept == "keep me");
 }
 
 namespace {

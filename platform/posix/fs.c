@@ -258,6 +258,11 @@ int tr_plat_file_exists(const char *path) {
   return stat(path, &st) == 0;
 }
 
+int tr_plat_is_socket(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
 tr_status *tr_plat_make_dirs(const char *path) {
   if (path == NULL || path[0] == '\0') {
     return TR_STATUS(TR_VALUE, "cannot make directories: the path is empty");
