@@ -9,4 +9,7 @@ bazel build --noshow_progress -c opt //tools:tilerun //backends/cpu:installed
 # The CPU backend is found like any plugin: its descriptor and library sit in bazel-bin.
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 export TILERUN_BACKEND_PATH="$bin/backends/cpu${TILERUN_BACKEND_PATH:+:$TILERUN_BACKEND_PATH}"
-exec "$bin/tools/tilerun" run --manifest manifest/spec "$@"
+# the repository's manifest unless the arguments name one (an option is given once)
+manifest=(--manifest manifest/spec)
+for arg in "$@"; do [ "$arg" != --manifest ] || manifest=(); done
+exec "$bin/tools/tilerun" run "${manifest[@]}" "$@"

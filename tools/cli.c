@@ -315,6 +315,12 @@ static int manifest_check(const cli_options *opts, int n_files, char **files, FI
   for (size_t i = 0; i < tr_manifest_op_count(m); i++) {
     rows += tr_op_def_workload_count(tr_manifest_op_at(m, i));
   }
+  if (found.count == 0 && tr_manifest_op_count(m) == 0) { /* an empty or wrong folder, not a clean one */
+    fprintf(out, "manifest check: 1 problem\n  %s declares no op (its *.yaml files; see --manifest)\n",
+            n_files > 0 ? "the files given" : manifest_dir(opts));
+    tr_manifest_destroy(&m);
+    return 1;
+  }
   if (found.count == 0) {
     fprintf(out, "manifest check: %zu ops, %zu workload rows: no problems\n",
             tr_manifest_op_count(m), rows);
@@ -540,14 +546,67 @@ static int number_option(FILE *err, const char *option, const char *text, int wh
   return 0;
 }
 
+/* The options given, each once (--device-facts may repeat), for the check against the command's. */
+typedef struct given_options {
+  const char *flags[16];
+  int n;
+} given_options;
+
+static int note_option(given_options *g, const char *flag, FILE *err) {
+  for (int i = 0; i < g->n; i++) {
+    if (strcmp(g->flags[i], flag) == 0 && strcmp(flag, "--device-facts") != 0) {
+      return usage_error(err, "%s is given twice (one value each)", flag);
+    }
+  }
+  if (g->n < 16) g->flags[g->n++] = flag;
+  return 0;
+}
+
+/* 2 with a usage error for an option the command (its doc in kCommands) does not take, else 0.
+ * Hidden spellings: --all (run's old default), --curve-secret (serve explains its refusal). */
+static int options_taken(const given_options *g, const char *command, int n_positional, char **positional,
+                         FILE *err) {
+  const command_doc *doc = command_named(command);
+  if (doc != NULL && n_positional > 0) {
+    char name[128];
+    snprintf(name, sizeof(name), "%s %s", command, positional[0]);
+    const command_doc *sub = command_named(name);
+    if (sub != NULL) doc = sub;
+  }
+  if (doc == NULL) return 0; /* an unknown command: said later */
+  for (int i = 0; i < g->n; i++) {
+    const char *flag = g->flags[i];
+    int taken = (strcmp(flag, "--all") == 0 && strcmp(doc->name, "run") == 0) ||
+                (strcmp(flag, "--curve-secret") == 0 && strcmp(doc->name, "serve") == 0);
+    for (int o = 0; o < 8 && doc->options[o] != NULL && !taken; o++) taken = strcmp(doc->options[o], flag) == 0;
+    if (taken) continue;
+    char list[256];
+    size_t used = 0;
+    list[0] = '\0';
+    for (int o = 0; o < 8 && doc->options[o] != NULL; o++) {
+      if (doc->options[o][0] == '-' && used < sizeof(list)) {
+        used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", used ? ", " : "", doc->options[o]);
+      }
+    }
+    return usage_error(err, "'tilerun %s' takes no %s (its options: %s; 'tilerun %s --help')", doc->name, flag,
+                       used ? list : "none", doc->name);
+  }
+  return 0;
+}
+
 int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
   cli_options opts = {2000, NULL, 0, NULL, TR_MAINJOB_AUTO, 1.0, 20.0, NULL, NULL, NULL, {NULL}, 0};
   int want_help = 0;
   const char *command = NULL;
   char *positional[64];
   int n_positional = 0;
+  given_options given = {{NULL}, 0};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
+    if (arg[0] == '-' && arg[1] == '-' && strcmp(arg, "--help") != 0 && strcmp(arg, "--version") != 0 &&
+        note_option(&given, arg, err) != 0) {
+      return 2;
+    }
     if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
       want_help = 1;
       break;
@@ -614,6 +673,7 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     return command_help(name, sub, out, err);
   }
   if (command == NULL) return usage_error(err, "no command given");
+  if (options_taken(&given, command, n_positional, positional, err) != 0) return 2;
   if (strcmp(command, "manifest") == 0) {
     if (n_positional >= 1 && strcmp(positional[0], "check") == 0) {
       return manifest_check(&opts, n_positional - 1, positional + 1, out, err);
@@ -621,16 +681,24 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     if (n_positional == 2 && strcmp(positional[0], "show") == 0) {
       return manifest_show(&opts, positional[1], out, err);
     }
-    return usage_error(err, "%s", "'manifest' takes 'check [FILES]' or 'show OP'");
+    if (n_positional == 0) return usage_error(err, "%s", "'manifest' takes 'check [FILES]' or 'show OP'");
+    return usage_error(err, "'manifest' takes 'check [FILES]' or 'show OP'; got '%s'%s", positional[0],
+                       strcmp(positional[0], "show") == 0 ? (n_positional < 2 ? " with no OP" : " with more than one OP")
+                                                          : "");
   }
   if (strcmp(command, "bench") == 0) {
     if (n_positional != 1 || strcmp(positional[0], "pipeline") != 0) {
-      return usage_error(err, "%s", "bench takes 'pipeline'");
+      if (n_positional == 0) return usage_error(err, "%s", "bench takes 'pipeline'");
+      return usage_error(err, "bench takes 'pipeline' alone; got '%s'", positional[n_positional > 1 && strcmp(positional[0], "pipeline") == 0 ? 1 : 0]);
     }
     return tr_bench_pipeline(argv[0], manifest_dir(&opts), opts.iters, out, err);
   }
   if (strcmp(command, "serve") == 0) {
-    if (n_positional != 1) return usage_error(err, "%s", "serve takes one component (validate, settle, select, build, launch, echo)");
+    if (n_positional == 0) return usage_error(err, "%s", "serve takes one component (validate, settle, select, build, launch, echo)");
+    if (n_positional > 1) {
+      return usage_error(err, "serve takes one component (validate, settle, select, build, launch, echo); got '%s' "
+                         "after '%s'", positional[1], positional[0]);
+    }
     if (opts.endpoint == NULL) return usage_error(err, "%s", "serve needs --endpoint (ipc://PATH or tcp://:PORT)");
     return tr_serve_main(positional[0], opts.endpoint, manifest_dir(&opts), opts.curve_secret, opts.device_facts,
                          opts.n_device_facts, out, err);
@@ -644,6 +712,15 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
   if (strcmp(command, "backends") == 0) return list_backends(out, err);
   if (strcmp(command, "run") == 0) {
     if (tr_mainjob_check_ops(manifest_dir(&opts), opts.ops, err) != 0) return 2; /* before anything is printed */
+    tr_manifest *m = NULL;
+    if (load_manifest(&opts, err, &m) != 0) return 1;
+    size_t n_ops = tr_manifest_op_count(m);
+    tr_manifest_destroy(&m);
+    if (n_ops == 0) { /* nothing would run: an empty or wrong folder */
+      fprintf(err, "tilerun: the manifest folder %s declares no op (its *.yaml files; --manifest or "
+              "TILERUN_MANIFEST_DIR names another)\n", manifest_dir(&opts));
+      return 1;
+    }
     fprintf(out, "tilerun %s: the main job\n\n", TR_VERSION);
     int rc = list_ops(&opts, out, err);
     fprintf(out, "\n");

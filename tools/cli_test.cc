@@ -86,6 +86,49 @@ TEST_CASE("usage errors name what was wrong and exit 2") {
         0);
 }
 
+TEST_CASE("an option the command does not take, or one given twice, is a usage error naming it") {
+  Run r = run({"targets", "--ops", "AddFwdOp"});
+  CHECK(r.rc == 2);
+  CHECK(r.err == "tilerun: 'tilerun targets' takes no --ops (its options: --manifest, --pipeline; 'tilerun targets "
+                 "--help')\nRun 'tilerun --help' for usage.\n");
+  CHECK(r.out.empty());
+  r = run({"ops", "--iters", "5"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: 'tilerun ops' takes no --iters (its options: --manifest;") == 0);
+  r = run({"backends", "--manifest", "/nonexistent"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: 'tilerun backends' takes no --manifest (its options: none;") == 0);
+  r = run({"manifest", "show", "--smallest", "AddFwdOp"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: 'tilerun manifest show' takes no --smallest (its options: --manifest;") == 0);
+  r = run({"run", "--ops", "AddFwdOp", "--ops", "SoftmaxFwdOp"});
+  CHECK(r.rc == 2);
+  CHECK(r.err == "tilerun: --ops is given twice (one value each)\nRun 'tilerun --help' for usage.\n");
+  CHECK(r.out.empty());
+  r = run({"manifest", "frob"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: 'manifest' takes 'check [FILES]' or 'show OP'; got 'frob'\n") == 0);
+  r = run({"serve", "validate", "extra", "--endpoint", "ipc:///tmp/x"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("got 'extra' after 'validate'") != std::string::npos);
+  r = run({"serve", "validate", "--endpoint", "inproc://x"});
+  CHECK(r.rc == 2);
+  CHECK(r.err == "tilerun serve: --endpoint 'inproc://x': an inproc:// endpoint is reachable only inside this "
+                 "process; serve at ipc://PATH or tcp://:PORT\n");
+}
+
+TEST_CASE("run and manifest check on a folder that declares no op fail, saying so") {
+  tr_test::TempDir dir;
+  Run r = run({"run", "--manifest", dir.path, "--device", "cpu"});
+  CHECK(r.rc == 1);
+  CHECK(r.err == std::string("tilerun: the manifest folder ") + dir.path +
+                     " declares no op (its *.yaml files; --manifest or TILERUN_MANIFEST_DIR names another)\n");
+  r = run({"manifest", "check", "--manifest", dir.path});
+  CHECK(r.rc == 1);
+  CHECK(r.out == std::string("manifest check: 1 problem\n  ") + dir.path +
+                     " declares no op (its *.yaml files; see --manifest)\n");
+}
+
 TEST_CASE("help for a command that does not exist says so and lists the commands, exit 2") {
   const std::string commands = "(commands: run, ops, manifest, backends, targets, serve, bench, help)";
   for (const std::vector<std::string> &args : {std::vector<std::string>{"help", "bogus"},

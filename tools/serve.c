@@ -246,6 +246,11 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   char resolved[TR_ENDPOINT_MAX];
   tr_status *bad_endpoint = tr_endpoint_resolve(endpoint, resolved);
   if (bad_endpoint != NULL) return usage_error(err, "--endpoint", bad_endpoint);
+  if (strncmp(resolved, "inproc://", 9) == 0) { /* no other process could reach it */
+    fprintf(err, "tilerun serve: --endpoint '%s': an inproc:// endpoint is reachable only inside this process; "
+            "serve at ipc://PATH or tcp://:PORT\n", endpoint);
+    return 2;
+  }
   tr_manifest *m = NULL;
   tr_registry *reg = NULL;
   serve_select *sel = NULL;
@@ -336,10 +341,10 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   g_stop = 0;
   tr_plat_on_terminate(&g_stop);
   if (opts.curve_server_public != NULL) {
-    fprintf(out, "serving %s at %s (CurveZMQ, server key %s%s)\n", component, resolved, public_key,
+    fprintf(out, "serving %s at %s (CurveZMQ, server key %s%s)\n", component, tr_server_endpoint(server), public_key,
             opts.curve_clients != NULL ? "; listed clients only" : "");
-  } else {
-    fprintf(out, "serving %s at %s\n", component, resolved);
+  } else { /* the endpoint bound: a tcp port of 0 or * as the port the system chose */
+    fprintf(out, "serving %s at %s\n", component, tr_server_endpoint(server));
   }
   fflush(out);
   status = tr_server_serve(server, &g_stop);
