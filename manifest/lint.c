@@ -30,8 +30,13 @@ static tr_status *add(tr_lint_report *r, const char *fmt, ...) {
 /* Adds a failed status as a problem of a workload row, and frees it. */
 static tr_status *row_problem(tr_lint_report *r, const tr_op_def *op, int row, tr_status *why) {
   const workload_decl *w = &op->workloads[row];
-  tr_status *status = add(r, "%s:%d:%d: %s: workload '%s': %s", op->path, w->line, w->column, op->name,
-                          w->label, tr_status_message(why));
+  char where[512]; /* a message that names the row already (tr_op_def_workload's) is not named twice */
+  int n = snprintf(where, sizeof(where), "%s:%d:%d: %s: workload '%s'", op->path, w->line, w->column, op->name,
+                   w->label);
+  const char *message = tr_status_message(why);
+  tr_status *status = n > 0 && (size_t)n < sizeof(where) && strncmp(message, where, (size_t)n) == 0
+                          ? add(r, "%s", message)
+                          : add(r, "%s: %s", where, message);
   tr_status_destroy(&why);
   return status;
 }

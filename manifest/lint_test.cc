@@ -184,3 +184,13 @@ TEST_CASE("an output too large for int64 to count is a problem of its row") {
                        "large: its size, 4611686018427387904 elements of 4 bytes, overflows int64 (at most "
                        "9223372036854775807 bytes)");
 }
+
+TEST_CASE("a workload row's problem is named once") {
+  std::vector<std::string> got = lint(std::string("SameFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
+                                                  "    forall: {T: \"DType[float16 | float32]\"}\n"
+                                                  "    inputs:\n      a: {dtype: T, shape: \"[N]\"}\n"
+                                                  "    outputs:\n      c: {dtype: T, shape: \"[N]\"}\n"
+                                                  "  workloads:\n    - {label: r1, shapes: {a: [3]}}\n"));
+  REQUIRE(got.size() == 2);  // and the roofline the op lacks
+  CHECK(got[1] == "F:11:7: SameFwdOp: workload 'r1' gives no dtype for input 'a' (dtype: T)");
+}

@@ -440,11 +440,12 @@ static tr_status *resolve_pattern(loading *l, const yaml_node_t *node, const tr_
   return NULL;
 }
 
-static tr_status *load_shape(loading *l, const yaml_node_t *node, const shape_scope *scope,
+/* `node` the shape's value in the mapping `parent` (NULL where it has none) */
+static tr_status *load_shape(loading *l, const yaml_node_t *parent, const yaml_node_t *node, const shape_scope *scope,
                              shape_decl *out) {
   const char *text;
   out->cond_param = -1;
-  if (node == NULL) return err_at(l, node, "%s has no 'shape'", scope->owner);
+  if (node == NULL) return err_at(l, parent, "%s has no 'shape'", scope->owner);
   TR_RETURN_IF_ERROR(scalar_text(l, node, "a shape", &text));
   tr_shape_expr expr;
   tr_status *bad = tr_shape_expr_parse(text, 0, &expr);
@@ -466,11 +467,11 @@ static tr_status *load_shape(loading *l, const yaml_node_t *node, const shape_sc
   return resolve_pattern(l, node, &expr.then_list, scope, &out->then_pattern);
 }
 
-static tr_status *load_dtype(loading *l, const yaml_node_t *node, const char *owner,
+static tr_status *load_dtype(loading *l, const yaml_node_t *parent, const yaml_node_t *node, const char *owner,
                              int is_output, dtype_decl *out) {
   const char *text;
   out->or_param = -1;
-  if (node == NULL) return err_at(l, node, "%s has no 'dtype'", owner);
+  if (node == NULL) return err_at(l, parent, "%s has no 'dtype'", owner);
   TR_RETURN_IF_ERROR(scalar_text(l, node, "a dtype", &text));
   out->text = dup_text(text);
   if (out->text == NULL) return OOM("dtype");
@@ -557,9 +558,9 @@ static tr_status *require_bound(loading *l, const yaml_node_t *node, const shape
   return NULL;
 }
 
-static tr_status *load_inputs(loading *l, const yaml_node_t *node, uint32_t *bound_vars,
+static tr_status *load_inputs(loading *l, const yaml_node_t *sig, const yaml_node_t *node, uint32_t *bound_vars,
                               uint32_t *bound_dims, uint32_t *bound_dtypes) {
-  if (node == NULL) return err_at(l, node, "signature has no 'inputs'");
+  if (node == NULL) return err_at(l, sig, "signature has no 'inputs'");
   TR_RETURN_IF_ERROR(check_mapping(l, node, "'inputs'", NULL));
   static const char *const kKeys[] = {"dtype", "shape", "optional", "mutated", "contiguous",
                                       "device", "required_unless", "fill", "doc", NULL};
@@ -607,10 +608,10 @@ static tr_status *load_inputs(loading *l, const yaml_node_t *node, uint32_t *bou
     }
     if (in->optional) seen_optional = 1;
     else if (seen_optional) return err_at(l, k, "%s: a required input follows an optional one; optional inputs are trailing", owner);
-    TR_RETURN_IF_ERROR(load_dtype(l, tr_yaml_get(l->doc, v, "dtype"), owner, 0, &in->dtype));
+    TR_RETURN_IF_ERROR(load_dtype(l, v, tr_yaml_get(l->doc, v, "dtype"), owner, 0, &in->dtype));
     shape_scope scope = {1, owner};
     yaml_node_t *shape = tr_yaml_get(l->doc, v, "shape");
-    TR_RETURN_IF_ERROR(load_shape(l, shape, &scope, &in->shape));
+    TR_RETURN_IF_ERROR(load_shape(l, v, shape, &scope, &in->shape));
     TR_RETURN_IF_ERROR(check_runs(l, shape, &in->shape.then_pattern, *bound_vars, owner, in->shape.text));
     if (in->shape.cond_param >= 0) {
       TR_RETURN_IF_ERROR(check_runs(l, shape, &in->shape.else_pattern, *bound_vars, owner, in->shape.text));
@@ -629,9 +630,9 @@ static tr_status *load_inputs(loading *l, const yaml_node_t *node, uint32_t *bou
   return NULL;
 }
 
-static tr_status *load_outputs(loading *l, const yaml_node_t *node, uint32_t bound_vars,
+static tr_status *load_outputs(loading *l, const yaml_node_t *sig, const yaml_node_t *node, uint32_t bound_vars,
                                uint32_t bound_dims, uint32_t bound_dtypes) {
-  if (node == NULL) return err_at(l, node, "signature has no 'outputs'");
+  if (node == NULL) return err_at(l, sig, "signature has no 'outputs'");
   TR_RETURN_IF_ERROR(check_mapping(l, node, "'outputs'", NULL));
   static const char *const kKeys[] = {"dtype", "shape", "when", "doc", NULL};
   tr_op_def *op = l->op;
@@ -662,7 +663,7 @@ static tr_status *load_outputs(loading *l, const yaml_node_t *node, uint32_t bou
       out->when = idx;
     }
     yaml_node_t *dt = tr_yaml_get(l->doc, v, "dtype");
-    TR_RETURN_IF_ERROR(load_dtype(l, dt, owner, 1, &out->dtype));
+    TR_RETURN_IF_ERROR(load_dtype(l, v, dt, owner, 1, &out->dtype));
     if (out->dtype.kind == DT_VAR && !(bound_dtypes & (1u << out->dtype.var))) {
       return err_at(l, dt, "%s: type variable '%s' is bound by no required input", owner,
                     op->vars[out->dtype.var].name);
@@ -673,7 +674,7 @@ static tr_status *load_outputs(loading *l, const yaml_node_t *node, uint32_t bou
     }
     shape_scope scope = {0, owner};
     yaml_node_t *shape = tr_yaml_get(l->doc, v, "shape");
-    TR_RETURN_IF_ERROR(load_shape(l, shape, &scope, &out->shape));
+    TR_RETURN_IF_ERROR(load_shape(l, v, shape, &scope, &out->shape));
     TR_RETURN_IF_ERROR(require_bound(l, shape, &out->shape.then_pattern, bound_vars, bound_dims, owner));
     if (out->shape.cond_param >= 0) {
       TR_RETURN_IF_ERROR(require_bound(l, shape, &out->shape.else_pattern, bound_vars, bound_dims, owner));
@@ -1123,8 +1124,8 @@ static tr_status *load_entry(tr_yaml_doc *doc, const yaml_node_t *key, const yam
   TR_RETURN_IF_ERROR(load_forall(&l, tr_yaml_get(doc, sig, "forall")));
   TR_RETURN_IF_ERROR(load_params(&l, tr_yaml_get(doc, sig, "params")));
   uint32_t vars = 0, dims = 0, dtypes = 0;
-  TR_RETURN_IF_ERROR(load_inputs(&l, tr_yaml_get(doc, sig, "inputs"), &vars, &dims, &dtypes));
-  TR_RETURN_IF_ERROR(load_outputs(&l, tr_yaml_get(doc, sig, "outputs"), vars, dims, dtypes));
+  TR_RETURN_IF_ERROR(load_inputs(&l, sig, tr_yaml_get(doc, sig, "inputs"), &vars, &dims, &dtypes));
+  TR_RETURN_IF_ERROR(load_outputs(&l, sig, tr_yaml_get(doc, sig, "outputs"), vars, dims, dtypes));
   TR_RETURN_IF_ERROR(load_constraints(&l, tr_yaml_get(doc, sig, "constraints")));
   TR_RETURN_IF_ERROR(load_fills(&l, tr_yaml_get(doc, sig, "inputs")));
   TR_RETURN_IF_ERROR(load_composition(&l, tr_yaml_get(doc, entry, "composition")));

@@ -229,6 +229,20 @@ TEST_CASE("same_as: a workload row leaving out the input a dtype follows is an e
   CHECK(specs[0].rank == 0);
 }
 
+TEST_CASE("a missing inputs, outputs, dtype or shape is named at the mapping that lacks it") {
+  // the mapping's own line and column: the signature's (line 5), an input's or output's value
+  CHECK(load_error(std::string(kHeader) + "    outputs:\n" + kY) ==
+        "ManifestError: F:5:5: TestFwdOp: signature has no 'inputs'");
+  CHECK(load_error(std::string(kHeader) + "    inputs:\n" + kX) ==
+        "ManifestError: F:5:5: TestFwdOp: signature has no 'outputs'");
+  CHECK(load_error(entry("{}", "      x: {shape: \"[*B, N]\"}\n", kY)) ==
+        "ManifestError: F:8:10: TestFwdOp: input 'x' has no 'dtype'");
+  CHECK(load_error(entry("{}", "      x: {dtype: T}\n", kY)) ==
+        "ManifestError: F:8:10: TestFwdOp: input 'x' has no 'shape'");
+  CHECK(load_error(entry("{}", kX, "      y: {dtype: T}\n")) ==
+        "ManifestError: F:10:10: TestFwdOp: output 'y' has no 'shape'");
+}
+
 TEST_CASE("device: cpu lets one input stay on the CPU") {
   Loaded l(std::string("LookupFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"
                        "    inputs:\n"
