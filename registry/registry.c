@@ -11,7 +11,8 @@
 #include "selector/selector.h"
 
 typedef struct detector_entry {
-  char *target;
+  char *target;         /* one allocation with `backend` */
+  const char *backend;  /* the backend that registered it, for the message of a second */
   tr_detect_fn detect;
   void *ctx;
   int owner;
@@ -135,11 +136,22 @@ static tr_status *api_register_detector(void *host, const char *target, tr_detec
   if (detect == NULL) return TR_STATUS(TR_BACKEND, "backend '%s': detector of target '%s' is NULL", reg->backend, target);
   for (size_t i = 0; i < reg->detectors.count; i++) {
     if (strcmp(reg->detectors.items[i].target, target) == 0) {
-      return TR_STATUS(TR_BACKEND, "backend '%s': target '%s' already has a detector; a target is "
-                       "one set of kernels from one provider", reg->backend, target);
+      if (strcmp(reg->detectors.items[i].backend, reg->backend) == 0) {
+        return TR_STATUS(TR_BACKEND, "backend '%s': target '%s' already has a detector (its own); a target has one",
+                         reg->backend, target);
+      }
+      return TR_STATUS(TR_BACKEND, "backend '%s': target '%s' already has a detector, registered by backend "
+                       "'%s' (loaded first); a target is one set of kernels from one provider", reg->backend, target,
+                       reg->detectors.items[i].backend);
     }
   }
-  detector_entry e = {dup_text(target), detect, ctx, reg->owner};
+  size_t n_target = strlen(target) + 1, n_backend = strlen(reg->backend) + 1;
+  detector_entry e = {malloc(n_target + n_backend), NULL, detect, ctx, reg->owner};
+  if (e.target != NULL) {
+    memcpy(e.target, target, n_target);
+    memcpy(e.target + n_target, reg->backend, n_backend);
+    e.backend = e.target + n_target;
+  }
   if (e.target == NULL || !PUSH(reg->detectors, e)) {
     free(e.target);
     return OOM();
@@ -157,8 +169,14 @@ static tr_status *api_register_kernel_builder(void *host, const char *op, const 
   for (size_t i = 0; i < reg->builders.count; i++) {
     const builder_entry *b = &reg->builders.items[i];
     if (strcmp(b->op, op) == 0 && strcmp(b->target, target) == 0) {
-      return TR_STATUS(TR_BACKEND, "backend '%s': (%s, %s) already has a kernel builder; "
-                       "registering the same (op, target) twice is an error", reg->backend, op, target);
+      const char *first = b->ref != NULL ? b->ref->backend : reg->backend;
+      if (strcmp(first, reg->backend) == 0) {
+        return TR_STATUS(TR_BACKEND, "backend '%s': (%s, %s) already has a kernel builder; registering the same "
+                         "(op, target) twice is an error", reg->backend, op, target);
+      }
+      return TR_STATUS(TR_BACKEND, "backend '%s': (%s, %s) already has a kernel builder, registered by backend '%s' "
+                       "(loaded first); registering the same (op, target) twice is an error", reg->backend, op,
+                       target, first);
     }
   }
   size_t name_size = strlen(reg->backend) + 1;

@@ -183,7 +183,8 @@ TEST_CASE("registration rules: one detector per target, no cuda facts, facts onc
   REQUIRE(tr_registry_load_builtin(r.reg, "cpu", init_cpu) == 1);
   CHECK(tr_registry_load_builtin(r.reg, "dup", init_same_target) == 0);
   CHECK(std::string(tr_registry_failure_at(r.reg, 0)->reason) ==
-        "its init failed: BackendError: backend 'dup': target 'torch_cpu' already has a detector; a "
+        "its init failed: BackendError: backend 'dup': target 'torch_cpu' already has a detector, registered by "
+        "backend 'cpu' (loaded first); a "
         "target is one set of kernels from one provider");
   CHECK(tr_registry_load_builtin(r.reg, "cudafacts", init_facts_cuda) == 0);
   CHECK(std::string(tr_registry_failure_at(r.reg, 1)->reason) ==
