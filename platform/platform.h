@@ -349,6 +349,15 @@ int tr_plat_process_wait(tr_plat_process **process_p, uint32_t timeout_ms);
  * loop can end cleanly. One flag per process; a later call replaces it. */
 void tr_plat_on_terminate(volatile int *flag);
 
+/* A program's last words for code it does not own (a backend's init or detector): from here on,
+ * should the process end through exit() or a crash (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT on
+ * POSIX) while `culprit()` returns a description (not NULL), it writes "tilerun: <description>
+ * ended the process (it called exit)" or "... crashed the process (SIGSEGV)" to stderr; an exit
+ * then ends with status 70 (whatever status that code gave), a crash as it would have (the
+ * handler before this one runs). `culprit` must be async-signal-safe (read a static record). For
+ * programs, not libraries; call once. */
+void tr_plat_last_words(const char *(*culprit)(void));
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,6 +2,7 @@
  * plugin fails part-way), load failures, and target settlement. */
 #include "registry/registry.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -440,6 +441,26 @@ static void record_failure(tr_registry *reg, const char *name, const char *descr
   tr_status_destroy(&why);
 }
 
+/* ---- the backend code in hand ---- */
+
+static char g_in_hand[2][768]; /* two records, so the one published is never rewritten */
+static _Atomic int g_in_hand_at = -1;  /* the record published, or -1 */
+
+/* Publishes what backend code runs from now until hand_back (`path` may be NULL). */
+static void hand_to(const char *backend, const char *path, const char *what, const char *target) {
+  int at = atomic_load(&g_in_hand_at) == 0 ? 1 : 0;
+  snprintf(g_in_hand[at], sizeof(g_in_hand[at]), "backend '%s'%s%s%s: %s%s%s", backend, path ? " (" : "",
+           path ? path : "", path ? ")" : "", what, target ? " " : "", target ? target : "");
+  atomic_store(&g_in_hand_at, at);
+}
+
+static void hand_back(void) { atomic_store(&g_in_hand_at, -1); }
+
+const char *tr_registry_plugin_in_hand(void) {
+  int at = atomic_load(&g_in_hand_at);
+  return at < 0 ? NULL : g_in_hand[at];
+}
+
 /* Runs an init under a fresh owner id; rolls back and returns the failure (copied, so it stays
  * valid after the plugin is unloaded) when init fails. */
 static tr_status *run_init(tr_registry *reg, const char *name, tr_backend_init_fn init) {
@@ -460,7 +481,9 @@ static tr_status *run_init(tr_registry *reg, const char *name, tr_backend_init_f
   api.register_allocator = api_register_allocator;
   api.register_kernel_type = api_register_kernel_type;
   api.find_interface = api_find_interface;
+  if (tr_registry_plugin_in_hand() == NULL) hand_to(name, NULL, "its init", NULL); /* a builtin's */
   tr_status *failed = init(&api);
+  hand_back();
   tr_status *copy = NULL;
   if (failed != NULL) {
     rollback(reg, reg->owner);
@@ -491,7 +514,9 @@ int tr_registry_load_builtin(tr_registry *reg, const char *name, tr_backend_init
 int tr_registry_load_plugin(tr_registry *reg, const char *name, const char *library,
                             const char *descriptor) {
   tr_plat_lib *lib = NULL;
+  hand_to(name, library, "loading its library", NULL); /* its constructors run */
   tr_status *why = tr_plat_lib_open(library, &lib);
+  hand_back();
   if (why == NULL) {
     const uint32_t *abi = tr_plat_lib_symbol(lib, TR_BACKEND_ABI_SYMBOL);
     void *init = tr_plat_lib_symbol(lib, TR_BACKEND_INIT_SYMBOL);
@@ -503,6 +528,7 @@ int tr_registry_load_plugin(tr_registry *reg, const char *name, const char *libr
     } else {
       tr_backend_init_fn fn;
       memcpy(&fn, &init, sizeof(fn));
+      hand_to(name, library, "its init", NULL);
       why = run_init(reg, name, fn);
     }
   }
@@ -687,7 +713,9 @@ tr_status *tr_registry_settle(const tr_registry *reg, const char *requested,
   for (size_t i = 0; i < reg->detectors.count; i++) {
     const detector_entry *d = &reg->detectors.items[i];
     int claimed = 0;
+    hand_to(d->backend, NULL, "the detector of target", d->target);
     tr_status *failed = d->detect(d->ctx, device, &claimed);
+    hand_back();
     if (failed != NULL) {
       char dev[TR_DEVICE_FORMAT_MAX];
       tr_device_format(device, dev, sizeof(dev));

@@ -55,6 +55,12 @@ void tr_registry_set_load_check(tr_registry *registry, tr_load_check_fn check, v
  * recorded; everything it registered is rolled back. Fails only on OutOfMemoryError. */
 tr_status *tr_registry_load_all(tr_registry *registry, const tr_discovery *found) TR_MUST_USE;
 
+/* The backend code running now in this process (a plugin's library loading, a backend's init,
+ * a detector), as "backend 'x' (/path/libx.so): its init", or NULL: for a program's last words
+ * (tr_plat_last_words) should that code end the process. Async-signal-safe; one record for the
+ * process (with loads on several threads at once, it names one of them). */
+const char *tr_registry_plugin_in_hand(void);
+
 /* Loads one backend's shared object; returns 1 when it loaded, 0 when it was skipped (and
  * recorded). */
 int tr_registry_load_plugin(tr_registry *registry, const char *name, const char *library,

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "platform/platform.h"
 
@@ -67,6 +68,58 @@ static volatile int *g_terminate_flag;
 static void on_terminate(int signal_number) {
   (void)signal_number;
   if (g_terminate_flag != NULL) *g_terminate_flag = 1;
+}
+
+/* ---- last words ---- */
+
+static const char *(*g_culprit)(void);
+static struct sigaction g_before[5];
+static const int kFatal[5] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+static const char *const kFatalNames[5] = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"};
+
+static void say(const char *text) { /* write(2) only: this runs in a signal handler */
+  size_t n = strlen(text);
+  while (n > 0) {
+    ssize_t w = write(2, text, n);
+    if (w <= 0) return;
+    text += w;
+    n -= (size_t)w;
+  }
+}
+
+static void last_words_at_exit(void) {
+  const char *who = g_culprit != NULL ? g_culprit() : NULL;
+  if (who == NULL) return;
+  say("tilerun: ");
+  say(who);
+  say(" ended the process (it called exit)\n");
+  _exit(70);
+}
+
+static void last_words_on_signal(int signal_number) {
+  int i = 0;
+  while (i < 4 && kFatal[i] != signal_number) i++;
+  const char *who = g_culprit != NULL ? g_culprit() : NULL;
+  if (who != NULL) {
+    say("tilerun: ");
+    say(who);
+    say(" crashed the process (");
+    say(kFatalNames[i]);
+    say(")\n");
+  }
+  sigaction(signal_number, &g_before[i], NULL); /* the handler before (a sanitizer's), or the default */
+  raise(signal_number);
+}
+
+void tr_plat_last_words(const char *(*culprit)(void)) {
+  g_culprit = culprit;
+  atexit(last_words_at_exit);
+  struct sigaction action;
+  memset(&action, 0, sizeof(action));
+  action.sa_handler = last_words_on_signal;
+  action.sa_flags = SA_NODEFER;
+  sigemptyset(&action.sa_mask);
+  for (int i = 0; i < 5; i++) sigaction(kFatal[i], &action, &g_before[i]);
 }
 
 void tr_plat_on_terminate(volatile int *flag) {
