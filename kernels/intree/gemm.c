@@ -270,7 +270,12 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
  * TR_WG_MCAST: x read from L2 once for two tiles, as cuBLAS's m = 64 kernels do);
  * TR_SKINNY_WG_SWAP_SMALL=1, the swapped build on weights of at most 8192 rows too (32 rows a CTA
  * at 4096: cuBLAS's nvjet_sm90_tst_64x32_64x16_1x2 on 64x4096x4096 is 128 CTAs of 32 rows in
- * clusters of two, 16 stages); TR_SKINNY_WG_SWAP_MAX_STAGES, the swapped build's deepest ring. */
+ * clusters of two, 16 stages); TR_SKINNY_WG_SWAP_MAX_STAGES, the swapped build's deepest ring.
+ * Both together on an H100 (2026-12-06, bench_gemm.py --rows "decode m=64", one round): correct
+ * (test_gemm_gpu.py's 134 wgmma cases) but 76.4 us on 64x4096x4096 against 16.1, 113.5 on
+ * 64x14336x4096 against 46.4 and 260.3 on 64x4096x14336 against 43.4: about 1.2 us a k tile, as
+ * if each stage waited out a round trip (TR_SKINNY_WG_MCAST_SYNC=1, CUTLASS's form of the remote
+ * arrivals and the producer's wait, is the next try). */
 #ifndef TR_SKINNY_WG_MCAST
 #define TR_SKINNY_WG_MCAST 0
 #endif
