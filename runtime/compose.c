@@ -77,7 +77,9 @@ static tr_status *apply(const tr_op *op, const tr_compose_wire *w, const value *
   out->t.strides = src->t.strides ? out->strides : NULL;
   if (w->kind == TR_WIRE_NAME) return NULL;
   if (w->kind == TR_WIRE_VIEW && !tr_dl_tensor_is_contiguous(&src->t)) {
-    return TR_STATUS(TR_VALUE, "%s: a view of '%s' needs it contiguous", tr_op_def_name(op->def), w->source);
+    return TR_STATUS(TR_VALUE, "%s: input '%s' is reshaped by its composition and must be contiguous; make it so "
+                     "first (torch: .contiguous(), NumPy: numpy.ascontiguousarray)", tr_op_def_name(op->def),
+                     w->source);
   }
   int64_t compact[TR_MAX_RANK], step = 1;
   for (int32_t d = src->t.ndim - 1; d >= 0; d--) {
