@@ -74,6 +74,7 @@ struct tr_op {
   tr_plat_mutex lock;
   int tuned_mode;
   int warned_untunable;
+  int has_mutated; /* an input the op writes in place: calls check it shares no memory */
   /* a composite op's decision at its first call, kept as its target is (under lock): 0 none yet
    * (or revoked), 1 served whole by its target, 2 runs its composition */
   int composite;

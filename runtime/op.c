@@ -63,6 +63,7 @@ tr_status *tr_op_new(tr_runtime *rt, const char *op_name, const tr_named_value *
   op->def = def;
   op->requested = requested;
   op->n_params = tr_op_def_param_count(def);
+  for (size_t i = 0; i < tr_op_def_input_count(def); i++) op->has_mutated |= tr_op_def_input_mutated(def, i) != 0;
   tr_status *status = tr_op_def_bind_params(def, params, n_params, op->settled);
   if (status != NULL) {
     free(op);
@@ -576,6 +577,29 @@ static tr_status *output_overlap(const tr_op *op, const reach *r, const reach *t
   return NULL;
 }
 
+/* A ValueError where an input the op writes in place (the manifest's `mutated`) shares memory
+ * with another input: the kernel would read that one while it writes (BatchNorm's running_mean
+ * laid over x). Read-only inputs may share memory. By byte ranges, as output_overlap. */
+static tr_status *mutated_overlap(const tr_op *op, const DLTensor *const *inputs, size_t n_inputs) {
+  size_t n = n_inputs < TR_SIG_MAX_INPUTS ? n_inputs : TR_SIG_MAX_INPUTS;
+  for (size_t m = 0; m < n; m++) {
+    reach written;
+    if (!tr_op_def_input_mutated(op->def, m) || !reach_of(inputs[m], 0, m, &written)) continue;
+    for (size_t i = 0; i < n; i++) {
+      reach other;
+      if (i == m || !reach_of(inputs[i], 0, i, &other)) continue;
+      if (other.device.device_type != written.device.device_type || other.device.device_id != written.device.device_id ||
+          other.hi <= written.lo || written.hi <= other.lo) {
+        continue;
+      }
+      return TR_STATUS(TR_VALUE, "%s: input '%s', which the op writes in place, shares memory with input '%s'; give "
+                       "it memory of its own", tr_op_def_name(op->def), tr_op_def_input_name(op->def, m),
+                       tr_op_def_input_name(op->def, i));
+    }
+  }
+  return NULL;
+}
+
 /* A call that failed after its kernel was found (its outputs, copies, or the kernel itself): no
  * count of backends that failed to load is added, which settling's and building's errors carry,
  * since none of these can come from a missing backend; so the kernel's own error (a ValueError
@@ -642,6 +666,7 @@ tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
   kernel_entry *e = NULL;
   tr_status *status = entry_for(op, inputs, n_inputs, &e);
   if (status != NULL) return status;
+  if (op->has_mutated) status = mutated_overlap(op, inputs, n_inputs);
   DLTensor *outs[TR_SIG_MAX_OUTPUTS] = {0};
   for (size_t o = 0; o < n_out && status == NULL; o++) {
     if (!e->output_present[o]) continue;
@@ -682,6 +707,7 @@ tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_in
   for (size_t i = 0; i < n_inputs && i < TR_SIG_MAX_INPUTS; i++) {
     n_taken += (size_t)reach_of(inputs[i], 0, i, &taken[n_taken]);
   }
+  if (op->has_mutated) status = mutated_overlap(op, inputs, n_inputs);
   for (size_t o = 0; o < n_out && status == NULL; o++) {
     DLTensor *t = outputs[o];
     const tr_tensor_spec *want = &e->outputs[o];

@@ -189,6 +189,23 @@ TEST_CASE("GroupNorm and BatchNorm (training: mean and rstd out, running stats u
     CHECK(rm.data[c] == Approx(0.1 * mean).epsilon(1e-5).margin(1e-6));     // momentum 0.1
     CHECK(rv.data[c] == Approx(0.9 + 0.1 * var / 5).epsilon(1e-5));         // unbiased variance
   }
+  // running stats laid over x, or over one another: the op would read what it writes
+  const std::vector<float> x_before = x.data, rv_before = rv.data;
+  DLTensor over_x = rm.t;
+  over_x.data = x.data.data() + 2;
+  const DLTensor *aliased[] = {&x.t, &over_x, &rv.t};
+  Outputs a;
+  CHECK(tr_test::error_of(tr_op_call(bn, aliased, 3, a.items, 3)) ==
+        "ValueError: BatchNormFwdOp: input 'running_mean', which the op writes in place, shares memory with input "
+        "'x'; give it memory of its own");
+  const DLTensor *twice[] = {&x.t, &rv.t, &rv.t};
+  CHECK(tr_test::error_of(tr_op_call(bn, twice, 3, a.items, 3)) ==
+        "ValueError: BatchNormFwdOp: input 'running_mean', which the op writes in place, shares memory with input "
+        "'running_var'; give it memory of its own");
+  CHECK(x.data == x_before);  // nothing written
+  CHECK(rv.data == rv_before);
+  Outputs again;
+  tr_test::ok(tr_op_call(bn, bin, 3, again.items, 3));  // apart: served
   tr_op_destroy(&gn);
   tr_op_destroy(&bn);
 }
