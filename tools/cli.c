@@ -123,6 +123,8 @@ static const option_doc kOptions[] = {
     {"--max-gflop N", "rows computing more than N GFLOP are skipped on cpu (default 20; above 0, at\n"
                       "most 1000000000)"},
     {"--iters N", "calls per measurement (default 2000; a whole number from 1 to 10000000)"},
+    {"--target T", "run every row on target T ('tilerun targets' lists them; <builtin>: the in-tree\n"
+                   "kernels), as tr_set_default_target does (default: each op's detected target)"},
     {"--endpoint E", "where to listen: ipc://PATH, or tcp://:PORT (binds loopback); required"},
     {"--device-facts F", "select only: a device's facts instead of reading them from it, as\n"
                          "DEVICE=ARCH,SMS,SHARED_BYTES, e.g. cuda:0=90,132,232448 (ARCH the compute\n"
@@ -134,17 +136,19 @@ static const option_doc kOptions[] = {
     {"--help, -h", "show this text"},
 };
 
+#define COMMAND_MAX_OPTIONS 10
+
 /* A command's help: `tilerun NAME --help`. `options` names kOptions entries by their first word. */
 typedef struct command_doc {
   const char *name, *usage, *summary;
-  const char *options[8];
+  const char *options[COMMAND_MAX_OPTIONS];
 } command_doc;
 
 static const command_doc kCommands[] = {
     {"run", "tilerun run [--manifest DIR] [--pipeline FILE] [--device D] [--smallest] [--ops NAMES]\n"
-            "                   [--max-gb N] [--max-gflop N]",
+            "                   [--max-gb N] [--max-gflop N] [--target T]",
      "The main job: the manifest's ops, the installed backends, then every workload row run.",
-     {"--manifest", "--pipeline", "--device", "--smallest", "--ops", "--max-gb", "--max-gflop"}},
+     {"--manifest", "--pipeline", "--device", "--smallest", "--ops", "--max-gb", "--max-gflop", "--target"}},
     {"ops", "tilerun ops [--manifest DIR]",
      "List the ops the manifest declares: name, family, reference API, where.", {"--manifest"}},
     {"manifest", "tilerun manifest check [FILES] | tilerun manifest show OP",
@@ -233,7 +237,7 @@ static int command_help(const char *command, const char *sub, FILE *out, FILE *e
     if (found == NULL) return usage_error(err, "no command '%s %s' (%s's subcommands: %s)", command, sub, command, subs);
   }
   fprintf(out, "usage: %s\n\n%s\n\noptions:\n", found->usage, found->summary);
-  for (int i = 0; i < 8 && found->options[i] != NULL; i++) print_option(out, option_named(found->options[i]));
+  for (int i = 0; i < COMMAND_MAX_OPTIONS && found->options[i] != NULL; i++) print_option(out, option_named(found->options[i]));
   print_option(out, option_named("--help"));
   fprintf(out, "\nexit status: 0 success, 1 the command failed (the message says why), 2 bad usage.\n");
   return 0;
@@ -249,6 +253,7 @@ typedef struct cli_options {
   const char *pipeline;
   const char *endpoint;
   const char *curve_secret;
+  const char *target;
   const char *device_facts[8];
   size_t n_device_facts;
 } cli_options;
@@ -578,12 +583,12 @@ static int options_taken(const given_options *g, const char *command, int n_posi
     const char *flag = g->flags[i];
     int taken = (strcmp(flag, "--all") == 0 && strcmp(doc->name, "run") == 0) ||
                 (strcmp(flag, "--curve-secret") == 0 && strcmp(doc->name, "serve") == 0);
-    for (int o = 0; o < 8 && doc->options[o] != NULL && !taken; o++) taken = strcmp(doc->options[o], flag) == 0;
+    for (int o = 0; o < COMMAND_MAX_OPTIONS && doc->options[o] != NULL && !taken; o++) taken = strcmp(doc->options[o], flag) == 0;
     if (taken) continue;
     char list[256];
     size_t used = 0;
     list[0] = '\0';
-    for (int o = 0; o < 8 && doc->options[o] != NULL; o++) {
+    for (int o = 0; o < COMMAND_MAX_OPTIONS && doc->options[o] != NULL; o++) {
       if (doc->options[o][0] == '-' && used < sizeof(list)) {
         used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", used ? ", " : "", doc->options[o]);
       }
@@ -595,7 +600,7 @@ static int options_taken(const given_options *g, const char *command, int n_posi
 }
 
 int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
-  cli_options opts = {2000, NULL, 0, NULL, TR_MAINJOB_AUTO, 1.0, 20.0, NULL, NULL, NULL, {NULL}, 0};
+  cli_options opts = {2000, NULL, 0, NULL, TR_MAINJOB_AUTO, 1.0, 20.0, NULL, NULL, NULL, NULL, {NULL}, 0};
   int want_help = 0;
   const char *command = NULL;
   char *positional[64];
@@ -617,9 +622,12 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
       if (i + 1 >= argc) return usage_error(err, "%s needs a directory", arg);
       opts.manifest_dir = argv[++i];
     } else if (strcmp(arg, "--pipeline") == 0 || strcmp(arg, "--endpoint") == 0 ||
-               strcmp(arg, "--curve-secret") == 0) {
-      if (i + 1 >= argc) return usage_error(err, "%s needs a value", arg);
-      const char **slot = arg[2] == 'p' ? &opts.pipeline : arg[2] == 'e' ? &opts.endpoint : &opts.curve_secret;
+               strcmp(arg, "--curve-secret") == 0 || strcmp(arg, "--target") == 0) {
+      if (i + 1 >= argc || argv[i + 1][0] == '\0') return usage_error(err, "%s needs a value", arg);
+      const char **slot = arg[2] == 'p'   ? &opts.pipeline
+                          : arg[2] == 'e' ? &opts.endpoint
+                          : arg[2] == 't' ? &opts.target
+                                          : &opts.curve_secret;
       *slot = argv[++i];
     } else if (strcmp(arg, "--iters") == 0) {
       double iters = 0;
@@ -728,7 +736,7 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     if (rc != 0) return rc;
     fprintf(out, "\n");
     tr_mainjob_options job = {manifest_dir(&opts), opts.pipeline, opts.device, opts.smallest, opts.max_gb * 1e9,
-                              opts.max_gflop * 1e9, opts.ops};
+                              opts.max_gflop * 1e9, opts.ops, opts.target};
     int rc_rows = tr_mainjob_run(&job, out, err);
     return rc_backends != 0 ? rc_backends : rc_rows;
   }

@@ -268,6 +268,23 @@ TEST_CASE("run --ops: only the named ops' rows; an op the manifest lacks is name
   REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
 }
 
+TEST_CASE("run --target: every row on the named target; one not registered is the spec's error") {
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "backends/cpu") == nullptr);
+  Run r = run({"run", "--manifest", "manifest/spec", "--device", "cpu", "--smallest", "--ops", "AddFwdOp",
+               "--target", "cpu"});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("1 rows ran, 0 failed, 0 skipped") != std::string::npos);
+  r = run({"run", "--manifest", "manifest/spec", "--device", "cpu", "--smallest", "--ops", "AddFwdOp", "--target",
+           "nosuch"});
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("UnknownTargetError") != std::string::npos);
+  CHECK(r.err.find("nosuch") != std::string::npos);
+  r = run({"run", "--target"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: --target needs a value") == 0);
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
+}
+
 TEST_CASE("manifest check passes the shipped spec files and lists problems in broken ones") {
   Run r = run({"manifest", "check", "--manifest", "manifest/spec"});
   CHECK(r.rc == 0);

@@ -429,6 +429,7 @@ int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
     return 2;
   }
   if (status == NULL) status = tr_runtime_new(&o, &j.rt);
+  if (status == NULL && options->target != NULL) status = tr_set_default_target(j.rt, options->target);
   int gpus = options->device == TR_MAINJOB_CPU ? 0 : tr_cu_device_count();
   if (status == NULL && options->device == TR_MAINJOB_CUDA && gpus == 0) {
     tr_status *why = tr_cu_load();

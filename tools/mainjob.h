@@ -20,6 +20,7 @@ typedef struct tr_mainjob_options {
   double max_bytes;          /* cpu rows moving more are skipped; cuda rows are not checked */
   double max_flops;          /* cpu rows computing more are skipped */
   const char *ops;           /* only these ops' rows: names separated by commas; NULL: every op */
+  const char *target;        /* the default target of every row (tr_set_default_target), or NULL */
 } tr_mainjob_options;
 
 /* Runs every op's workload rows (or each op's smallest) through tr_op_call: on cuda:0 where
