@@ -273,6 +273,10 @@ int tr_plat_is_dir(const char *path);
  * followed), 0 otherwise, including when it cannot be examined. Cannot fail. Thread-safe. */
 int tr_plat_file_exists(const char *path);
 
+/* 1 when `a` and `b` name the same file (following symbolic links: one file under two names);
+ * 0 otherwise, including when either cannot be examined. Cannot fail. Thread-safe. */
+int tr_plat_same_file(const char *a, const char *b);
+
 /* 1 when `path` names a local (Unix-domain) socket's file, following symbolic links; 0 otherwise,
  * including when it cannot be examined. Cannot fail. Thread-safe. */
 int tr_plat_is_socket(const char *path);

@@ -554,6 +554,10 @@ TEST_CASE("is_dir and file_exists tell files, directories and nothing apart", "[
   CHECK(tr_plat_file_exists(file.c_str()) == 1);
   CHECK(tr_plat_is_dir(dir.Join("none").c_str()) == 0);
   CHECK(tr_plat_file_exists(dir.Join("none").c_str()) == 0);
+  CHECK(tr_plat_same_file(file.c_str(), file.c_str()) == 1);
+  CHECK(tr_plat_same_file(file.c_str(), (dir.path() + "/./file").c_str()) == 1);
+  CHECK(tr_plat_same_file(file.c_str(), dir.path().c_str()) == 0);
+  CHECK(tr_plat_same_file(file.c_str(), dir.Join("none").c_str()) == 0);
   CHECK(tr_plat_is_socket(file.c_str()) == 0);
   CHECK(tr_plat_is_socket(dir.path().c_str()) == 0);
   CHECK(tr_plat_is_socket(dir.Join("none").c_str()) == 0);

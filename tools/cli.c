@@ -301,6 +301,13 @@ static int list_ops(const cli_options *opts, FILE *out, FILE *err) {
 
 static int manifest_check(const cli_options *opts, int n_files, char **files, FILE *out,
                           FILE *err) {
+  int kept = 0; /* a file named twice (under one name or two) is read once */
+  for (int i = 0; i < n_files; i++) {
+    int seen = 0;
+    for (int j = 0; j < kept && !seen; j++) seen = strcmp(files[i], files[j]) == 0 || tr_plat_same_file(files[i], files[j]);
+    if (!seen) files[kept++] = files[i];
+  }
+  n_files = kept;
   tr_manifest *m = NULL;
   tr_status *status = n_files > 0
                           ? tr_manifest_load((const char *const *)files, (size_t)n_files, &m)

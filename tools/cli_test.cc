@@ -290,6 +290,10 @@ TEST_CASE("manifest check passes the shipped spec files and lists problems in br
   CHECK(r.rc == 0);
   CHECK(r.out.find("manifest check: 11 ops, ") == 0);
   CHECK(r.out.find("workload rows: no problems") != std::string::npos);
+  // a file given twice, under one name or two, is read once (not an op declared twice)
+  r = run({"manifest", "check", "manifest/spec/norm.yaml", "manifest/spec/norm.yaml", "manifest/spec/../spec/norm.yaml"});
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("no problems") != std::string::npos);
   tr_test::TempDir dir;
   std::string file = dir.write("t.yaml",
       "ScaleFwdOp:\n  family: t\n  ref_api: none\n  signature:\n"

@@ -258,6 +258,11 @@ int tr_plat_file_exists(const char *path) {
   return stat(path, &st) == 0;
 }
 
+int tr_plat_same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int tr_plat_is_socket(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
