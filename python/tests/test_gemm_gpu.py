@@ -10,7 +10,7 @@ boundaries m = 64 / 65 and n = 64 / 65, and the skinny kernel's edges (m or n of
 with k of 8, 72, 200 and 4104: one vector, part of a batch, chunks with a remainder; the wgmma
 build's: m of 1, 3, 9, 17, 64 with w rows of 130, 257 and 8200 and k of 56, 64, 136; its swapped
 build's: m of 33, 40, 64 with w rows of 8200, 10000 and 40000 and k of 56, 136; m of 40 and 64
-on 130 and 4096 rows). Each case:
+on 130 and 4096 rows; m = 64 on 4096 and 14336 rows with k = 4096). Each case:
   into      Op.call_into into an output pre-filled with NaN (an unwritten element fails);
   call      Op(a, b), the output allocated by tilerun;
   strided   non-contiguous operands (a column slice of a wider tensor) give the same result;
@@ -111,6 +111,10 @@ def cases(quick):
                 for n in (130, 4096):
                     out.append(("GemmFwdOp %s small-weight wgmma ta=0 tb=1 m=%d n=%d k=%d" % (dt, m, n, k),
                                 dt, m, n, k, False, True))
+        # a long k (64 k tiles, many turns of every ring) on both weights' builds at m = 64
+        for n in (4096, 14336):
+            out.append(("GemmFwdOp %s long-k wgmma ta=0 tb=1 m=64 n=%d k=4096" % (dt, n), dt, 64, n, 4096, False,
+                        True))
     for label, m, n, k, tb in WORKLOADS:
         out.append(("GemmFwdOp bfloat16 workload %s m=%d n=%d k=%d" % (label, m, n, k), "bfloat16", m, n, k,
                     False, tb))
