@@ -203,6 +203,16 @@ const char *tr_discovery_manifest_dir(char *buf, size_t size) {
   return tr_discovery_installed_dir("/share/tilerun/manifest", buf, size) ? buf : "manifest/spec";
 }
 
+const char *tr_discovery_manifest_dir_source(void) {
+  const char *env = tr_plat_getenv("TILERUN_MANIFEST_DIR");
+  if (env != NULL && env[0] != '\0') return "$TILERUN_MANIFEST_DIR";
+  char buf[4096];
+  if (tr_discovery_installed_dir("/share/tilerun/manifest", buf, sizeof(buf))) {
+    return "the install's share/tilerun/manifest";
+  }
+  return "the fallback, ./manifest/spec: TILERUN_MANIFEST_DIR is unset and no installed manifest was found";
+}
+
 tr_status *tr_backend_search_path(char ***out_dirs, size_t *out_count) {
   *out_dirs = NULL;
   *out_count = 0;

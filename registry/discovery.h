@@ -74,6 +74,11 @@ int tr_discovery_installed_dir(const char *suffix, char *buf, size_t size);
  * into buf), else "manifest/spec" (under the working directory). Cannot fail. */
 const char *tr_discovery_manifest_dir(char *buf, size_t size);
 
+/* Where tr_discovery_manifest_dir's answer comes from, for a message when that folder cannot be
+ * loaded: "$TILERUN_MANIFEST_DIR", "the install's share/tilerun/manifest", or the fallback's
+ * description (neither set nor installed). */
+const char *tr_discovery_manifest_dir_source(void);
+
 #ifdef __cplusplus
 }
 #endif

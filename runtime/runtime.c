@@ -107,7 +107,13 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   if (dir == NULL || dir[0] == '\0') dir = tr_discovery_manifest_dir(installed, sizeof(installed));
   status = tr_intree_builds_new(TR_INTREE_BUILDS_MAX_ENTRIES, TR_INTREE_BUILDS_MAX_BYTES, &rt->intree_builds);
   if (status == NULL) status = tr_cuda_pool_new(&rt->cuda_pool);
-  if (status == NULL) status = tr_manifest_load_dir(dir, &rt->manifest);
+  if (status == NULL) {
+    status = tr_manifest_load_dir(dir, &rt->manifest);
+    if (status != NULL && (o->manifest_dir == NULL || o->manifest_dir[0] == '\0')) {
+      status = tr_status_append(status, " (the manifest folder by default, from %s; give manifest_dir or set "
+                                "TILERUN_MANIFEST_DIR)", tr_discovery_manifest_dir_source());
+    }
+  }
   if (status == NULL) {
     size_t n = strlen(dir) + 1;
     if ((rt->manifest_dir = malloc(n)) != NULL) memcpy(rt->manifest_dir, dir, n);

@@ -278,6 +278,10 @@ static const char *manifest_dir(const cli_options *opts) {
 
 static int load_manifest(const cli_options *opts, FILE *err, tr_manifest **out) {
   tr_status *status = tr_manifest_load_dir(manifest_dir(opts), out);
+  if (status != NULL && opts->manifest_dir == NULL) {
+    status = tr_status_append(status, " (the manifest folder by default, from %s; give --manifest DIR)",
+                              tr_discovery_manifest_dir_source());
+  }
   return status != NULL ? report(err, status) : 0;
 }
 

@@ -117,6 +117,24 @@ TEST_CASE("an option the command does not take, or one given twice, is a usage e
                  "process; serve at ipc://PATH or tcp://:PORT\n");
 }
 
+TEST_CASE("a default manifest folder that cannot be read says where the default came from") {
+  REQUIRE(tr_plat_setenv("TILERUN_MANIFEST_DIR", "/nonexistent/spec") == nullptr);
+  Run r = run({"ops"});
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("'/nonexistent/spec'") != std::string::npos);
+  CHECK(r.err.find("(the manifest folder by default, from $TILERUN_MANIFEST_DIR; give --manifest DIR)\n") !=
+        std::string::npos);
+  tr_runtime *rt = nullptr;
+  tr_runtime_options o{};
+  std::string e = tr_test::error_of(tr_runtime_new(&o, &rt));
+  CHECK(e.find("(the manifest folder by default, from $TILERUN_MANIFEST_DIR; give manifest_dir or set "
+               "TILERUN_MANIFEST_DIR)") != std::string::npos);
+  REQUIRE(tr_plat_setenv("TILERUN_MANIFEST_DIR", nullptr) == nullptr);
+  r = run({"ops", "--manifest", "/nonexistent/spec"});  // given: no word of defaults
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("by default") == std::string::npos);
+}
+
 TEST_CASE("run and manifest check on a folder that declares no op fail, saying so") {
   tr_test::TempDir dir;
   Run r = run({"run", "--manifest", dir.path, "--device", "cpu"});
