@@ -344,6 +344,10 @@ tr_status *tr_plat_process_spawn(const char *const *argv, tr_plat_process **out)
 /* Asks the process to stop (SIGTERM), or kills it outright (`hard`: SIGKILL). */
 void tr_plat_process_kill(tr_plat_process *process, int hard);
 
+/* Pauses the process (`paused`: SIGSTOP on POSIX; it stays alive and holds its sockets, but
+ * answers nothing) or lets it go on (SIGCONT). For tests of a server that stops answering. */
+void tr_plat_process_pause(tr_plat_process *process, int paused);
+
 /* Waits for the process to end (at most `timeout_ms`; 0: forever), frees the handle and sets
  * *process_p to NULL; returns its exit status (128 + signal when killed), or -1 when it did not
  * end in time (it is then killed hard and reaped). */

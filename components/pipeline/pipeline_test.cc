@@ -248,6 +248,32 @@ TEST_CASE("a served component killed mid-run: the next calls fail at once, far i
   }
 }
 
+TEST_CASE("a served component that stops answering (paused) is seen as gone within a deadline under 3 s") {
+  for (Where where : {Where::kIpc, Where::kTcp}) {
+    INFO(where_name(where));
+    Placed p(TR_COMPONENT_VALIDATE, where, nullptr, nullptr, 1500);
+    std::string reply;
+    tr_status *s = p.raw_call({0xff}, &reply);
+    CHECK(error_of(s).find("decoding a ValidateRequest") != std::string::npos);  // served
+    tr_plat_process_pause(p.server, 1);
+    const std::string gone = "TransportError: component 'validate' at " + p.endpoint +
+                             " dropped the connection (the server ended or stopped answering); calls fail at once "
+                             "until it is back";
+    uint64_t start = tr_plat_now_ns();
+    std::string first = error_of(p.raw_call({0xff}, &reply));  // the heartbeats see it within this call
+    CHECK(first == gone);
+    CHECK((tr_plat_now_ns() - start) / 1000000 < 1600);
+    for (int i = 0; i < 3; i++) {  // and every call after it fails at once
+      start = tr_plat_now_ns();
+      CHECK(error_of(p.raw_call({0xff}, &reply)) == gone);
+      CHECK((tr_plat_now_ns() - start) / 1000000 < 500);
+    }
+    tr_plat_process_pause(p.server, 0);  // back: served again once ZeroMQ reconnects
+    s = when_served([&] { return p.raw_call({0xff}, &reply); });
+    CHECK(error_of(s).find("decoding a ValidateRequest") != std::string::npos);
+  }
+}
+
 TEST_CASE("serve on an ipc path: a live server's path is refused, a dead one's taken over, the file "
           "removed on exit") {
   TempDir dir;

@@ -989,9 +989,13 @@ typedef struct tr__slot {
   struct tr__slot *next;
 } tr__slot;
 
-/* Heartbeats on ipc and tcp connections: a peer silent this long is disconnected. */
-#define TR__HEARTBEAT_IVL_MS 1000
+/* Heartbeats on ipc and tcp connections: a peer silent this long is disconnected (at most; a
+ * client whose deadline is shorter takes half its deadline, at least TR__HEARTBEAT_LEAST_MS, so a
+ * server that stops answering is seen as gone within the first call's deadline: a call that runs
+ * out its deadline closes its socket, and a fresh one to a silent server never counts as up). A
+ * ping goes out every third of it. */
 #define TR__HEARTBEAT_TIMEOUT_MS 3000
+#define TR__HEARTBEAT_LEAST_MS 100
 
 struct tr_client {
   tr__config cfg;
@@ -1018,7 +1022,10 @@ static tr_status *tr__slot_open(tr_client *c, tr__slot **out) {
   slot->dropped = 0;
   tr_status *status = tr__socket_open(ZMQ_DEALER, c->cfg.component, c->endpoint, &slot->socket);
   if (status == NULL && !tr__starts_with(c->endpoint, "inproc://")) {
-    int ivl = TR__HEARTBEAT_IVL_MS, timeout = TR__HEARTBEAT_TIMEOUT_MS;
+    int timeout = TR__HEARTBEAT_TIMEOUT_MS;
+    if (c->cfg.deadline_ms / 2 < (uint32_t)timeout) timeout = (int)(c->cfg.deadline_ms / 2);
+    if (timeout < TR__HEARTBEAT_LEAST_MS) timeout = TR__HEARTBEAT_LEAST_MS;
+    int ivl = timeout / 3;
     status = tr__setsockopt(slot->socket, ZMQ_HEARTBEAT_IVL, "ZMQ_HEARTBEAT_IVL", &ivl,
                             sizeof ivl, &c->cfg, c->endpoint);
     if (status == NULL) {

@@ -32,6 +32,10 @@ tr_status *tr_plat_process_spawn(const char *const *argv, tr_plat_process **out)
   return NULL;
 }
 
+void tr_plat_process_pause(tr_plat_process *process, int paused) {
+  if (process != NULL) kill(process->pid, paused ? SIGSTOP : SIGCONT);
+}
+
 void tr_plat_process_kill(tr_plat_process *process, int hard) {
   if (process != NULL) kill(process->pid, hard ? SIGKILL : SIGTERM);
 }
