@@ -242,8 +242,10 @@ static void add_value(void *vacc, int function, tr_expr_ref ref, const char *nam
   else snprintf(label, sizeof(label), "%s(%s)", kFnNames[function], name);
   const char *sep = acc->used ? ", " : "";
   if (!ok) tr__appendf(acc->buf, acc->size, &acc->used, "%s%s = None", sep, label);
-  else if (v == floor(v) && fabs(v) < 1e15) tr__appendf(acc->buf, acc->size, &acc->used, "%s%s = %lld", sep, label, (long long)v);
-  else tr__appendf(acc->buf, acc->size, &acc->used, "%s%s = %g", sep, label, v);
+  /* a whole number as one (every int64 converts exactly: -2^63 <= v < 2^63), others in full */
+  else if (v == floor(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0)
+    tr__appendf(acc->buf, acc->size, &acc->used, "%s%s = %lld", sep, label, (long long)v);
+  else tr__appendf(acc->buf, acc->size, &acc->used, "%s%s = %.17g", sep, label, v);
 }
 
 void tr__expr_values(const tr_expr *expr, tr__eval_ctx *ctx, char *buf, size_t size) {

@@ -2,6 +2,8 @@
 // exact message is asserted; run against the shipped manifest's real signatures.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+
 #include "manifest/manifest_testing.h"
 
 using tr_test::Bound;
@@ -195,6 +197,10 @@ TEST_CASE("constraints over params hold when an op is made, over dims at each ca
   CHECK(sm.check({&s3}) == "");
   CHECK(sm.check({&s2}) == "SignatureError(shape): SoftmaxFwdOp: constraint 'dim >= -rank(x) and "
                            "dim < rank(x)' does not hold: dim = 2, rank(x) = 2");
+  // an int64 extreme is printed as the int it is, not rounded to six digits
+  Bound low(op("SoftmaxFwdOp"), Params().i("dim", INT64_MIN));
+  CHECK(low.check({&s2}) == "SignatureError(shape): SoftmaxFwdOp: constraint 'dim >= -rank(x) and "
+                            "dim < rank(x)' does not hold: dim = -9223372036854775808, rank(x) = 2");
 }
 
 TEST_CASE("outputs: a dtype param overrides, `when` drops an output") {
