@@ -260,8 +260,17 @@ tr_status *tr_backend_search_path(char ***out_dirs, size_t *out_count) {
     tr_discovery_free_dirs(&dirs, n);
     return TR_STATUS(TR_OUT_OF_MEMORY, "backend search path");
   }
+  /* a folder named twice (the same text, or one folder under two names) is searched once: its
+   * descriptors would each be a duplicate of themselves */
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    int seen = 0;
+    for (size_t j = 0; j < kept && !seen; j++) seen = strcmp(dirs[i], dirs[j]) == 0 || tr_plat_same_file(dirs[i], dirs[j]);
+    if (seen) free(dirs[i]);
+    else dirs[kept++] = dirs[i];
+  }
   *out_dirs = dirs;
-  *out_count = n;
+  *out_count = kept;
   return NULL;
 }
 

@@ -93,6 +93,14 @@ TEST_CASE("the search path is the environment's entries, then the install prefix
   CHECK(std::string(dirs[2]) == std::string(TR_INSTALL_PREFIX) + "/lib/tilerun/backends");
   tr_discovery_free_dirs(&dirs, n);
   CHECK(dirs == nullptr);
+  // a folder named twice, as the same text or another name of it, is searched once
+  tr_test::TempDir dir;
+  const std::string twice = std::string(dir.path) + ":" + dir.path + ":" + dir.path + "/.";
+  REQUIRE(tr_plat_setenv(TR_BACKEND_PATH_ENV, twice.c_str()) == nullptr);
+  REQUIRE(tr_backend_search_path(&dirs, &n) == nullptr);
+  REQUIRE(n == 2);
+  CHECK(std::string(dirs[0]) == dir.path);
+  tr_discovery_free_dirs(&dirs, n);
   REQUIRE(tr_plat_setenv(TR_BACKEND_PATH_ENV, nullptr) == nullptr);
   REQUIRE(tr_backend_search_path(&dirs, &n) == nullptr);
   CHECK(n == 1);

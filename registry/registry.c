@@ -523,6 +523,9 @@ int tr_registry_load_plugin(tr_registry *reg, const char *name, const char *libr
     if (abi != NULL && *abi > TR_BACKEND_ABI) {
       why = TR_STATUS(TR_BACKEND, "%s was built for backend ABI %u; this tilerun supports ABI %d "
                       "(ABI too new: update tilerun)", library, (unsigned)*abi, TR_BACKEND_ABI);
+    } else if (abi != NULL && *abi == 0) {
+      why = TR_STATUS(TR_BACKEND, "%s declares backend ABI 0, which no tilerun has (the first is 1; "
+                      "tilerun/backend.h's TR_BACKEND_ABI is this one's)", library);
     } else if (init == NULL) {
       why = TR_STATUS(TR_BACKEND, "%s has no symbol '%s'", library, TR_BACKEND_INIT_SYMBOL);
     } else {

@@ -114,6 +114,11 @@ TEST_CASE("plugins that fail to load are skipped, warned about once, and recorde
         lib("abi_too_new") + " was built for backend ABI 99; this tilerun supports ABI 1 (ABI too "
         "new: update tilerun)");
   CHECK(std::string(tr_registry_failure_at(r.reg, 2)->backend) == "abi");
+  CHECK(tr_registry_load_plugin(r.reg, "zero", lib("abi_zero").c_str(), "") == 0);
+  REQUIRE(tr_registry_failure_count(r.reg) == 4);
+  CHECK(std::string(tr_registry_failure_at(r.reg, 3)->reason) ==
+        lib("abi_zero") + " declares backend ABI 0, which no tilerun has (the first is 1; tilerun/backend.h's "
+        "TR_BACKEND_ABI is this one's)");
   CHECK(r.targets().empty());
 }
 

@@ -4,6 +4,7 @@
 #include "tools/mainjob.h"
 #include "tools/serve.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -354,11 +355,11 @@ static int manifest_show(const cli_options *opts, const char *name, FILE *out, F
   tr_manifest *m = NULL;
   if (load_manifest(opts, err, &m) != 0) return 1;
   const tr_op_def *op = tr_manifest_find(m, name);
-  if (op == NULL) {
+  if (op == NULL) { /* an argument naming no op: bad usage, as run --ops says it */
     fprintf(err, "tilerun: no op '%s' in the manifest %s (see 'tilerun ops')\n", name,
             manifest_dir(opts));
     tr_manifest_destroy(&m);
-    return 1;
+    return 2;
   }
   char text[256];
   fprintf(out, "%s  (%s, %s:%d)\n", tr_op_def_name(op), tr_op_def_family(op), tr_op_def_path(op),
@@ -436,7 +437,9 @@ static int list_backends(FILE *out, FILE *err) {
   if (status != NULL) return report(err, status);
   fprintf(out, "backend search path:\n");
   for (size_t i = 0; i < n_dirs; i++) {
-    fprintf(out, "  %s%s\n", dirs[i], tr_plat_is_dir(dirs[i]) ? "" : "  (not a directory)");
+    fprintf(out, "  %s%s\n", dirs[i], tr_plat_is_dir(dirs[i])        ? ""
+                                       : tr_plat_file_exists(dirs[i]) ? "  (not a directory)"
+                                                                      : "  (does not exist)");
   }
   size_t n = tr_discovery_count(found);
   fprintf(out, "backends: %zu found\n", n);
@@ -470,7 +473,8 @@ static void no_backend_hint(FILE *out) {
   if (tr_discovery_count(found) == 0 && tr_discovery_failure_count(found) == 0) {
     fprintf(out, "no backend was found: looked for backend descriptors, *.yaml, in");
     for (size_t i = 0; i < n_dirs; i++) {
-      fprintf(out, "%s %s%s", i ? "," : "", dirs[i], tr_plat_is_dir(dirs[i]) ? "" : " (not a directory)");
+      fprintf(out, "%s %s%s", i ? "," : "", dirs[i],
+              tr_plat_is_dir(dirs[i]) ? "" : tr_plat_file_exists(dirs[i]) ? " (not a directory)" : " (does not exist)");
     }
     fprintf(out, "%s; set TILERUN_BACKEND_PATH or install a backend (see 'tilerun backends')\n",
             n_dirs == 0 ? " no folder (an empty search path)" : "");
@@ -498,7 +502,7 @@ static int list_targets(const cli_options *opts, const char *op_name, FILE *out,
     fprintf(err, "tilerun: no op '%s' in the manifest %s (see 'tilerun ops')\n", op_name, manifest_dir(opts));
     tr_manifest_destroy(&m);
     tr_runtime_destroy(&rt);
-    return 1;
+    return 2; /* an argument naming no op: bad usage, as run --ops says it */
   }
   const char *targets[64];
   size_t n = tr_registered_targets(rt, op_name, targets, 64);
@@ -551,8 +555,10 @@ static int number_option(FILE *err, const char *option, const char *text, int wh
   }
   char *end = NULL;
   errno = 0;
-  double v = strtod(text, &end);
-  if (end == text || *end != '\0' || isnan(v)) return usage_error(err, "%s needs a positive number, got '%s'", option, text);
+  /* decimal only: strtod would also take leading blanks and hex (0x10, 0x1p3) */
+  int decimal = text[0] != '\0' && !isspace((unsigned char)text[0]) && strpbrk(text, "xX") == NULL;
+  double v = decimal ? strtod(text, &end) : 0;
+  if (!decimal || end == text || *end != '\0' || isnan(v)) return usage_error(err, "%s needs a positive number, got '%s'", option, text);
   if (v < 0) return usage_error(err, "%s cannot be negative, got '%s'", option, text);
   if (v == 0) return usage_error(err, whole ? "%s must be at least 1, got '%s'" : "%s must be above 0, got '%s'", option, text);
   if (errno == ERANGE && v < 1) return usage_error(err, "%s is too small to tell from 0, got '%s'", option, text);
@@ -627,6 +633,7 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
       want_help = 1;
       break;
     } else if (strcmp(arg, "--version") == 0) {
+      if (argc > 2) return usage_error(err, "--version takes nothing else, got '%s'", argv[i == 1 ? 2 : 1]);
       fprintf(out, "tilerun %s\n", TR_VERSION);
       return 0;
     } else if (strcmp(arg, "--manifest") == 0) {
@@ -689,6 +696,11 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
     int help_cmd = !want_help || (command != NULL && strcmp(command, "help") == 0);
     const char *name = help_cmd ? (n_positional > 0 ? positional[0] : NULL) : command;
     const char *sub = help_cmd ? (n_positional > 1 ? positional[1] : NULL) : (n_positional > 0 ? positional[0] : NULL);
+    if (help_cmd && n_positional > 2) return usage_error(err, "help takes a command and a subcommand, got '%s' too", positional[2]);
+    char subs[128];
+    if (help_cmd && sub != NULL && command_named(name) != NULL && subcommands_of(name, subs, sizeof(subs))[0] == '\0') {
+      return usage_error(err, "'%s' has no subcommands; got '%s'", name, sub); /* `tilerun help run extra` */
+    }
     return command_help(name, sub, out, err);
   }
   if (command == NULL) return usage_error(err, "no command given");

@@ -147,6 +147,23 @@ TEST_CASE("run and manifest check on a folder that declares no op fail, saying s
                      " declares no op (its *.yaml files; see --manifest)\n");
 }
 
+TEST_CASE("--version and help take no more words than they use") {
+  Run r = run({"--version", "extra"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: --version takes nothing else, got 'extra'") == 0);
+  r = run({"help", "run", "extra"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: 'run' has no subcommands; got 'extra'") == 0);
+  r = run({"help", "manifest", "show", "extra"});
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: help takes a command and a subcommand, got 'extra' too") == 0);
+  r = run({"serve", "select", "--endpoint", "ipc:///tmp/x", "--device-facts", "cuda:0=90,132,232448",
+           "--device-facts", "cuda:0=80,108,166912"});
+  CHECK(r.rc == 2);
+  CHECK(r.err == "tilerun serve: --device-facts 'cuda:0=80,108,166912': cuda:0 is given twice (once, as "
+                 "'cuda:0=90,132,232448')\n");
+}
+
 TEST_CASE("help for a command that does not exist says so and lists the commands, exit 2") {
   const std::string commands = "(commands: run, ops, manifest, backends, targets, serve, bench, help)";
   for (const std::vector<std::string> &args : {std::vector<std::string>{"help", "bogus"},
@@ -338,7 +355,7 @@ TEST_CASE("manifest show prints the signature and the workload rows") {
   CHECK(r.out.find("x=bfloat16(2048, 4096) weight=bfloat16(4096,) normalized_shape=(4096,)") !=
         std::string::npos);
   r = run({"manifest", "show", "NopeFwdOp", "--manifest", "manifest/spec"});
-  CHECK(r.rc == 1);
+  CHECK(r.rc == 2);  // an argument naming no op is bad usage, as with run --ops
   CHECK(r.err == "tilerun: no op 'NopeFwdOp' in the manifest manifest/spec (see 'tilerun ops')\n");
   r = run({"manifest", "frob"});
   CHECK(r.rc == 2);
@@ -361,7 +378,7 @@ TEST_CASE("targets lists each registered target with the ops it serves, and load
   r = run({"targets", "SoftmaxFwdOp", "--manifest", "manifest/spec"});
   CHECK(r.out.find("targets serving SoftmaxFwdOp: 0\n") == 0);
   r = run({"targets", "NopeFwdOp", "--manifest", "manifest/spec"});
-  CHECK(r.rc == 1);
+  CHECK(r.rc == 2);
   CHECK(r.err == "tilerun: no op 'NopeFwdOp' in the manifest manifest/spec (see 'tilerun ops')\n");
   CHECK(r.out.find("no backend was found") == std::string::npos);
   // no descriptor anywhere on the path: the empty list says where it looked
@@ -372,7 +389,7 @@ TEST_CASE("targets lists each registered target with the ops it serves, and load
   CHECK(r.rc == 0);
   // (the path ends with the install's folder, whatever this machine has there)
   CHECK(r.out.find("registered targets: 0\nload failures: 0\nno backend was found: looked for backend descriptors, "
-                   "*.yaml, in " + empty + ", /nonexistent/backends (not a directory), ") == 0);
+                   "*.yaml, in " + empty + ", /nonexistent/backends (does not exist), ") == 0);
   CHECK(r.out.find("lib/tilerun/backends") != std::string::npos);
   CHECK(r.out.find("; set TILERUN_BACKEND_PATH or install a backend (see 'tilerun backends')\n") != std::string::npos);
   REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
@@ -580,6 +597,9 @@ TEST_CASE("numeric options: not a number, negative, zero, too large and missing 
       {{"bench", "pipeline", "--iters", "0"}, "tilerun: --iters must be at least 1, got '0'\n"},
       {{"bench", "pipeline", "--iters", "many"}, "tilerun: --iters needs a positive number, got 'many'\n"},
       {{"bench", "pipeline", "--iters", "2.5"}, "tilerun: --iters needs a whole number, got '2.5'\n"},
+      {{"bench", "pipeline", "--iters", "0x10"}, "tilerun: --iters needs a positive number, got '0x10'\n"},
+      {{"bench", "pipeline", "--iters", " 5"}, "tilerun: --iters needs a positive number, got ' 5'\n"},
+      {{"run", "--max-gb", "0x1p3"}, "tilerun: --max-gb needs a positive number, got '0x1p3'\n"},
       {{"bench", "pipeline", "--iters"}, "tilerun: --iters needs a value: a whole number from 1 to 10000000\n"},
       {{"run", "--max-gb", "zero"}, "tilerun: --max-gb needs a positive number, got 'zero'\n"},
       {{"run", "--max-gb", "nan"}, "tilerun: --max-gb needs a positive number, got 'nan'\n"},

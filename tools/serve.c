@@ -241,6 +241,14 @@ int tr_serve_main(const char *component, const char *endpoint, const char *manif
   memset(&stated, 0, sizeof(stated));
   for (; stated.n < n_device_facts; stated.n++) {
     tr_status *bad = parse_facts(device_facts[stated.n], &stated.devices[stated.n], &stated.facts[stated.n]);
+    for (size_t k = 0; bad == NULL && k < stated.n; k++) { /* one entry a device: a second would be ignored */
+      if (tr_device_equal(&stated.devices[k], &stated.devices[stated.n])) {
+        char dev[TR_DEVICE_FORMAT_MAX];
+        tr_device_format(&stated.devices[k], dev, sizeof(dev));
+        bad = TR_STATUS(TR_VALUE, "--device-facts '%s': %s is given twice (once, as '%s')", device_facts[stated.n], dev,
+                        device_facts[k]);
+      }
+    }
     if (bad != NULL) return usage_error(err, NULL, bad);
   }
   char resolved[TR_ENDPOINT_MAX];
