@@ -203,10 +203,14 @@ tr_status *tr_pipeline_new(const tr_pipeline_config *config, const tr_component_
     ch->ctx = contexts[i];
     if (c->implementation == TR_IMPL_PINNED) {
       status = tr_pins_load(c->option_path, &ch->pins);
+      if (status != NULL) { /* say which component's pins these were */
+        status = tr_status_append(status, " (the pins file of component '%s')", kNames[i]);
+      }
       ch->handler = tr_pinned_select_handle;
       ch->ctx = ch->pins;
     } else if (c->implementation == TR_IMPL_TRACE) { /* on the caller's side of any placement */
       status = tr_trace_new(c->option_path, kNames[i], channel_call, ch, &ch->trace);
+      if (status != NULL) status = tr_status_append(status, " (the trace file of component '%s')", kNames[i]);
     }
     if (status != NULL) break;
     tr_transport_options opts;

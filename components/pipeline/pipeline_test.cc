@@ -421,6 +421,17 @@ TEST_CASE("the pinned selector swaps in for select and refuses what its file doe
   CHECK(error_of(tr_pins_load(two.c_str(), &loaded)) ==
         "ManifestError: " + two + ":2:1: a pins file holds one YAML document; a second one starts here");
   CHECK(loaded == nullptr);
+  // a pins file that is not there: the error says whose it is
+  std::string missing = dir.write("m.yaml", "components:\n  select: {implementation: pinned, pins: /nonexistent.yaml}\n");
+  tr_pipeline_config config;
+  ok(tr_pipeline_config_load(missing.c_str(), &config));
+  tr_component_handler handlers[TR_COMPONENT_COUNT] = {nullptr};
+  void *contexts[TR_COMPONENT_COUNT] = {nullptr};
+  tr_pipeline *p = nullptr;
+  std::string e = error_of(tr_pipeline_new(&config, handlers, contexts, &p));
+  CHECK(e.find("/nonexistent.yaml") != std::string::npos);
+  CHECK(e.find("(the pins file of component 'select')") != std::string::npos);
+  CHECK(p == nullptr);
 }
 
 TEST_CASE("the shipped pipeline files load") {
