@@ -361,6 +361,22 @@ void tr_registry_set_load_check(tr_registry *reg, tr_load_check_fn check, void *
   reg->load_check_ctx = ctx;
 }
 
+/* 1 when the backend registering under `owner` registered anything at all. */
+static int registered_any(const tr_registry *reg, int owner) {
+#define HAS(array)                                                    \
+  for (size_t i = 0; i < (array).count; i++) {                        \
+    if ((array).items[i].owner == owner) return 1;                    \
+  }
+  HAS(reg->detectors)
+  HAS(reg->builders)
+  HAS(reg->facts)
+  HAS(reg->dltypes)
+  HAS(reg->allocs)
+  HAS(reg->ktypes)
+#undef HAS
+  return 0;
+}
+
 /* 1 when the backend registering under `owner` added a kernel type. */
 static int added_kernel_types(const tr_registry *reg, int owner) {
   for (size_t i = 0; i < reg->ktypes.count; i++) {
@@ -490,6 +506,11 @@ static tr_status *run_init(tr_registry *reg, const char *name, tr_backend_init_f
     copy = TR_STATUS(TR_BACKEND, "its init failed: %s: %s", tr_code_name(tr_status_code(failed)),
                      tr_status_message(failed));
     tr_status_destroy(&failed);
+  } else if (!registered_any(reg, reg->owner)) { /* loaded, but nothing of it would ever be seen */
+    char line[512];
+    snprintf(line, sizeof(line), "backend '%s' loaded but registered nothing (no detector, kernel builder, device "
+             "type, facts, allocator or kernel type); it serves nothing", name);
+    reg->warn(reg->warn_ctx, line);
   } else if (reg->load_check != NULL && added_kernel_types(reg, reg->owner)) {
     failed = reg->load_check(reg->load_check_ctx, reg);
     if (failed != NULL) {

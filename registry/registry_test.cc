@@ -56,6 +56,10 @@ static tr_status *init_cpu(const tr_backend_api *api) {
 static tr_status *init_second_cpu(const tr_backend_api *api) {
   return api->register_detector(api->host, "other_cpu", claim_cpu, nullptr);
 }
+static tr_status *init_nothing(const tr_backend_api *api) {
+  (void)api;
+  return nullptr;
+}
 static tr_status *init_quiet(const tr_backend_api *api) {
   return api->register_detector(api->host, "quiet", claim_none, nullptr);
 }
@@ -477,4 +481,15 @@ TEST_CASE("a builder's tr_kernel shorter than version 1 is a BackendError, and n
             " bytes of tr_kernel version 1 that tilerun reads; rebuild the backend against tilerun's headers");
   CHECK((k.call == nullptr && k.release == nullptr && k.self == nullptr));  // left empty: nothing to release
   CHECK(g_released == 0);
+}
+
+TEST_CASE("a backend that registers nothing loads, with a warning saying it serves nothing") {
+  Reg r;
+  CHECK(tr_registry_load_builtin(r.reg, "empty", init_nothing) == 1);
+  REQUIRE(r.warnings.size() == 1);
+  CHECK(r.warnings[0] == "backend 'empty' loaded but registered nothing (no detector, kernel builder, device type, "
+                         "facts, allocator or kernel type); it serves nothing");
+  CHECK(tr_registry_failure_count(r.reg) == 0);
+  CHECK(tr_registry_load_builtin(r.reg, "quiet", init_quiet) == 1);  // one that registers: no word
+  CHECK(r.warnings.size() == 1);
 }

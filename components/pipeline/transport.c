@@ -771,9 +771,14 @@ static tr_status *tr__server_open(const char *endpoint, tr_handler_fn handler, v
   /* Named before the bind: the ZAP handler may name the server as soon as it is bound. */
   if (status == NULL) snprintf(s->endpoint, sizeof s->endpoint, "%s", resolved);
   if (status == NULL && zmq_bind(s->router, resolved) != 0) {
+    int e = zmq_errno();
     s->endpoint[0] = '\0';
-    status = TR_STATUS(TR_TRANSPORT, "cannot bind component '%s' to %s: %s", s->cfg.component,
-                       resolved, zmq_strerror(zmq_errno()));
+    status = TR_STATUS(TR_TRANSPORT, "cannot bind component '%s' to %s: %s%s", s->cfg.component, resolved,
+                       zmq_strerror(e),
+                       e == ENODEV && tr__starts_with(resolved, "tcp://")
+                           ? " (a server binds an IP address or an interface's name, not a host name: "
+                             "tcp://127.0.0.1:PORT, or tcp://:PORT for loopback)"
+                           : "");
   }
   if (status == NULL && tr__starts_with(resolved, "ipc://") && resolved[6] != '@') {
     snprintf(s->ipc_path, sizeof s->ipc_path, "%s", resolved + 6);

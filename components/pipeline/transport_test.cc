@@ -982,6 +982,15 @@ TEST_CASE("an ipc bind refuses a path a live server holds, takes over a dead one
   CHECK(CallOk(client.c, "taken over") == "echo:taken over");
 }
 
+TEST_CASE("a tcp bind to a host name says a server binds an address", "[transport]") {
+  tr_server *s = nullptr;
+  std::string e = error_of(tr_server_start("tcp://localhost:0", Echo, nullptr, nullptr, &s));
+  CHECK(e.find("TransportError: cannot bind component '(unnamed)' to tcp://localhost:0: ") == 0);
+  CHECK(e.find("(a server binds an IP address or an interface's name, not a host name: tcp://127.0.0.1:PORT, or "
+               "tcp://:PORT for loopback)") != std::string::npos);
+  CHECK(s == nullptr);
+}
+
 TEST_CASE("an ipc bind never replaces a file or a folder that is not a socket", "[transport]") {
   TempDir dir("transport");
   const std::string file = std::string(dir.path) + "/data.sock", folder = std::string(dir.path) + "/folder.sock";
