@@ -70,6 +70,7 @@ static const char kUsage[] =
     "                   against the CPU backend on cuda (default 1, at most 1000000)\n"
     "  --max-gflop N    run: rows computing more than N GFLOP are skipped on cpu (default 20,\n"
     "                   at most 1000000000)\n"
+    "  --target T       run: every row on target T (its device as --device picks it)\n"
     "  --pipeline FILE  run, targets: the pipeline file placing the components\n"
     "  --iters N        bench: calls per measurement (default 2000, at most 10000000)\n"
     "  --endpoint E     serve: where to listen (tcp://:PORT binds loopback)\n"
@@ -77,7 +78,7 @@ static const char kUsage[] =
     "  --device-facts F serve select: a device's facts instead of reading them from it:\n"
     "                   DEVICE=ARCH,SMS,SHARED_BYTES, e.g. cuda:0=90,132,232448 (ARCH the compute\n"
     "                   capability, 90 for sm_90; SMS the multiprocessors; SHARED_BYTES the shared\n"
-    "                   memory per block); repeatable\n"
+    "                   memory per block); repeatable, one a device\n"
     "\n"
     "environment:\n"
     "  TILERUN_MANIFEST_DIR   the spec directory, when --manifest is not given\n"
@@ -125,7 +126,8 @@ static const option_doc kOptions[] = {
                       "most 1000000000)"},
     {"--iters N", "calls per measurement (default 2000; a whole number from 1 to 10000000)"},
     {"--target T", "run every row on target T ('tilerun targets' lists them; <builtin>: the in-tree\n"
-                   "kernels), as tr_set_default_target does (default: each op's detected target)"},
+                   "kernels), as tr_set_default_target does; rows stay on the device --device picks,\n"
+                   "which T must serve (default: each op's detected target); an unknown T exits 2"},
     {"--endpoint E", "where to listen: ipc://PATH, or tcp://:PORT (binds loopback); required"},
     {"--device-facts F", "select only: a device's facts instead of reading them from it, as\n"
                          "DEVICE=ARCH,SMS,SHARED_BYTES, e.g. cuda:0=90,132,232448 (ARCH the compute\n"
@@ -333,8 +335,8 @@ static int manifest_check(const cli_options *opts, int n_files, char **files, FI
     rows += tr_op_def_workload_count(tr_manifest_op_at(m, i));
   }
   if (found.count == 0 && tr_manifest_op_count(m) == 0) { /* an empty or wrong folder, not a clean one */
-    fprintf(out, "manifest check: 1 problem\n  %s declares no op (its *.yaml files; see --manifest)\n",
-            n_files > 0 ? "the files given" : manifest_dir(opts));
+    if (n_files > 0) fprintf(out, "manifest check: 1 problem\n  the files given declare no op\n");
+    else fprintf(out, "manifest check: 1 problem\n  %s declares no op (its *.yaml files; see --manifest)\n", manifest_dir(opts));
     tr_manifest_destroy(&m);
     return 1;
   }

@@ -311,8 +311,8 @@ TEST_CASE("run --target: every row on the named target; one not registered is th
   CHECK(r.out.find("1 rows ran, 0 failed, 0 skipped") != std::string::npos);
   r = run({"run", "--manifest", "manifest/spec", "--device", "cpu", "--smallest", "--ops", "AddFwdOp", "--target",
            "nosuch"});
-  CHECK(r.rc == 1);
-  CHECK(r.err.find("UnknownTargetError") != std::string::npos);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("tilerun: --target: UnknownTargetError") == 0);
   CHECK(r.err.find("nosuch") != std::string::npos);
   r = run({"run", "--target"});
   CHECK(r.rc == 2);

@@ -429,7 +429,18 @@ int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
     return 2;
   }
   if (status == NULL) status = tr_runtime_new(&o, &j.rt);
-  if (status == NULL && options->target != NULL) status = tr_set_default_target(j.rt, options->target);
+  if (status == NULL && options->target != NULL) {
+    status = tr_set_default_target(j.rt, options->target);
+    if (status != NULL) { /* --target names no target: a bad argument, as --ops naming no op */
+      char text[1024];
+      tr_status_format(status, text, sizeof(text));
+      fprintf(err, "tilerun: --target: %s\n", text);
+      tr_status_destroy(&status);
+      tr_runtime_destroy(&j.rt);
+      tr_manifest_destroy(&m);
+      return 2;
+    }
+  }
   int gpus = options->device == TR_MAINJOB_CPU ? 0 : tr_cu_device_count();
   if (status == NULL && options->device == TR_MAINJOB_CUDA && gpus == 0) {
     tr_status *why = tr_cu_load();

@@ -122,8 +122,9 @@ typedef struct tr_server tr_server;
  * TR_VALUE for a malformed endpoint or options (naming which), TR_TRANSPORT when the endpoint
  * cannot be bound (naming the endpoint and ZeroMQ's reason, e.g. "Address already in use") or
  * CurveZMQ is asked for but unavailable, TR_OUT_OF_MEMORY when memory or a thread is refused.
- * An ipc:// path where a live server answers is refused ("in use by a live server"); a socket
- * file left by a server that has gone is taken over. Stopping the server removes its ipc socket
+ * An ipc:// path where a live server answers is refused ("in use by a live server"), and one
+ * holding a file or folder that is not a socket (never replaced); a socket file left by a server
+ * that has gone is taken over. Stopping the server removes its ipc socket
  * file. Thread-safe. The caller frees a returned status. */
 tr_status *tr_server_start(const char *endpoint, tr_handler_fn handler, void *ctx,
                            const tr_transport_options *opts, tr_server **out) TR_MUST_USE;

@@ -52,7 +52,7 @@ typedef enum tr_code {
 /* An error: a code, the message a user reads, and where it was raised. Opaque; single owner. */
 typedef struct tr_status tr_status;
 
-/* The printed name of a code ("ShapeError"...); "UnknownCode" for a value outside the table.
+/* The printed name of a code ("SignatureError(shape)", "ValueError"...); "UnknownCode" for a value outside the table.
  * Cannot fail; the string is static. Thread-safe. */
 const char *tr_code_name(tr_code code);
 

@@ -71,7 +71,8 @@ tr_status *tr_op_new(tr_runtime *runtime, const char *op_name, const tr_named_va
 void tr_op_destroy(tr_op **op_p);
 
 /* Calls the op. `inputs` in the manifest's declaration order (NULL or left out for a trailing
- * absent optional input). Outputs are allocated by tilerun on the call's device and returned as
+ * absent optional input; a tensor with NULL data and elements is a ValueError, not absent; an
+ * input the op writes in place sharing memory with another is a ValueError). Outputs are allocated by tilerun on the call's device and returned as
  * DLManagedTensors the caller frees with their deleter; `outputs[i]` is NULL for an output that
  * does not exist for this call (`when`). A rejected call never reaches a builder; any failure
  * revokes the op's target and drops its memo. Thread-safe on one op instance. */
