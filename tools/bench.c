@@ -209,6 +209,11 @@ int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FI
       failures++;
     }
   }
+  /* the servers are gone: their folder goes before anything is printed (a reader that stops
+   * early, `| head`, ends this process on its next write) */
+  tr_status *rm = tr_plat_remove_tree(dir);
+  tr_status_destroy(&rm);
+  free(dir);
   fprintf(out, "pipeline benchmark: AddFwdOp, 1-element float32 on cpu (CPU backend), validate and settle "
           "placed as shown\n(build, select and launch inline); median of %ld calls each, microseconds; the round trip: a "
           "64-byte echo across the same boundary, one after each miss, side by side\n", iters);
@@ -243,8 +248,5 @@ int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FI
   fprintf(out, "(the miss includes the CPU backend's build and one launch; goal through thread or process: "
           "the inline miss plus one round trip per hop (2) plus 10 us; validate and settle are asked at once, so "
           "such a miss waits for the slower of the two round trips)\n");
-  tr_status *rm = tr_plat_remove_tree(dir);
-  tr_status_destroy(&rm);
-  free(dir);
   return failures ? 1 : 0;
 }

@@ -249,6 +249,7 @@ TEST_CASE("run: the ops, the backends, and each op's smallest row run on the cpu
     r = run({"run", "--manifest", "manifest/spec", "--device", "cuda"});
     CHECK(r.rc == 1);
     CHECK(r.err.find("tilerun: OpNotAvailableError: --device cuda: no cuda device here") == 0);
+    CHECK(r.err.find("(on this machine, --device cpu or auto runs every row on the CPU backend)\n") != std::string::npos);
   } else {  // on a GPU machine the same request runs the rows on cuda
     r = run({"run", "--manifest", "manifest/spec", "--device", "cuda", "--smallest"});
     CHECK(r.out.find("workloads on cuda:0") != std::string::npos);

@@ -444,8 +444,8 @@ int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
   int gpus = options->device == TR_MAINJOB_CPU ? 0 : tr_cu_device_count();
   if (status == NULL && options->device == TR_MAINJOB_CUDA && gpus == 0) {
     tr_status *why = tr_cu_load();
-    status = TR_STATUS(TR_OP_NOT_AVAILABLE, "--device cuda: no cuda device here%s%s", why ? ": " : "",
-                       why ? tr_status_message(why) : "");
+    status = TR_STATUS(TR_OP_NOT_AVAILABLE, "--device cuda: no cuda device here%s%s (on this machine, --device cpu "
+                       "or auto runs every row on the CPU backend)", why ? ": " : "", why ? tr_status_message(why) : "");
     tr_status_destroy(&why);
   }
   j.on_gpu = gpus > 0;
