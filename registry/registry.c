@@ -440,8 +440,16 @@ static void record_failure(tr_registry *reg, const char *name, const char *descr
   size_t sizes[3] = {strlen(name) + 1, strlen(descriptor) + 1, strlen(reason) + 1};
   char *storage = malloc(sizes[0] + sizes[1] + sizes[2]);
   char line[2048];
-  snprintf(line, sizeof(line), "backend '%s'%s%s%s not loaded: %s", name, descriptor[0] ? " (" : "",
-           descriptor, descriptor[0] ? ")" : "", reason);
+  /* a descriptor that failed before it named its backend goes by its path: said once, and not
+   * again where the reason starts with it (a parse error's "path:line:column: ...") */
+  if (strcmp(name, descriptor) == 0 && strncmp(reason, descriptor, strlen(descriptor)) == 0) {
+    snprintf(line, sizeof(line), "backend descriptor not loaded: %s", reason);
+  } else if (strcmp(name, descriptor) == 0) {
+    snprintf(line, sizeof(line), "backend descriptor %s not loaded: %s", descriptor, reason);
+  } else {
+    snprintf(line, sizeof(line), "backend '%s'%s%s%s not loaded: %s", name, descriptor[0] ? " (" : "", descriptor,
+             descriptor[0] ? ")" : "", reason);
+  }
   reg->warn(reg->warn_ctx, line);
   if (storage != NULL) {
     failure_entry e;

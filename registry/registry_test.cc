@@ -9,6 +9,7 @@
 #include "core/test_support.h"
 #include "platform/platform.h"
 #include "platform/test_support.h"
+#include "registry/discovery.h"
 #include "registry/registry.h"
 #include "selector/selector_testing.h"
 
@@ -492,4 +493,19 @@ TEST_CASE("a backend that registers nothing loads, with a warning saying it serv
   CHECK(tr_registry_failure_count(r.reg) == 0);
   CHECK(tr_registry_load_builtin(r.reg, "quiet", init_quiet) == 1);  // one that registers: no word
   CHECK(r.warnings.size() == 1);
+}
+
+TEST_CASE("a descriptor that fails before naming its backend is warned about by its path, once") {
+  tr_test::TempDir dir;
+  std::string bad = dir.write("bad.yaml", "name: bad\nlibrary: libbad.so\ncolor: red\n");
+  const char *dirs[] = {dir.path};
+  tr_discovery *found = nullptr;
+  tr_test::ok(tr_backend_discover(dirs, 1, &found));
+  REQUIRE(tr_discovery_failure_count(found) == 1);
+  Reg r;
+  tr_test::ok(tr_registry_load_all(r.reg, found));
+  REQUIRE(r.warnings.size() == 1);
+  CHECK(r.warnings[0].find("backend descriptor not loaded: " + bad + ":3:1: ") == 0);
+  CHECK(r.warnings[0].find(bad, bad.size()) == std::string::npos);  // the path once
+  tr_discovery_destroy(&found);
 }

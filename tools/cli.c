@@ -531,7 +531,9 @@ static int list_targets(const cli_options *opts, const char *op_name, FILE *out,
   fprintf(out, "load failures: %zu\n", failed);
   if (tr_registered_targets(rt, NULL, targets, 64) == 0 && failed == 0) no_backend_hint(out);
   for (size_t i = 0; i < failed; i++) {
-    fprintf(out, "  %-16s %s\n", tr_load_failure_backend(rt, i), tr_load_failure_reason(rt, i));
+    const char *backend = tr_load_failure_backend(rt, i), *reason = tr_load_failure_reason(rt, i);
+    if (strncmp(reason, backend, strlen(backend)) == 0) fprintf(out, "  %s\n", reason); /* a descriptor's own path */
+    else fprintf(out, "  %-16s %s\n", backend, reason);
   }
   tr_manifest_destroy(&m);
   tr_runtime_destroy(&rt);
