@@ -128,6 +128,16 @@ tr_status *tr_manifest_lint(const tr_manifest *manifest, tr_lint_report *out) {
       }
     }
     for (int row = 0; status == NULL && row < op->n_workloads; row++) status = lint_row(out, op, row);
+    for (int row = 1; status == NULL && row < op->n_workloads; row++) { /* a label names one row */
+      const workload_decl *w = &op->workloads[row];
+      for (int before = 0; status == NULL && before < row; before++) {
+        const workload_decl *first = &op->workloads[before];
+        if (strcmp(first->label, w->label) != 0) continue;
+        status = add(out, "%s:%d:%d: %s: workload '%s' is labelled as the row at line %d already is; a label names "
+                     "one row", op->path, w->line, w->column, op->name, w->label, first->line);
+        break;
+      }
+    }
   }
   if (status != NULL) tr_lint_report_clear(out);
   return status;

@@ -194,3 +194,14 @@ TEST_CASE("a workload row's problem is named once") {
   REQUIRE(got.size() == 2);  // and the roofline the op lacks
   CHECK(got[1] == "F:11:7: SameFwdOp: workload 'r1' gives no dtype for input 'a' (dtype: T)");
 }
+
+TEST_CASE("two workload rows of one op with one label") {
+  std::vector<std::string> got = lint(std::string(kOp) +
+                                      "  workloads:\n"                                                      // 11
+                                      "    - {label: r, shapes: {x: [2, 4]}, params: {n: 4}, dtype: float32}\n"
+                                      "    - {label: r, shapes: {x: [3, 4]}, params: {n: 4}, dtype: float32}\n"
+                                      "  roofline: {flops: \"numel(x)\", bytes: \"bytes(x) + bytes(y)\"}\n");
+  REQUIRE(got.size() == 1);
+  CHECK(got[0] == "F:13:7: ScaleFwdOp: workload 'r' is labelled as the row at line 12 already is; a label names one "
+                  "row");
+}
