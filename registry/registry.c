@@ -468,6 +468,7 @@ static void record_failure(tr_registry *reg, const char *name, const char *descr
 /* ---- the backend code in hand ---- */
 
 static char g_in_hand[2][768]; /* two records, so the one published is never rewritten */
+static uint64_t g_in_hand_since[2];   /* when each began (tr_plat_now_ns) */
 static _Atomic int g_in_hand_at = -1;  /* the record published, or -1 */
 
 /* Publishes what backend code runs from now until hand_back (`path` may be NULL). */
@@ -475,6 +476,7 @@ static void hand_to(const char *backend, const char *path, const char *what, con
   int at = atomic_load(&g_in_hand_at) == 0 ? 1 : 0;
   snprintf(g_in_hand[at], sizeof(g_in_hand[at]), "backend '%s'%s%s%s: %s%s%s", backend, path ? " (" : "",
            path ? path : "", path ? ")" : "", what, target ? " " : "", target ? target : "");
+  g_in_hand_since[at] = tr_plat_now_ns();
   atomic_store(&g_in_hand_at, at);
 }
 
@@ -482,6 +484,12 @@ static void hand_back(void) { atomic_store(&g_in_hand_at, -1); }
 
 const char *tr_registry_plugin_in_hand(void) {
   int at = atomic_load(&g_in_hand_at);
+  return at < 0 ? NULL : g_in_hand[at];
+}
+
+const char *tr_registry_plugin_in_hand_since(uint64_t *since_ns) {
+  int at = atomic_load(&g_in_hand_at);
+  *since_ns = at < 0 ? 0 : g_in_hand_since[at];
   return at < 0 ? NULL : g_in_hand[at];
 }
 

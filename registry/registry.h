@@ -61,6 +61,10 @@ tr_status *tr_registry_load_all(tr_registry *registry, const tr_discovery *found
  * process (with loads on several threads at once, it names one of them). */
 const char *tr_registry_plugin_in_hand(void);
 
+/* The same, with when that code began (tr_plat_now_ns; 0 with NULL): for a watchdog that says
+ * which backend's code has not returned for long. */
+const char *tr_registry_plugin_in_hand_since(uint64_t *since_ns);
+
 /* Loads one backend's shared object; returns 1 when it loaded, 0 when it was skipped (and
  * recorded). */
 int tr_registry_load_plugin(tr_registry *registry, const char *name, const char *library,

@@ -28,8 +28,14 @@ err=$(TR_ENDING_MODE=detect tools/tilerun run --ops AddFwdOp --smallest --device
 echo "$err" | grep -qF "tilerun: backend 'ending': the detector of target ending crashed the process (SIGSEGV)" ||
   fail "a crash in a detector said: $err"
 
+# an init that does not return for 12 s: named after 10 s, and the command goes on when it returns
+err=$(TR_ENDING_MODE=hang timeout 60 tools/tilerun targets 2>&1 >/dev/null); rc=$?
+[ "$rc" = 0 ] || fail "a slow init: status $rc ($err)"
+echo "$err" | grep -qF "tilerun: backend 'ending' ($lib): its init has not returned for 10 s" ||
+  fail "a slow init said: $err"
+
 # the same command with a backend that behaves: no last words, its own status
 err=$(TR_ENDING_MODE=none tools/tilerun targets 2>&1 >/dev/null); rc=$?
 [ "$rc" = 0 ] || fail "a plain targets: status $rc ($err)"
-echo "$err" | grep -q "ended the process\|crashed the process" && fail "last words where none were due: $err"
+echo "$err" | grep -q "ended the process\|crashed the process\|has not returned" && fail "last words where none were due: $err"
 echo "last_words_test: passed"
