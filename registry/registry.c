@@ -361,29 +361,28 @@ void tr_registry_set_load_check(tr_registry *reg, tr_load_check_fn check, void *
   reg->load_check_ctx = ctx;
 }
 
-/* 1 when the backend registering under `owner` registered anything at all. */
-static int registered_any(const tr_registry *reg, int owner) {
-#define HAS(array)                                                    \
-  for (size_t i = 0; i < (array).count; i++) {                        \
-    if ((array).items[i].owner == owner) return 1;                    \
+/* Returns 1 from the function using it when an entry of `array` belongs to `owner`. */
+#define RETURN_IF_OWNED(array, owner)                                \
+  for (size_t i_ = 0; i_ < (array).count; i_++) {                    \
+    if ((array).items[i_].owner == (owner)) return 1;                \
   }
-  HAS(reg->detectors)
-  HAS(reg->builders)
-  HAS(reg->facts)
-  HAS(reg->dltypes)
-  HAS(reg->allocs)
-  HAS(reg->ktypes)
-#undef HAS
-  return 0;
-}
 
 /* 1 when the backend registering under `owner` added a kernel type. */
 static int added_kernel_types(const tr_registry *reg, int owner) {
-  for (size_t i = 0; i < reg->ktypes.count; i++) {
-    if (reg->ktypes.items[i].owner == owner) return 1;
-  }
+  RETURN_IF_OWNED(reg->ktypes, owner)
   return 0;
 }
+
+/* 1 when the backend registering under `owner` registered anything at all. */
+static int registered_any(const tr_registry *reg, int owner) {
+  RETURN_IF_OWNED(reg->detectors, owner)
+  RETURN_IF_OWNED(reg->builders, owner)
+  RETURN_IF_OWNED(reg->facts, owner)
+  RETURN_IF_OWNED(reg->dltypes, owner)
+  RETURN_IF_OWNED(reg->allocs, owner)
+  return added_kernel_types(reg, owner);
+}
+#undef RETURN_IF_OWNED
 
 size_t tr_registry_kernel_types(const tr_registry *reg, const char *op, const tr_kernel_type **types,
                                 size_t max) {
@@ -493,9 +492,10 @@ const char *tr_registry_plugin_in_hand_since(uint64_t *since_ns) {
   return at < 0 ? NULL : g_in_hand[at];
 }
 
-/* Runs an init under a fresh owner id; rolls back and returns the failure (copied, so it stays
+/* Runs an init under a fresh owner id (published as the backend code in hand, with the plugin's
+ * `library`, or NULL for a builtin); rolls back and returns the failure (copied, so it stays
  * valid after the plugin is unloaded) when init fails. */
-static tr_status *run_init(tr_registry *reg, const char *name, tr_backend_init_fn init) {
+static tr_status *run_init(tr_registry *reg, const char *name, const char *library, tr_backend_init_fn init) {
   static _Atomic int next_owner = 1;
   reg->owner = next_owner++;
   reg->last_owner = reg->owner;
@@ -513,7 +513,7 @@ static tr_status *run_init(tr_registry *reg, const char *name, tr_backend_init_f
   api.register_allocator = api_register_allocator;
   api.register_kernel_type = api_register_kernel_type;
   api.find_interface = api_find_interface;
-  if (tr_registry_plugin_in_hand() == NULL) hand_to(name, NULL, "its init", NULL); /* a builtin's */
+  hand_to(name, library, "its init", NULL); /* library: NULL for a builtin */
   tr_status *failed = init(&api);
   hand_back();
   tr_status *copy = NULL;
@@ -542,7 +542,7 @@ static tr_status *run_init(tr_registry *reg, const char *name, tr_backend_init_f
 }
 
 int tr_registry_load_builtin(tr_registry *reg, const char *name, tr_backend_init_fn init) {
-  tr_status *failed = run_init(reg, name, init);
+  tr_status *failed = run_init(reg, name, NULL, init);
   if (failed == NULL) return 1;
   record_failure(reg, name, "", failed);
   return 0;
@@ -568,8 +568,7 @@ int tr_registry_load_plugin(tr_registry *reg, const char *name, const char *libr
     } else {
       tr_backend_init_fn fn;
       memcpy(&fn, &init, sizeof(fn));
-      hand_to(name, library, "its init", NULL);
-      why = run_init(reg, name, fn);
+      why = run_init(reg, name, library, fn);
     }
   }
   if (why == NULL && PUSH(reg->libs, lib)) return 1;

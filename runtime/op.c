@@ -554,6 +554,20 @@ static int reach_of(const DLTensor *t, int output, size_t index, reach *out) {
   return 1;
 }
 
+/* The reaches of the call's inputs, each counted once (at most TR_SIG_MAX_INPUTS: the call was
+ * validated, so no more than the op declares); returns how many were written. */
+static size_t input_reaches(const DLTensor *const *inputs, size_t n_inputs, reach *out) {
+  size_t n = 0;
+  for (size_t i = 0; i < n_inputs && i < TR_SIG_MAX_INPUTS; i++) n += (size_t)reach_of(inputs[i], 0, i, &out[n]);
+  return n;
+}
+
+/* 1 when two reaches share a byte on one device. */
+static int reaches_meet(const reach *a, const reach *b) {
+  return a->device.device_type == b->device.device_type && a->device.device_id == b->device.device_id &&
+         a->lo < b->hi && b->lo < a->hi;
+}
+
 /* A ValueError where output `r` (checked: contiguous, of the call's shape) shares memory with one
  * of `taken` (the call's inputs, and the outputs checked before it): a kernel reads its inputs
  * while it writes its outputs, so an output laid over an input (partly, or exactly) would be read
@@ -561,10 +575,7 @@ static int reach_of(const DLTensor *t, int output, size_t index, reach *out) {
 static tr_status *output_overlap(const tr_op *op, const reach *r, const reach *taken, size_t n_taken) {
   for (size_t i = 0; i < n_taken; i++) {
     const reach *t = &taken[i];
-    if (t->device.device_type != r->device.device_type || t->device.device_id != r->device.device_id ||
-        t->hi <= r->lo || r->hi <= t->lo) {
-      continue;
-    }
+    if (!reaches_meet(t, r)) continue;
     if (t->output) {
       return TR_STATUS(TR_VALUE, "%s: outputs '%s' and '%s' share memory; give each memory of its own",
                        tr_op_def_name(op->def), tr_op_def_output_name(op->def, t->index),
@@ -579,22 +590,15 @@ static tr_status *output_overlap(const tr_op *op, const reach *r, const reach *t
 
 /* A ValueError where an input the op writes in place (the manifest's `mutated`) shares memory
  * with another input: the kernel would read that one while it writes (BatchNorm's running_mean
- * laid over x). Read-only inputs may share memory. By byte ranges, as output_overlap. */
-static tr_status *mutated_overlap(const tr_op *op, const DLTensor *const *inputs, size_t n_inputs) {
-  size_t n = n_inputs < TR_SIG_MAX_INPUTS ? n_inputs : TR_SIG_MAX_INPUTS;
-  for (size_t m = 0; m < n; m++) {
-    reach written;
-    if (!tr_op_def_input_mutated(op->def, m) || !reach_of(inputs[m], 0, m, &written)) continue;
-    for (size_t i = 0; i < n; i++) {
-      reach other;
-      if (i == m || !reach_of(inputs[i], 0, i, &other)) continue;
-      if (other.device.device_type != written.device.device_type || other.device.device_id != written.device.device_id ||
-          other.hi <= written.lo || written.hi <= other.lo) {
-        continue;
-      }
+ * laid over x). Read-only inputs may share memory. `in`: the inputs' reaches (input_reaches). */
+static tr_status *mutated_overlap(const tr_op *op, const reach *in, size_t n_in) {
+  for (size_t m = 0; m < n_in; m++) {
+    if (!tr_op_def_input_mutated(op->def, in[m].index)) continue;
+    for (size_t i = 0; i < n_in; i++) {
+      if (i == m || !reaches_meet(&in[i], &in[m])) continue;
       return TR_STATUS(TR_VALUE, "%s: input '%s', which the op writes in place, shares memory with input '%s'; give "
-                       "it memory of its own", tr_op_def_name(op->def), tr_op_def_input_name(op->def, m),
-                       tr_op_def_input_name(op->def, i));
+                       "it memory of its own", tr_op_def_name(op->def), tr_op_def_input_name(op->def, in[m].index),
+                       tr_op_def_input_name(op->def, in[i].index));
     }
   }
   return NULL;
@@ -666,7 +670,10 @@ tr_status *tr_op_call(tr_op *op, const DLTensor *const *inputs, size_t n_inputs,
   kernel_entry *e = NULL;
   tr_status *status = entry_for(op, inputs, n_inputs, &e);
   if (status != NULL) return status;
-  if (op->has_mutated) status = mutated_overlap(op, inputs, n_inputs);
+  if (op->has_mutated) {
+    reach in[TR_SIG_MAX_INPUTS];
+    status = mutated_overlap(op, in, input_reaches(inputs, n_inputs, in));
+  }
   DLTensor *outs[TR_SIG_MAX_OUTPUTS] = {0};
   for (size_t o = 0; o < n_out && status == NULL; o++) {
     if (!e->output_present[o]) continue;
@@ -703,11 +710,8 @@ tr_status *tr_op_call_into(tr_op *op, const DLTensor *const *inputs, size_t n_in
   /* what the inputs reach, each counted once, then each output's as it is checked (the call was
    * validated: no more inputs than the op declares) */
   reach taken[TR_SIG_MAX_INPUTS + TR_SIG_MAX_OUTPUTS];
-  size_t n_taken = 0;
-  for (size_t i = 0; i < n_inputs && i < TR_SIG_MAX_INPUTS; i++) {
-    n_taken += (size_t)reach_of(inputs[i], 0, i, &taken[n_taken]);
-  }
-  if (op->has_mutated) status = mutated_overlap(op, inputs, n_inputs);
+  size_t n_taken = input_reaches(inputs, n_inputs, taken);
+  if (op->has_mutated) status = mutated_overlap(op, taken, n_taken);
   for (size_t o = 0; o < n_out && status == NULL; o++) {
     DLTensor *t = outputs[o];
     const tr_tensor_spec *want = &e->outputs[o];

@@ -421,6 +421,11 @@ static int manifest_show(const cli_options *opts, const char *name, FILE *out, F
   return 0;
 }
 
+/* What a search-path folder is, for the listings: "" (a folder), or why nothing is read there. */
+static const char *dir_state(const char *dir) {
+  return tr_plat_is_dir(dir) ? "" : tr_plat_file_exists(dir) ? " (not a directory)" : " (does not exist)";
+}
+
 /* The backend search path and the descriptors along it (the caller frees both). */
 static tr_status *discover_along_path(char ***dirs, size_t *n_dirs, tr_discovery **found) {
   *found = NULL;
@@ -439,9 +444,7 @@ static int list_backends(FILE *out, FILE *err) {
   if (status != NULL) return report(err, status);
   fprintf(out, "backend search path:\n");
   for (size_t i = 0; i < n_dirs; i++) {
-    fprintf(out, "  %s%s\n", dirs[i], tr_plat_is_dir(dirs[i])        ? ""
-                                       : tr_plat_file_exists(dirs[i]) ? "  (not a directory)"
-                                                                      : "  (does not exist)");
+    fprintf(out, "  %s%s%s\n", dirs[i], dir_state(dirs[i])[0] ? " " : "", dir_state(dirs[i]));
   }
   size_t n = tr_discovery_count(found);
   fprintf(out, "backends: %zu found\n", n);
@@ -475,8 +478,7 @@ static void no_backend_hint(FILE *out) {
   if (tr_discovery_count(found) == 0 && tr_discovery_failure_count(found) == 0) {
     fprintf(out, "no backend was found: looked for backend descriptors, *.yaml, in");
     for (size_t i = 0; i < n_dirs; i++) {
-      fprintf(out, "%s %s%s", i ? "," : "", dirs[i],
-              tr_plat_is_dir(dirs[i]) ? "" : tr_plat_file_exists(dirs[i]) ? " (not a directory)" : " (does not exist)");
+      fprintf(out, "%s %s%s", i ? "," : "", dirs[i], dir_state(dirs[i]));
     }
     fprintf(out, "%s; set TILERUN_BACKEND_PATH or install a backend (see 'tilerun backends')\n",
             n_dirs == 0 ? " no folder (an empty search path)" : "");
@@ -747,15 +749,6 @@ int tr_cli_main(int argc, char **argv, FILE *out, FILE *err) {
   if (strcmp(command, "backends") == 0) return list_backends(out, err);
   if (strcmp(command, "run") == 0) {
     if (tr_mainjob_check_ops(manifest_dir(&opts), opts.ops, err) != 0) return 2; /* before anything is printed */
-    tr_manifest *m = NULL;
-    if (load_manifest(&opts, err, &m) != 0) return 1;
-    size_t n_ops = tr_manifest_op_count(m);
-    tr_manifest_destroy(&m);
-    if (n_ops == 0) { /* nothing would run: an empty or wrong folder */
-      fprintf(err, "tilerun: the manifest folder %s declares no op (its *.yaml files; --manifest or "
-              "TILERUN_MANIFEST_DIR names another)\n", manifest_dir(&opts));
-      return 1;
-    }
     fprintf(out, "tilerun %s: the main job\n\n", TR_VERSION);
     int rc = list_ops(&opts, out, err);
     fprintf(out, "\n");

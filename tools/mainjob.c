@@ -428,6 +428,12 @@ int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err) {
     tr_manifest_destroy(&m);
     return 2;
   }
+  if (status == NULL && tr_manifest_op_count(m) == 0) { /* nothing would run: an empty or wrong folder */
+    fprintf(err, "tilerun: the manifest folder %s declares no op (its *.yaml files; --manifest or "
+            "TILERUN_MANIFEST_DIR names another)\n", options->manifest_dir);
+    tr_manifest_destroy(&m);
+    return 1;
+  }
   if (status == NULL) status = tr_runtime_new(&o, &j.rt);
   if (status == NULL && options->target != NULL) {
     status = tr_set_default_target(j.rt, options->target);

@@ -29,7 +29,8 @@ typedef struct tr_mainjob_options {
  * (a memo hit), achieved GB/s and GFLOP/s from the roofline (on cuda with the share of the
  * device's copy rate, measured first), and on cuda the error against the CPU backend's result on
  * the same inputs. A row that fails, or whose error is over its dtype's tolerance, is counted and
- * printed with its error; a skipped row says why. Returns 0 when no row failed, 1 otherwise, 2
+ * printed with its error; a skipped row says why. Returns 0 when no row failed, 1 otherwise (a
+ * manifest declaring no op included), 2
  * when `ops` names an op the manifest does not have or `target` a target no backend registered
  * (printed to `err`, nothing run). */
 int tr_mainjob_run(const tr_mainjob_options *options, FILE *out, FILE *err);

@@ -1389,24 +1389,24 @@ static void dltensor_capsule_destructor(PyObject *capsule) {
   PyErr_Restore(type, value, tb);
 }
 
+/* Makes the type of `spec`, adds it to the module as `name` and keeps it in *global (type checks
+ * compare against the last module made's). */
+static int add_type(PyObject *module, PyType_Spec *spec, const char *name, PyTypeObject **global) {
+  PyObject *type = PyType_FromSpec(spec);
+  if (type == NULL) return -1;
+  Py_XDECREF((PyObject *)*global);
+  Py_INCREF(type);
+  *global = (PyTypeObject *)type;
+  int rc = PyModule_AddObjectRef(module, name, type);
+  Py_DECREF(type);
+  return rc;
+}
+
 static int ext_exec(PyObject *module) {
   if (g_owner_type == NULL && (g_owner_type = (PyTypeObject *)PyType_FromSpec(&owner_spec)) == NULL) return -1;
-  PyObject *type = PyType_FromSpec(&op_spec);
-  if (type == NULL) return -1;
-  Py_XDECREF((PyObject *)g_op_type); /* the benchmarks check against the last module made's */
-  Py_INCREF(type);
-  g_op_type = (PyTypeObject *)type;
-  int rc = PyModule_AddObjectRef(module, "OpBase", type);
-  Py_DECREF(type);
-  if (rc != 0) return -1;
-  PyObject *ref_type = PyType_FromSpec(&runtime_ref_spec);
-  if (ref_type == NULL) return -1;
-  Py_XDECREF((PyObject *)g_runtime_ref_type); /* _bind checks against the last module made's */
-  Py_INCREF(ref_type);
-  g_runtime_ref_type = (PyTypeObject *)ref_type;
-  rc = PyModule_AddObjectRef(module, "RuntimeRef", ref_type);
-  Py_DECREF(ref_type);
-  if (rc != 0) return -1;
+  if (add_type(module, &op_spec, "OpBase", &g_op_type) != 0) return -1;            /* the benchmarks' check */
+  if (add_type(module, &runtime_ref_spec, "RuntimeRef", &g_runtime_ref_type) != 0) return -1; /* _bind's */
+  int rc;
   PyObject *destructor = PyLong_FromVoidPtr((void *)(uintptr_t)dltensor_capsule_destructor);
   if (destructor == NULL) return -1;
   rc = PyModule_AddObjectRef(module, "capsule_destructor", destructor);
