@@ -76,6 +76,9 @@ static tr_status *init_fails_late(const tr_backend_api *api) {
 static tr_status *init_same_target(const tr_backend_api *api) {
   return api->register_detector(api->host, "torch_cpu", claim_all, nullptr);
 }
+static tr_status *init_same_builder(const tr_backend_api *api) {
+  return api->register_kernel_builder(api->host, "RMSNormFwdOp", "torch_cpu", build_nothing, nullptr);
+}
 static tr_status *init_facts_cuda(const tr_backend_api *api) {
   return api->register_device_facts(api->host, "cuda", nullptr, nullptr);
 }
@@ -188,7 +191,7 @@ TEST_CASE("a plugin whose registration fails part-way leaves nothing behind") {
   CHECK(std::string(target) == "torch_cpu");  // the rolled-back detectors claim nothing
 }
 
-TEST_CASE("registration rules: one detector per target, no cuda facts, facts once per type") {
+TEST_CASE("registration rules: one detector per target, one builder per (op, target), no cuda facts, facts once per type") {
   Reg r;
   REQUIRE(tr_registry_load_builtin(r.reg, "cpu", init_cpu) == 1);
   CHECK(tr_registry_load_builtin(r.reg, "dup", init_same_target) == 0);
@@ -205,8 +208,12 @@ TEST_CASE("registration rules: one detector per target, no cuda facts, facts onc
   CHECK(std::string(tr_registry_failure_at(r.reg, 2)->reason) ==
         "its init failed: BackendError: backend 'facts2': device type 'acme' already has facts; "
         "facts belong to a device type and only one backend registers them");
+  CHECK(tr_registry_load_builtin(r.reg, "dupbuild", init_same_builder) == 0);
+  CHECK(std::string(tr_registry_failure_at(r.reg, 3)->reason) ==
+        "its init failed: BackendError: backend 'dupbuild': (RMSNormFwdOp, torch_cpu) already has a kernel "
+        "builder, registered by backend 'cpu' (loaded first); registering the same (op, target) twice is an error");
   tr_status *annotated = tr_registry_annotate(r.reg, TR_STATUS(TR_VALUE, "boom"));
-  CHECK(tr_test::error_of(annotated) == "ValueError: boom; 3 backends failed to load (see tr_load_failure_reason)");
+  CHECK(tr_test::error_of(annotated) == "ValueError: boom; 4 backends failed to load (see tr_load_failure_reason)");
 }
 
 TEST_CASE("device facts: registered reads, invalid facts, unregistered types") {
