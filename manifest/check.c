@@ -148,18 +148,18 @@ tr_status *tr_op_def_bind_params(const tr_op_def *op, const tr_named_value *give
 
 /* ---- expressions over a call ---- */
 
-static int eval_value(void *vctx, tr_expr_ref ref, double *out) {
+static int eval_value(void *vctx, tr_expr_ref ref, tr_expr_num *out) {
   tr__eval_ctx *ctx = vctx;
   switch (ref.kind) {
     case REF_DIM:
       if (ctx->check == NULL || !(ctx->check->dim_bound & (1u << ref.index))) return 0;
-      *out = (double)ctx->check->dim[ref.index];
+      *out = tr_expr_int(ctx->check->dim[ref.index]);
       return 1;
     case REF_PARAM: {
       const tr_value *v = &ctx->settled[ref.index];
-      if (v->kind == TR_VALUE_INT) *out = (double)v->as.i;
-      else if (v->kind == TR_VALUE_FLOAT) *out = v->as.f;
-      else if (v->kind == TR_VALUE_BOOL) *out = v->as.b ? 1 : 0;
+      if (v->kind == TR_VALUE_INT) *out = tr_expr_int(v->as.i);
+      else if (v->kind == TR_VALUE_FLOAT) *out = tr_expr_float(v->as.f);
+      else if (v->kind == TR_VALUE_BOOL) *out = tr_expr_int(v->as.b ? 1 : 0);
       else return 0;
       return 1;
     }
@@ -168,7 +168,7 @@ static int eval_value(void *vctx, tr_expr_ref ref, double *out) {
           !(ctx->check->var_bound & (1u << ctx->op->elem_var))) {
         return 0;
       }
-      *out = (double)tr_dtype_bytes(ctx->check->var_dtype[ctx->op->elem_var]);
+      *out = tr_expr_int((int64_t)tr_dtype_bytes(ctx->check->var_dtype[ctx->op->elem_var]));
       return 1;
     default: return 0;
   }
@@ -187,7 +187,20 @@ static const tr_tensor_spec *tensor_of(const tr__eval_ctx *ctx, tr_expr_ref ref,
   return NULL;
 }
 
-static int eval_call(void *vctx, tr_expr_fn fn, tr_expr_ref ref, double *out) {
+/* The product of `n` integers as Python computes it: exact, or the nearest float past int64. */
+static tr_expr_num product_of(const int64_t *items, size_t n) {
+  int64_t p = 1;
+  size_t i = 0;
+  for (; i < n; i++) {
+    if (__builtin_mul_overflow(p, items[i], &p)) break;
+  }
+  if (i == n) return tr_expr_int(p);
+  double f = 1;
+  for (i = 0; i < n; i++) f *= (double)items[i];
+  return tr_expr_float(f);
+}
+
+static int eval_call(void *vctx, tr_expr_fn fn, tr_expr_ref ref, tr_expr_num *out) {
   tr__eval_ctx *ctx = vctx;
   if (fn == TR_EXPR_FN_PROD || fn == TR_EXPR_FN_LEN) {
     const int64_t *items = NULL;
@@ -202,9 +215,7 @@ static int eval_call(void *vctx, tr_expr_fn fn, tr_expr_ref ref, double *out) {
       items = ctx->check->run[ref.index];
       n = (size_t)ctx->check->run_len[ref.index];
     }
-    double product = 1;
-    for (size_t i = 0; i < n; i++) product *= (double)items[i];
-    *out = fn == TR_EXPR_FN_LEN ? (double)n : product;
+    *out = fn == TR_EXPR_FN_LEN ? tr_expr_int((int64_t)n) : product_of(items, n);
     return 1;
   }
   int known = 0;
@@ -212,11 +223,19 @@ static int eval_call(void *vctx, tr_expr_fn fn, tr_expr_ref ref, double *out) {
   if (!known) return 0;
   if (fn == TR_EXPR_FN_RANK) {
     if (spec == NULL) return 0;
-    *out = spec->rank;
+    *out = tr_expr_int(spec->rank);
     return 1;
   }
-  double numel = spec ? (double)tr_tensor_spec_numel(spec) : 0;
-  *out = fn == TR_EXPR_FN_BYTES ? numel * (spec ? (double)tr_dtype_bytes(spec->dtype) : 0) : numel;
+  if (spec == NULL) {
+    *out = tr_expr_int(0);
+    return 1;
+  }
+  *out = product_of(spec->shape, (size_t)spec->rank);
+  if (fn == TR_EXPR_FN_BYTES) {
+    int64_t elem = (int64_t)tr_dtype_bytes(spec->dtype), bytes = 0;
+    *out = out->is_int && !__builtin_mul_overflow(out->i, elem, &bytes)
+               ? tr_expr_int(bytes) : tr_expr_float(tr_expr_num_double(*out) * (double)elem);
+  }
   return 1;
 }
 
@@ -235,17 +254,15 @@ static const char *kFnNames[] = {"prod", "len", "numel", "rank", "bytes", "min",
 
 static void add_value(void *vacc, int function, tr_expr_ref ref, const char *name) {
   values_acc *acc = vacc;
-  double v = 0;
+  tr_expr_num v = tr_expr_int(0);
   int ok = function < 0 ? eval_value(acc->ctx, ref, &v) : eval_call(acc->ctx, (tr_expr_fn)function, ref, &v);
   char label[160];
   if (function < 0) snprintf(label, sizeof(label), "%s", name);
   else snprintf(label, sizeof(label), "%s(%s)", kFnNames[function], name);
   const char *sep = acc->used ? ", " : "";
   if (!ok) tr__appendf(acc->buf, acc->size, &acc->used, "%s%s = None", sep, label);
-  /* a whole number as one (every int64 converts exactly: -2^63 <= v < 2^63), others in full */
-  else if (v == floor(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0)
-    tr__appendf(acc->buf, acc->size, &acc->used, "%s%s = %lld", sep, label, (long long)v);
-  else tr__appendf(acc->buf, acc->size, &acc->used, "%s%s = %.17g", sep, label, v);
+  else if (v.is_int) tr__appendf(acc->buf, acc->size, &acc->used, "%s%s = %lld", sep, label, (long long)v.i);
+  else tr__appendf(acc->buf, acc->size, &acc->used, "%s%s = %.17g", sep, label, v.f);
 }
 
 void tr__expr_values(const tr_expr *expr, tr__eval_ctx *ctx, char *buf, size_t size) {
@@ -256,9 +273,9 @@ void tr__expr_values(const tr_expr *expr, tr__eval_ctx *ctx, char *buf, size_t s
 
 tr_status *tr__check_constraint(const tr_op_def *op, const constraint_decl *c, tr__eval_ctx *ctx) {
   tr_expr_env env = tr__eval_env(ctx);
-  double holds = 0;
+  tr_expr_num holds = tr_expr_int(0);
   tr_status *failed = tr_expr_eval(c->expr, &env, &holds);
-  if (failed == NULL && holds != 0) return NULL;
+  if (failed == NULL && (holds.is_int ? holds.i != 0 : holds.f != 0)) return NULL;
   char values[512];
   tr__expr_values(c->expr, ctx, values, sizeof(values));
   tr_status *status = TR_STATUS(c->params_only ? TR_SIGNATURE_PARAM : TR_SIGNATURE_SHAPE,
@@ -623,8 +640,15 @@ tr_status *tr_op_def_roofline(const tr_op_def *op, const tr_value *settled,
   *bytes = 0;
   tr__eval_ctx ctx = {op, settled, check};
   tr_expr_env env = tr__eval_env(&ctx);
-  if (op->flops != NULL) TR_RETURN_IF_ERROR(tr_expr_eval(op->flops, &env, flops));
-  if (op->bytes != NULL) TR_RETURN_IF_ERROR(tr_expr_eval(op->bytes, &env, bytes));
+  tr_expr_num v = tr_expr_int(0);
+  if (op->flops != NULL) {
+    TR_RETURN_IF_ERROR(tr_expr_eval(op->flops, &env, &v));
+    *flops = tr_expr_num_double(v);
+  }
+  if (op->bytes != NULL) {
+    TR_RETURN_IF_ERROR(tr_expr_eval(op->bytes, &env, &v));
+    *bytes = tr_expr_num_double(v);
+  }
   return NULL;
 }
 
@@ -635,9 +659,14 @@ tr_status *tr_op_def_input_fill(const tr_op_def *op, size_t i, const tr_value *s
   if (i >= (size_t)op->n_inputs || op->inputs[i].fill == NULL) return NULL;
   tr__eval_ctx ctx = {op, settled, check};
   tr_expr_env env = tr__eval_env(&ctx);
-  double v = 0;
+  tr_expr_num v = tr_expr_int(0);
   TR_RETURN_IF_ERROR(tr_expr_eval(op->inputs[i].fill, &env, &v));
+  if (!v.is_int && isnan(v.f)) {
+    return TR_STATUS(TR_VALUE, "%s: input '%s': its fill '%s' is not a number", op->name, op->inputs[i].name,
+                     tr_expr_text(op->inputs[i].fill));
+  }
   *has = 1;
-  *max = (int64_t)v;
+  *max = v.is_int ? v.i : v.f >= 9223372036854775807.0 ? INT64_MAX : v.f <= -9223372036854775808.0 ? INT64_MIN
+                                                                                                     : (int64_t)v.f;
   return NULL;
 }

@@ -197,6 +197,13 @@ TEST_CASE("constraints over params hold when an op is made, over dims at each ca
   CHECK(sm.check({&s3}) == "");
   CHECK(sm.check({&s2}) == "SignatureError(shape): SoftmaxFwdOp: constraint 'dim >= -rank(x) and "
                            "dim < rank(x)' does not hold: dim = 2, rank(x) = 2");
+  // integers are compared exactly, as Python compares them: 2^53 + 1 is 3 times 3002399751580331 (as a
+  // double it would be 2^53, which 3 does not divide)
+  Bound exact(gqa, Params().i("heads", 9007199254740993).i("heads_kv", 3).i("dim", 128));
+  CHECK(exact.settled[0].as.i == 9007199254740993);
+  CHECK(tr_test::bind_error(gqa, Params().i("heads", 9007199254740992).i("heads_kv", 3).i("dim", 128)) ==
+        "SignatureError(param): GQADecodeFwdOp: constraint 'heads % heads_kv == 0' does not hold: "
+        "heads = 9007199254740992, heads_kv = 3");
   // an int64 extreme is printed as the int it is, not rounded to six digits
   Bound low(op("SoftmaxFwdOp"), Params().i("dim", INT64_MIN));
   CHECK(low.check({&s2}) == "SignatureError(shape): SoftmaxFwdOp: constraint 'dim >= -rank(x) and "

@@ -2,6 +2,7 @@
 #include "manifest/expr.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,7 @@ typedef struct node {
   uint8_t op;
   uint8_t fn;      /* N_CALL */
   int32_t a, b;    /* children, -1 when absent */
-  double num;      /* N_NUM */
+  tr_expr_num num; /* N_NUM */
   tr_expr_ref ref; /* N_NAME, and N_CALL on a name */
   uint16_t name_at, name_len; /* where the name stands in the text */
 } node;
@@ -132,7 +133,17 @@ static int32_t parse_atom(parser *p) {
   }
   if (isdigit((unsigned char)c) || (c == '.' && isdigit((unsigned char)p->text[at + 1]))) {
     char *end = NULL;
-    double value = strtod(p->text + at, &end);
+    tr_expr_num value = tr_expr_float(strtod(p->text + at, &end));
+    const char *digits = p->text + at;
+    int base = (digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) ? 16 : 10;
+    const char *q = digits + (base == 16 ? 2 : 0);
+    while (q < end && (base == 16 ? isxdigit((unsigned char)*q) : isdigit((unsigned char)*q))) q++;
+    if (q == end) { /* an integer literal: exact where int64 holds it */
+      char *iend = NULL;
+      errno = 0;
+      long long i = strtoll(digits, &iend, base);
+      if (errno == 0 && iend == end) value = tr_expr_int((int64_t)i);
+    }
     p->pos = (size_t)(end - p->text);
     int32_t n = add_node(p, N_NUM, -1, -1);
     if (n >= 0) p->nodes[n].num = value;
@@ -330,17 +341,113 @@ tr_status *tr_expr_compile(const char *text, tr_expr_resolve_fn resolve, void *c
   return NULL;
 }
 
-/* Evaluation: recursive over the node array; depth is bounded by the text length. */
-static tr_status *eval_node(const tr_expr *expr, int32_t i, const tr_expr_env *env, double *out);
+/* Evaluation: recursive over the node array; depth is bounded by the text length. Python's
+ * arithmetic on integers and floats (tr_expr_num). */
+static tr_status *eval_node(const tr_expr *expr, int32_t i, const tr_expr_env *env, tr_expr_num *out);
 
 static tr_status *unavailable(const tr_expr *expr, const node *n) {
   return TR_STATUS(TR_VALUE, "expression '%s': no value for '%.*s'", expr->text, (int)n->name_len,
                    expr->text + n->name_at);
 }
 
-static tr_status *eval_node(const tr_expr *expr, int32_t i, const tr_expr_env *env, double *out) {
+static int truthy(tr_expr_num v) { return v.is_int ? v.i != 0 : v.f != 0; }
+
+/* -1, 0 or 1 as an integer compares with a float, exactly (Python compares them so); 2 when f is
+ * NaN (unordered). */
+static int compare_int_float(int64_t i, double f) {
+  if (isnan(f)) return 2;
+  if (f >= 9223372036854775808.0) return -1; /* 2^63: above every int64 */
+  if (f < -9223372036854775808.0) return 1;
+  double whole = floor(f);
+  int64_t w = (int64_t)whole; /* in range: -2^63 <= whole < 2^63 */
+  if (i != w) return i < w ? -1 : 1;
+  return whole == f ? 0 : -1; /* i == floor(f) < f when f has a fraction */
+}
+
+/* -1, 0, 1, or 2 when unordered (a NaN) */
+static int compare(tr_expr_num a, tr_expr_num b) {
+  if (a.is_int && b.is_int) return a.i < b.i ? -1 : a.i > b.i;
+  if (a.is_int) return compare_int_float(a.i, b.f);
+  if (b.is_int) {
+    int c = compare_int_float(b.i, a.f);
+    return c == 2 ? 2 : -c;
+  }
+  if (isnan(a.f) || isnan(b.f)) return 2;
+  return a.f < b.f ? -1 : a.f > b.f;
+}
+
+/* Python's floor division and modulo of integers (b != 0); 0 when the quotient overflows. */
+static int int_floordiv(int64_t a, int64_t b, int64_t *q, int64_t *r) {
+  if (a == INT64_MIN && b == -1) return 0;
+  int64_t qq = a / b, rr = a % b;
+  if (rr != 0 && ((rr < 0) != (b < 0))) {
+    qq -= 1;
+    rr += b;
+  }
+  *q = qq;
+  *r = rr;
+  return 1;
+}
+
+/* a ** b for integers, b >= 0; 0 on overflow. */
+static int int_pow(int64_t a, int64_t b, int64_t *out) {
+  int64_t result = 1, base = a;
+  while (b > 0) {
+    if ((b & 1) && __builtin_mul_overflow(result, base, &result)) return 0;
+    b >>= 1;
+    if (b > 0 && __builtin_mul_overflow(base, base, &base)) return 0;
+  }
+  *out = result;
+  return 1;
+}
+
+static tr_status *arith(const tr_expr *expr, node_op op, tr_expr_num a, tr_expr_num b, tr_expr_num *out) {
+  const int ints = a.is_int && b.is_int;
+  const double x = tr_expr_num_double(a), y = tr_expr_num_double(b);
+  int64_t r = 0, rem = 0;
+  switch (op) {
+    case N_ADD: *out = ints && !__builtin_add_overflow(a.i, b.i, &r) ? tr_expr_int(r) : tr_expr_float(x + y); return NULL;
+    case N_SUB: *out = ints && !__builtin_sub_overflow(a.i, b.i, &r) ? tr_expr_int(r) : tr_expr_float(x - y); return NULL;
+    case N_MUL: *out = ints && !__builtin_mul_overflow(a.i, b.i, &r) ? tr_expr_int(r) : tr_expr_float(x * y); return NULL;
+    case N_POW:
+      if (x == 0 && y < 0) {
+        return TR_STATUS(TR_VALUE, "expression '%s': zero to a negative power", expr->text);
+      }
+      *out = ints && b.i >= 0 && int_pow(a.i, b.i, &r) ? tr_expr_int(r) : tr_expr_float(pow(x, y));
+      return NULL;
+    case N_DIV:
+    case N_FLOORDIV:
+    case N_MOD:
+      if (y == 0) return TR_STATUS(TR_VALUE, "expression '%s': division by zero", expr->text);
+      if (op == N_DIV) {
+        *out = tr_expr_float(x / y);
+      } else if (ints && int_floordiv(a.i, b.i, &r, &rem)) {
+        *out = tr_expr_int(op == N_FLOORDIV ? r : rem);
+      } else {
+        double q = floor(x / y);
+        *out = tr_expr_float(op == N_FLOORDIV ? q : x - y * q); /* the modulo takes the divisor's sign */
+      }
+      return NULL;
+    default: break;
+  }
+  int c = compare(a, b);
+  int holds;
+  switch (op) {
+    case N_EQ: holds = c == 0; break;
+    case N_NE: holds = c != 0; break;
+    case N_LT: holds = c == -1; break;
+    case N_LE: holds = c == -1 || c == 0; break;
+    case N_GT: holds = c == 1; break;
+    case N_GE: holds = c == 1 || c == 0; break;
+    default: return TR_STATUS(TR_INTERNAL, "expression '%s': bad node %d", expr->text, op);
+  }
+  *out = tr_expr_int(holds);
+  return NULL;
+}
+
+static tr_status *eval_node(const tr_expr *expr, int32_t i, const tr_expr_env *env, tr_expr_num *out) {
   const node *n = &expr->nodes[i];
-  double a = 0, b = 0;
+  tr_expr_num a = tr_expr_int(0), b = tr_expr_int(0);
   switch ((node_op)n->op) {
     case N_NUM: *out = n->num; return NULL;
     case N_NAME:
@@ -349,53 +456,40 @@ static tr_status *eval_node(const tr_expr *expr, int32_t i, const tr_expr_env *e
       if (n->fn == TR_EXPR_FN_MIN || n->fn == TR_EXPR_FN_MAX) {
         TR_RETURN_IF_ERROR(eval_node(expr, n->a, env, &a));
         TR_RETURN_IF_ERROR(eval_node(expr, n->b, env, &b));
-        *out = (n->fn == TR_EXPR_FN_MIN) == (a < b) ? a : b;
+        /* Python's min and max keep the first of equals and of unordered pairs */
+        int c = compare(b, a);
+        *out = (n->fn == TR_EXPR_FN_MIN ? c == -1 : c == 1) ? b : a;
         return NULL;
       }
       return env->call(env->ctx, (tr_expr_fn)n->fn, n->ref, out) ? NULL : unavailable(expr, n);
     case N_AND:
       TR_RETURN_IF_ERROR(eval_node(expr, n->a, env, &a));
-      if (a == 0) { *out = 0; return NULL; }
+      if (!truthy(a)) { *out = tr_expr_int(0); return NULL; }
       TR_RETURN_IF_ERROR(eval_node(expr, n->b, env, &b));
-      *out = b != 0;
+      *out = tr_expr_int(truthy(b));
       return NULL;
     case N_OR:
       TR_RETURN_IF_ERROR(eval_node(expr, n->a, env, &a));
-      if (a != 0) { *out = 1; return NULL; }
+      if (truthy(a)) { *out = tr_expr_int(1); return NULL; }
       TR_RETURN_IF_ERROR(eval_node(expr, n->b, env, &b));
-      *out = b != 0;
+      *out = tr_expr_int(truthy(b));
       return NULL;
     default: break;
   }
   TR_RETURN_IF_ERROR(eval_node(expr, n->a, env, &a));
-  if (n->b >= 0) TR_RETURN_IF_ERROR(eval_node(expr, n->b, env, &b));
-  switch ((node_op)n->op) {
-    case N_NEG: *out = -a; break;
-    case N_NOT: *out = a == 0; break;
-    case N_ADD: *out = a + b; break;
-    case N_SUB: *out = a - b; break;
-    case N_MUL: *out = a * b; break;
-    case N_POW: *out = pow(a, b); break;
-    case N_DIV:
-    case N_FLOORDIV:
-    case N_MOD:
-      if (b == 0) return TR_STATUS(TR_VALUE, "expression '%s': division by zero", expr->text);
-      if (n->op == N_DIV) *out = a / b;
-      else if (n->op == N_FLOORDIV) *out = floor(a / b);
-      else *out = a - b * floor(a / b); /* Python's modulo takes the divisor's sign */
-      break;
-    case N_EQ: *out = a == b; break;
-    case N_NE: *out = a != b; break;
-    case N_LT: *out = a < b; break;
-    case N_LE: *out = a <= b; break;
-    case N_GT: *out = a > b; break;
-    case N_GE: *out = a >= b; break;
-    default: return TR_STATUS(TR_INTERNAL, "expression '%s': bad node %d", expr->text, n->op);
+  if (n->op == N_NEG) {
+    *out = a.is_int && a.i != INT64_MIN ? tr_expr_int(-a.i) : tr_expr_float(-tr_expr_num_double(a));
+    return NULL;
   }
-  return NULL;
+  if (n->op == N_NOT) {
+    *out = tr_expr_int(!truthy(a));
+    return NULL;
+  }
+  TR_RETURN_IF_ERROR(eval_node(expr, n->b, env, &b));
+  return arith(expr, (node_op)n->op, a, b, out);
 }
 
-tr_status *tr_expr_eval(const tr_expr *expr, const tr_expr_env *env, double *out) {
+tr_status *tr_expr_eval(const tr_expr *expr, const tr_expr_env *env, tr_expr_num *out) {
   return eval_node(expr, expr->root, env, out);
 }
 

@@ -38,12 +38,32 @@ typedef struct tr_expr_ref {
 typedef int (*tr_expr_resolve_fn)(void *ctx, const char *name, size_t len, int as_run,
                                   int as_tensor, tr_expr_ref *out);
 
+/* A value, as Python has two kinds of number: an integer (exact) or a float. Integer arithmetic
+ * stays exact; a result past int64 becomes the nearest float (where Python's integers would grow),
+ * and `/` gives a float, as in Python. */
+typedef struct tr_expr_num {
+  int is_int;
+  int64_t i; /* is_int */
+  double f;  /* otherwise */
+} tr_expr_num;
+
+static inline tr_expr_num tr_expr_int(int64_t i) {
+  tr_expr_num n = {1, i, 0};
+  return n;
+}
+static inline tr_expr_num tr_expr_float(double f) {
+  tr_expr_num n = {0, 0, f};
+  return n;
+}
+/* The value as a double (exact for integers up to 2^53). */
+static inline double tr_expr_num_double(tr_expr_num n) { return n.is_int ? (double)n.i : n.f; }
+
 /* Supplies values while evaluating: a plain name's value, or a function of a name's ref. Return
  * 1 on success, 0 when the value is unavailable (then evaluation fails naming the name). */
 typedef struct tr_expr_env {
   void *ctx;
-  int (*value)(void *ctx, tr_expr_ref ref, double *out);
-  int (*call)(void *ctx, tr_expr_fn fn, tr_expr_ref ref, double *out);
+  int (*value)(void *ctx, tr_expr_ref ref, tr_expr_num *out);
+  int (*call)(void *ctx, tr_expr_fn fn, tr_expr_ref ref, tr_expr_num *out);
 } tr_expr_env;
 
 /* A compiled expression. Single owner; evaluating it from several threads at once is safe. */
@@ -55,10 +75,11 @@ typedef struct tr_expr tr_expr;
 tr_status *tr_expr_compile(const char *text, tr_expr_resolve_fn resolve, void *ctx,
                            tr_expr **out) TR_MUST_USE;
 
-/* Evaluates. Comparisons and and/or/not give 1 or 0. Division or modulo by zero, or a value the
- * env cannot give, is a ValueError naming the expression and the cause. Allocates only on
- * failure. */
-tr_status *tr_expr_eval(const tr_expr *expr, const tr_expr_env *env, double *out) TR_MUST_USE;
+/* Evaluates with Python's arithmetic on its two kinds of number (tr_expr_num). Comparisons and
+ * and/or/not give the integer 1 or 0; an integer and a float compare exactly, as in Python.
+ * Division or modulo by zero, zero to a negative power, or a value the env cannot give, is a
+ * ValueError naming the expression and the cause. Allocates only on failure. */
+tr_status *tr_expr_eval(const tr_expr *expr, const tr_expr_env *env, tr_expr_num *out) TR_MUST_USE;
 
 /* The text the expression was compiled from. */
 const char *tr_expr_text(const tr_expr *expr);

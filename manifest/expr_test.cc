@@ -18,25 +18,41 @@ static int resolve(void *, const char *name, size_t len, int as_run, int as_tens
   return 1;
 }
 
-static int value(void *, tr_expr_ref ref, double *out) {
+// y is 2^53 + 1 (no double holds it), x is a float (0.5); the other letters their index + 1.
+static const int64_t kBig = (int64_t{1} << 53) + 1;
+
+static int value(void *, tr_expr_ref ref, tr_expr_num *out) {
   if (ref.index == 'z' - 'a') return 0;  // z has no value
-  *out = ref.index + 1;
+  if (ref.index == 'y' - 'a') *out = tr_expr_int(kBig);
+  else if (ref.index == 'x' - 'a') *out = tr_expr_float(0.5);
+  else *out = tr_expr_int(ref.index + 1);
   return 1;
 }
 
-static int call(void *, tr_expr_fn fn, tr_expr_ref ref, double *out) {
-  *out = fn == TR_EXPR_FN_PROD ? 24 : fn == TR_EXPR_FN_LEN ? 3 : fn == TR_EXPR_FN_RANK ? 2 : 100;
+static int call(void *, tr_expr_fn fn, tr_expr_ref, tr_expr_num *out) {
+  *out = tr_expr_int(fn == TR_EXPR_FN_PROD ? 24 : fn == TR_EXPR_FN_LEN ? 3 : fn == TR_EXPR_FN_RANK ? 2 : 100);
   return 1;
 }
 
-static double eval(const char *text) {
+static tr_expr_num eval_num(const char *text) {
   tr_expr *e = nullptr;
   tr_test::ok(tr_expr_compile(text, resolve, nullptr, &e));
   tr_expr_env env = {nullptr, value, call};
-  double v = 0;
+  tr_expr_num v = tr_expr_int(0);
   tr_test::ok(tr_expr_eval(e, &env, &v));
   tr_expr_destroy(&e);
   return v;
+}
+
+static double eval(const char *text) { return tr_expr_num_double(eval_num(text)); }
+
+// The value as Python's repr would show it: an integer's digits, a float's with a point.
+static std::string show(const char *text) {
+  tr_expr_num v = eval_num(text);
+  char buf[64];
+  if (v.is_int) snprintf(buf, sizeof(buf), "%lld", (long long)v.i);
+  else snprintf(buf, sizeof(buf), "%.17g.", v.f);
+  return buf;
 }
 
 static std::string compile_error(const char *text) {
@@ -57,6 +73,31 @@ TEST_CASE("arithmetic follows Python's precedence and semantics") {
   CHECK(eval("7 / 2") == 3.5);
   CHECK(eval("1e-5 * 100000") == Approx(1.0));
   CHECK(eval("a + b * c") == 1 + 2 * 3);
+}
+
+TEST_CASE("integers stay exact as in Python; '/' and overflow past int64 give floats") {
+  CHECK(show("y - 9007199254740992") == "1");  // 2^53 + 1: a double would say 0
+  CHECK(eval("y != 9007199254740992") == 1);
+  CHECK(eval("y > 9007199254740992.0") == 1);  // an integer and a float compare exactly
+  CHECK(eval("y == 9007199254740992.0") == 0);
+  CHECK(eval("9007199254740992 == 9007199254740992.0") == 1);
+  CHECK(eval("3 < 3.5 and 4 > 3.5 and 3 == 3.0") == 1);
+  CHECK(show("2 ** 62 + 2 ** 62 - 1 + 2 ** 62") == "1.3835058055282164e+19.");  // past int64: a float
+  CHECK(show("2 ** 63") == "9.2233720368547758e+18.");
+  CHECK(show("-2 ** 63") == "-9.2233720368547758e+18.");
+  CHECK(show("9223372036854775807") == "9223372036854775807");  // int64's largest, exact
+  CHECK(show("9223372036854775807 // 10 * 10 + 7") == "9223372036854775807");
+  CHECK(show("6 / 3") == "2.");      // true division: a float, as in Python
+  CHECK(show("7 // 2") == "3");
+  CHECK(show("7.0 // 2") == "3.");
+  CHECK(show("2 ** -1") == "0.5.");
+  CHECK(show("-7 % -3") == "-1");
+  CHECK(show("7 % -3") == "-2");
+  CHECK(show("0x10 + 1") == "17");
+  CHECK(show("min(2, 2.0)") == "2");     // the first of equals, as Python's min
+  CHECK(show("max(2.0, 2)") == "2.");
+  CHECK(show("max(a, x)") == "1");
+  CHECK(show("1e3") == "1000.");
 }
 
 TEST_CASE("comparisons, chains and boolean logic give 1 or 0") {
@@ -84,13 +125,20 @@ TEST_CASE("and/or short-circuit: the right side is not evaluated when the left d
 TEST_CASE("evaluation errors name the expression and the cause") {
   tr_expr *e = nullptr;
   tr_expr_env env = {nullptr, value, call};
-  double v = 0;
+  tr_expr_num v = tr_expr_int(0);
   tr_test::ok(tr_expr_compile("a / (b - 2)", resolve, nullptr, &e));
   CHECK(tr_test::error_of(tr_expr_eval(e, &env, &v)) ==
         "ValueError: expression 'a / (b - 2)': division by zero");
   tr_expr_destroy(&e);
   tr_test::ok(tr_expr_compile("a + z", resolve, nullptr, &e));
   CHECK(tr_test::error_of(tr_expr_eval(e, &env, &v)) == "ValueError: expression 'a + z': no value for 'z'");
+  tr_expr_destroy(&e);
+  tr_test::ok(tr_expr_compile("(a - 1) ** -1", resolve, nullptr, &e));
+  CHECK(tr_test::error_of(tr_expr_eval(e, &env, &v)) ==
+        "ValueError: expression '(a - 1) ** -1': zero to a negative power");
+  tr_expr_destroy(&e);
+  tr_test::ok(tr_expr_compile("b // (a - 1.0)", resolve, nullptr, &e));
+  CHECK(tr_test::error_of(tr_expr_eval(e, &env, &v)) == "ValueError: expression 'b // (a - 1.0)': division by zero");
   tr_expr_destroy(&e);
 }
 

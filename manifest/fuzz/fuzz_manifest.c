@@ -28,19 +28,22 @@ static int resolve_letter(void *ctx, const char *name, size_t len, int as_run, i
   return 1;
 }
 
-/* 'z' is 0 (divisions by it fail), 'u' has no value (evaluation fails naming it), the others
- * are their position in the alphabet. */
-static int value_of(void *ctx, tr_expr_ref ref, double *out) {
+/* 'z' is 0 (divisions by it fail), 'u' has no value (evaluation fails naming it), 'm' is int64's
+ * least (its negation and floor division by -1 overflow), 'f' the float 0.5, the others their
+ * position in the alphabet. */
+static int value_of(void *ctx, tr_expr_ref ref, tr_expr_num *out) {
   (void)ctx;
   if (ref.index == 'u' - 'a') return 0;
-  *out = ref.index == 'z' - 'a' ? 0.0 : (double)(ref.index + 1);
+  if (ref.index == 'm' - 'a') *out = tr_expr_int(INT64_MIN);
+  else if (ref.index == 'f' - 'a') *out = tr_expr_float(0.5);
+  else *out = tr_expr_int(ref.index == 'z' - 'a' ? 0 : ref.index + 1);
   return 1;
 }
 
-static int call_of(void *ctx, tr_expr_fn fn, tr_expr_ref ref, double *out) {
+static int call_of(void *ctx, tr_expr_fn fn, tr_expr_ref ref, tr_expr_num *out) {
   (void)ctx;
   if (ref.index == 'u' - 'a') return 0;
-  *out = (double)((int)fn + 1) * (double)(ref.index + 1);
+  *out = tr_expr_int(((int64_t)fn + 1) * (ref.index + 1));
   return 1;
 }
 
@@ -66,7 +69,7 @@ static void fuzz_expr(const char *text) {
     return;
   }
   tr_expr_env env = {NULL, value_of, call_of};
-  double value = 0;
+  tr_expr_num value = tr_expr_int(0);
   ignore(tr_expr_eval(expr, &env, &value));
   size_t names = 0;
   tr_expr_visit_refs(expr, count_ref, &names);
