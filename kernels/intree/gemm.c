@@ -274,8 +274,13 @@ enum { SKINNY_WG_NONE, SKINNY_WG_OFF, SKINNY_WG_ON };
  * Both together on an H100 (2026-12-06, bench_gemm.py --rows "decode m=64", one round): correct
  * (test_gemm_gpu.py's 134 wgmma cases) but 76.4 us on 64x4096x4096 against 16.1, 113.5 on
  * 64x14336x4096 against 46.4 and 260.3 on 64x4096x14336 against 43.4: about 1.2 us a k tile, as
- * if each stage waited out a round trip (TR_SKINNY_WG_MCAST_SYNC=1, CUTLASS's form of the remote
- * arrivals and the producer's wait, is the next try). */
+ * if each stage waited out a round trip. With TR_SKINNY_WG_MCAST_SYNC=1 too (CUTLASS's form of the
+ * remote arrivals and the producer's wait; an A/B on an H100, 2026-12-06, `tools/gpu.sh ab --rounds
+ * 1 mcs1 -- python3 python/bench/bench_gemm.py --rows "decode m="`, 138 wgmma cases of
+ * test_gemm_gpu.py passed): 17.73 us against 16.06 on 64x4096x4096, 46.05 against 47.03 on
+ * 64x14336x4096 (torch 44.1-44.3), 50.05 against 44.18 on 64x4096x14336; the m = 1 and 16 rows
+ * unchanged. The multicast gains 2% where the default already swaps (14336 rows) and the swapped
+ * build loses 10-13% on the 4096-row weights; neither reaches cuBLAS, so both stay off. */
 #ifndef TR_SKINNY_WG_MCAST
 #define TR_SKINNY_WG_MCAST 0
 #endif
