@@ -338,7 +338,9 @@ typedef struct tr_plat_process tr_plat_process;
 
 /* Starts `argv[0]` (a path) with arguments `argv` (NULL-terminated), inheriting the environment
  * and the standard streams. A program that cannot be started is an IOError naming it. The caller
- * waits for it (tr_plat_process_wait) or kills it. */
+ * waits for it (tr_plat_process_wait) or kills it. The child is tied to the caller: on Linux it is
+ * asked to stop (SIGTERM) when the calling thread ends, killed or not, so start children from a
+ * thread that lives as long as they should. */
 tr_status *tr_plat_process_spawn(const char *const *argv, tr_plat_process **out) TR_MUST_USE;
 
 /* Asks the process to stop (SIGTERM), or kills it outright (`hard`: SIGKILL). */

@@ -662,6 +662,25 @@ TEST_CASE("child processes: exit status, kill, a program that cannot start") {
   tr_status_destroy(&s);
 }
 
+#ifdef __linux__
+static void spawn_sleeper(void *arg) {
+  const char *sleeper[] = {"/bin/sleep", "30", nullptr};
+  tr_status *s = tr_plat_process_spawn(sleeper, static_cast<tr_plat_process **>(arg));
+  tr_status_destroy(&s);
+}
+
+TEST_CASE("a child is tied to the thread that started it: it is stopped when that thread ends") {
+  tr_plat_process *p = nullptr;
+  tr_plat_thread *t = nullptr;
+  REQUIRE(tr_plat_thread_start(spawn_sleeper, &p, &t) == nullptr);
+  tr_plat_thread_join(&t);
+  REQUIRE(p != nullptr);
+  uint64_t start = tr_plat_now_ns();
+  CHECK(tr_plat_process_wait(&p, 10000) == 128 + 15);  // SIGTERM, long before sleep's 30 s
+  CHECK(tr_plat_now_ns() - start < 5000000000ull);
+}
+#endif
+
 TEST_CASE("write_file_atomic replaces a file whole and leaves no temporary file", "[fs]") {
   TempDir dir;
   std::string path = dir.Join("cache.bin");

@@ -85,6 +85,12 @@ static tr_status *echo_once(echo_peer *e, double *us) {
   return status;
 }
 
+/* Set by SIGINT or SIGTERM during `bench pipeline`: the measuring stops, the servers are stopped
+ * and the temporary folder removed before the command ends. */
+static volatile int g_interrupted;
+
+static tr_status *interrupted(void) { return TR_STATUS(TR_IO, "interrupted (SIGINT or SIGTERM)"); }
+
 typedef struct placement_run {
   const char *name;
   const char *pipeline; /* file text; NULL: all inline */
@@ -113,6 +119,10 @@ static tr_status *measure(const char *manifest_dir, const char *pipeline_file, l
   tr_status *status = (miss && hit && trip) ? NULL : TR_STATUS(TR_OUT_OF_MEMORY, "bench: %ld samples", iters);
   tr_op *kept = NULL;
   for (long i = 0; status == NULL && i < iters + 20; i++) {
+    if (g_interrupted) {
+      status = interrupted();
+      break;
+    }
     tr_op *op = NULL;
     status = tr_op_new(rt, "AddFwdOp", NULL, 0, NULL, &op);
     DLManagedTensor *out[1] = {NULL};
@@ -129,6 +139,10 @@ static tr_status *measure(const char *manifest_dir, const char *pipeline_file, l
   }
   /* Hits: batches of 1000 calls on one op, so no miss's wait sits between two hits. */
   for (long i = 0; status == NULL && i < iters; i++) {
+    if (g_interrupted) {
+      status = interrupted();
+      break;
+    }
     uint64_t t0 = tr_plat_now_ns();
     for (int k = 0; k < 1000 && status == NULL; k++) {
       DLManagedTensor *out[1] = {NULL};
@@ -158,6 +172,8 @@ int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FI
     tr_status_destroy(&status);
     return 1;
   }
+  g_interrupted = 0;
+  tr_plat_on_terminate(&g_interrupted);
   char *dir = NULL;
   status = tr_plat_make_temp_dir("tr-bench", &dir);
   if (status != NULL) {
@@ -178,7 +194,7 @@ int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FI
   double miss[4] = {0}, hit[4] = {0}, rt[4] = {0};
   char failed[4][512] = {"", "", "", ""}; /* why a placement did not run: "<Code>: <message>" */
   int failures = 0;
-  for (int p = 0; p < 4; p++) {
+  for (int p = 0; p < 4 && !g_interrupted; p++) {
     char file[300], text[1024];
     snprintf(file, sizeof(file), "%s/pipeline%d.yaml", dir, p);
     if (p == 0) snprintf(text, sizeof(text), "components: {}\n");
@@ -214,6 +230,10 @@ int tr_bench_pipeline(const char *self, const char *manifest_dir, long iters, FI
   tr_status *rm = tr_plat_remove_tree(dir);
   tr_status_destroy(&rm);
   free(dir);
+  if (g_interrupted) {
+    fprintf(err, "tilerun bench: interrupted; its servers are stopped and its temporary folder removed\n");
+    return 130;
+  }
   fprintf(out, "pipeline benchmark: AddFwdOp, 1-element float32 on cpu (CPU backend), validate and settle "
           "placed as shown\n(build, select and launch inline); median of %ld calls each, microseconds; the round trip: a "
           "64-byte echo across the same boundary, one after each miss, side by side\n", iters);

@@ -540,6 +540,31 @@ TEST_CASE("bench pipeline: a placement that did not run prints its error in its 
   CHECK(r.err.find("tilerun bench: inline: AddFwdOp's in-tree kernels do not run on cpu") != std::string::npos);
 }
 
+TEST_CASE("bench pipeline stopped by SIGTERM midway: exit 130, its temporary folder removed") {
+  tr_test::TempDir tmp;  // the command's TMPDIR: its folder is made here
+  const char *saved = std::getenv("TMPDIR");
+  std::string before = saved ? saved : "";
+  REQUIRE(tr_plat_setenv("TMPDIR", tmp.path) == nullptr);
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", "backends/cpu") == nullptr);
+  const char *argv[] = {"tools/tilerun", "bench", "pipeline", "--iters", "1000000", "--manifest", "manifest/spec",
+                        nullptr};
+  tr_plat_process *bench = nullptr;
+  tr_status *started = tr_plat_process_spawn(argv, &bench);
+  REQUIRE(tr_plat_setenv("TMPDIR", saved ? before.c_str() : nullptr) == nullptr);
+  REQUIRE(tr_plat_setenv("TILERUN_BACKEND_PATH", nullptr) == nullptr);
+  tr_test::ok(started);
+  bool made = false;  // its folder exists once it measures
+  for (int i = 0; i < 500 && !made; i++) {
+    made = !std::filesystem::is_empty(tmp.path);
+    if (!made) tr_plat_sleep_ns(10 * 1000 * 1000ull);
+  }
+  CHECK(made);
+  tr_plat_sleep_ns(300 * 1000 * 1000ull);
+  tr_plat_process_kill(bench, 0);
+  CHECK(tr_plat_process_wait(&bench, 20000) == 130);
+  CHECK(std::filesystem::is_empty(tmp.path));
+}
+
 TEST_CASE("every command has its own --help: usage, a one-line description, options with defaults, exit 0") {
   struct Want {
     std::vector<std::string> args;

@@ -1,11 +1,15 @@
-/* process.c: child processes on POSIX: posix_spawn, kill, waitpid with a timeout. */
+/* process.c: child processes on POSIX: fork and exec (tied to this process), kill, waitpid with a
+ * timeout. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
 #include <signal.h>
-#include <spawn.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -19,15 +23,59 @@ struct tr_plat_process {
   pid_t pid;
 };
 
+/* fork and exec rather than posix_spawn: the child is tied to this process (on Linux it is sent
+ * SIGTERM when the thread that started it ends, so a benchmark or test killed midway leaves no
+ * server behind), and an exec that fails reports its errno through a close-on-exec pipe. Between
+ * fork and exec the child calls only async-signal-safe functions. */
 tr_status *tr_plat_process_spawn(const char *const *argv, tr_plat_process **out) {
   *out = NULL;
   tr_plat_process *p = malloc(sizeof(*p));
   if (p == NULL) return TR_STATUS(TR_OUT_OF_MEMORY, "starting '%s'", argv[0]);
-  int rc = posix_spawn(&p->pid, argv[0], NULL, NULL, (char *const *)argv, environ);
-  if (rc != 0) {
+  int report[2];
+  if (pipe(report) != 0) {
+    int e = errno;
     free(p);
-    return TR_STATUS(TR_IO, "cannot start '%s': %s", argv[0], strerror(rc));
+    return TR_STATUS(TR_IO, "cannot start '%s': %s", argv[0], strerror(e));
   }
+  (void)fcntl(report[0], F_SETFD, FD_CLOEXEC);
+  (void)fcntl(report[1], F_SETFD, FD_CLOEXEC);
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(report[0]);
+#ifdef __linux__
+    (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127); /* the parent ended before the tie was made */
+#else
+    (void)parent;
+#endif
+    execve(argv[0], (char *const *)argv, environ);
+    int e = errno;
+    ssize_t w = write(report[1], &e, sizeof(e));
+    (void)w;
+    _exit(127);
+  }
+  close(report[1]);
+  if (pid < 0) {
+    int e = errno;
+    close(report[0]);
+    free(p);
+    return TR_STATUS(TR_IO, "cannot start '%s': %s", argv[0], strerror(e));
+  }
+  int child_errno = 0;
+  ssize_t got;
+  do {
+    got = read(report[0], &child_errno, sizeof(child_errno));
+  } while (got < 0 && errno == EINTR);
+  close(report[0]);
+  if (got == (ssize_t)sizeof(child_errno)) { /* the exec failed: reap the child */
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    free(p);
+    return TR_STATUS(TR_IO, "cannot start '%s': %s", argv[0], strerror(child_errno));
+  }
+  p->pid = pid;
   *out = p;
   return NULL;
 }
