@@ -57,8 +57,9 @@ static const char *value_text(const tr_value *v, char *buf, size_t size) {
   return buf;
 }
 
-/* Converts a given value to the param's type: an int where a float is expected becomes a float.
- * Returns 0 when the value's kind is not allowed. */
+/* Converts a given value to the param's type: an int where a float is expected becomes a float,
+ * a dtype's name where a dtype is expected (and no str) that dtype. Returns 0 when the value's
+ * kind is not allowed. */
 static int accept_value(const param_decl *p, const tr_value *v, tr_value *out) {
   uint32_t bit = 0;
   switch (v->kind) {
@@ -77,6 +78,16 @@ static int accept_value(const param_decl *p, const tr_value *v, tr_value *out) {
   if (v->kind == TR_VALUE_INT && (p->types & PT_FLOAT)) {
     *out = tr_value_float((double)v->as.i);
     return 1;
+  }
+  /* a dtype by its name, as workload rows write it: "float32" */
+  tr_dtype named;
+  if (v->kind == TR_VALUE_STR && (p->types & PT_DTYPE) && !(p->types & PT_STR) && v->as.str.data != NULL) {
+    tr_status *unknown = tr_dtype_parse(v->as.str.data, &named);
+    if (unknown == NULL) {
+      *out = tr_value_dtype(named);
+      return 1;
+    }
+    tr_status_destroy(&unknown);
   }
   return 0;
 }

@@ -210,6 +210,16 @@ TEST_CASE("constraints over params hold when an op is made, over dims at each ca
                             "dim < rank(x)' does not hold: dim = -9223372036854775808, rank(x) = 2");
 }
 
+TEST_CASE("a dtype param takes a dtype's name, as workload rows write it; another string is refused") {
+  Bound named(op("SoftmaxFwdOp"), Params().s("dtype", "float32"));
+  int i = tr_op_def_param_index(op("SoftmaxFwdOp"), "dtype");
+  REQUIRE(i >= 0);
+  CHECK(named.settled[i].kind == TR_VALUE_DTYPE);
+  CHECK(tr_dtype_equal(named.settled[i].as.dtype, TR_FLOAT32));
+  CHECK(tr_test::bind_error(op("SoftmaxFwdOp"), Params().s("dtype", "float33")) ==
+        "SignatureError(param): SoftmaxFwdOp: param 'dtype' expects dtype | None, got 'float33' (str)");
+}
+
 TEST_CASE("outputs: a dtype param overrides, `when` drops an output") {
   Bound sm(op("SoftmaxFwdOp"), Params().dt("dtype", TR_FLOAT32));
   tr_tensor_spec x = spec("cuda:0", "bfloat16", {4, 5});

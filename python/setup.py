@@ -91,9 +91,15 @@ class BuildPy(build_py):
     """Copies the bundled files into the package, and says where an installed tilerun is."""
 
     def run(self):
+        if getattr(self, "editable_mode", False):
+            raise SystemExit("tilerun setup.py: editable installs (pip install -e) are not supported: the package "
+                             "bundles the library, the manifest and the CPU backend as built files; use "
+                             "pip install ./python (again after a change)")
         super().run()
         files, prefix = bundle()
         pkg = os.path.join(self.build_lib, "tilerun")
+        for bundled in ("lib", "share"):  # what an earlier build bundled and this one may not
+            shutil.rmtree(os.path.join(pkg, bundled), ignore_errors=True)
         for src, dst in files:
             out = os.path.join(pkg, dst)
             os.makedirs(os.path.dirname(out), exist_ok=True)

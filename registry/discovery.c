@@ -12,6 +12,7 @@
 typedef struct backend_entry {
   tr_backend_descriptor d;
   char *storage;
+  size_t dir; /* the index of its directory on the search path */
 } backend_entry;
 
 struct tr_discovery {
@@ -68,15 +69,15 @@ static tr_status *add_failure(tr_discovery *found, const char *descriptor, tr_st
   return status;
 }
 
-static const tr_backend_descriptor *find(const tr_discovery *found, const char *name) {
+static const backend_entry *find(const tr_discovery *found, const char *name) {
   for (size_t i = 0; i < found->count; i++) {
-    if (strcmp(found->backends[i].d.name, name) == 0) return &found->backends[i].d;
+    if (strcmp(found->backends[i].d.name, name) == 0) return &found->backends[i];
   }
   return NULL;
 }
 
 /* Reads one descriptor; a problem with it is returned as the reason to skip it. */
-static tr_status *read_descriptor(tr_discovery *found, const char *dir, const char *path) {
+static tr_status *read_descriptor(tr_discovery *found, size_t dir_index, const char *dir, const char *path) {
   tr_yaml_doc *doc = NULL;
   TR_RETURN_IF_ERROR(tr_yaml_load_file(path, &doc));
   tr_status *status = tr_yaml_one_document(doc, "a backend descriptor");
@@ -116,12 +117,14 @@ static tr_status *read_descriptor(tr_discovery *found, const char *dir, const ch
                                 "%d lowercase letters, digits or '_'", name, TR_DEVICE_TYPE_MAX - 1);
     }
   }
-  const tr_backend_descriptor *earlier = status ? NULL : find(found, name);
-  if (earlier != NULL) {
+  const backend_entry *earlier = status ? NULL : find(found, name);
+  if (earlier != NULL && earlier->dir == dir_index) { /* two of one name in one folder: which? */
     status = tr_yaml_error_at(doc, tr_yaml_get(doc, root, "name"),
-                              "backend '%s' was already found at %s", name, earlier->descriptor);
+                              "backend '%s' was already found at %s", name, earlier->d.descriptor);
   }
-  if (status == NULL) {
+  /* one found in an earlier folder of the search path shadows this one, as PATH does: skipped,
+   * no failure (a second install's backends, or a folder put first to override one) */
+  if (status == NULL && earlier == NULL) {
     const char *sep = tr_plat_path_separator_dir();
     size_t size = strlen(dir) + strlen(library) + 2;
     char *resolved = malloc(size);
@@ -142,6 +145,7 @@ static tr_status *read_descriptor(tr_discovery *found, const char *dir, const ch
     if (entry == NULL) {
       status = TR_STATUS(TR_OUT_OF_MEMORY, "recording backend '%s'", name);
     } else {
+      entry->dir = dir_index;
       found->count++;
     }
   }
@@ -168,7 +172,7 @@ tr_status *tr_backend_discover(const char *const *dirs, size_t n_dirs, tr_discov
       continue;
     }
     for (size_t i = 0; fatal == NULL && i < count; i++) {
-      tr_status *why = read_descriptor(found, dirs[d], paths[i]);
+      tr_status *why = read_descriptor(found, d, dirs[d], paths[i]);
       if (why != NULL) {
         fatal = tr_status_code(why) == TR_OUT_OF_MEMORY ? why : add_failure(found, paths[i], why);
       }

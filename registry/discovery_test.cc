@@ -37,18 +37,28 @@ TEST_CASE("descriptors are found, sorted by name, with the library resolved") {
   CHECK(found == nullptr);
 }
 
-TEST_CASE("an earlier directory shadows a later one, and the shadowed one is reported") {
+TEST_CASE("an earlier directory shadows a later one, as PATH does: skipped, no failure") {
   TempDir first, second;
   first.write("cpu.yaml", "name: cpu\nlibrary: one.so\n");
-  std::string later = second.write("cpu.yaml", "name: cpu\nlibrary: two.so\n");
+  second.write("cpu.yaml", "name: cpu\nlibrary: two.so\n");
   tr_discovery *found = discover({first.path, "/nonexistent/backends", second.path});
   REQUIRE(tr_discovery_count(found) == 1);
   CHECK(std::string(tr_discovery_at(found, 0)->library) == std::string(first.path) + "/one.so");
+  CHECK(tr_discovery_failure_count(found) == 0);
+  tr_discovery_destroy(&found);
+}
+
+TEST_CASE("two descriptors of one name in one directory: the second is a failure naming the first") {
+  TempDir dir;
+  std::string first = dir.write("a.yaml", "name: cpu\nlibrary: one.so\n");
+  std::string later = dir.write("b.yaml", "name: cpu\nlibrary: two.so\n");
+  tr_discovery *found = discover({dir.path});
+  REQUIRE(tr_discovery_count(found) == 1);
+  CHECK(std::string(tr_discovery_at(found, 0)->library) == std::string(dir.path) + "/one.so");
   REQUIRE(tr_discovery_failure_count(found) == 1);
   const tr_discovery_failure *f = tr_discovery_failure_at(found, 0);
   CHECK(f->descriptor == later);
-  CHECK(std::string(f->reason) == later + ":1:7: backend 'cpu' was already found at " +
-                                      std::string(first.path) + "/cpu.yaml");
+  CHECK(std::string(f->reason) == later + ":1:7: backend 'cpu' was already found at " + first);
   tr_discovery_destroy(&found);
 }
 

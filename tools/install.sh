@@ -7,7 +7,9 @@ set -euo pipefail
 prefix=/usr/local
 while [ $# -gt 0 ]; do
   case "$1" in
-    --prefix) prefix="$2"; shift 2 ;;
+    --prefix)
+      if [ $# -lt 2 ]; then echo "install.sh: --prefix takes a DIR (see --help)" >&2; exit 2; fi
+      prefix="$2"; shift 2 ;;
     --prefix=*) prefix="${1#--prefix=}"; shift ;;
     -h|--help)
       echo "usage: tools/install.sh [--prefix DIR]"
@@ -18,8 +20,15 @@ while [ $# -gt 0 ]; do
     *) echo "install.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+here=$(cd "$(dirname "$0")/.." && pwd)
+"$here/tools/install_files.sh" --check-prefix "$prefix" || exit 2
 case "$prefix" in /*) ;; *) prefix="$PWD/$prefix" ;; esac  # relative: to where it was run from
-cd "$(dirname "$0")/.."
+"$here/tools/install_files.sh" --check-prefix "$prefix" || exit 2  # the folder it ran from may hold a space
+if ! mkdir -p "$prefix" 2>/dev/null || [ ! -w "$prefix" ]; then  # before the build, not after
+  echo "install.sh: cannot write into '$prefix' (not a folder, or no permission: run as root, or choose --prefix)" >&2
+  exit 1
+fi
+cd "$here"
 ./tools/ensure-deps.sh
 bazel build -c opt //python:libtilerun.so //tools:tilerun //backends/cpu:installed
 out=$(bazel info -c opt bazel-bin)

@@ -20,7 +20,29 @@ Copies a built tilerun into DIR (see the comment at the top of this file for the
 EOF
 }
 
+# A prefix tilerun can be installed into: absolute or relative, and writable into tilerun.pc so
+# that `cc $(pkg-config --cflags --libs tilerun)` works (the shell splits that output at spaces,
+# and pkg-config reads '#' as a comment). Prints why not and returns 1.
+check_prefix() {
+  local p="$1" why=""
+  if [ -z "$p" ]; then why="it is empty"
+  elif [[ "$p" == -* ]]; then why="it begins with '-' (an option given where the folder was expected?)"
+  elif [[ "$p" == "~"* ]]; then why="it begins with '~', which the shell did not expand here (write \$HOME/...)"
+  elif [[ "$p" =~ [[:space:]] || "$p" == *[\#\"\'\\\$\`]* ]]; then
+    why='it holds a space or one of these: # " '"'"' \ $ `, which tilerun.pc cannot carry through $(pkg-config ...)'
+  fi
+  if [ -n "$why" ]; then
+    echo "install: --prefix '$p': $why" >&2
+    return 1
+  fi
+}
+
 prefix="" lib="" headers="" tilerun="" backend_dir="" manifest_dir="" version=""
+if [ "${1:-}" = "--check-prefix" ]; then  # tools/install.sh asks before it builds
+  [ $# -eq 2 ] || { echo "install_files.sh: --check-prefix takes one DIR" >&2; exit 2; }
+  check_prefix "$2" || exit 2
+  exit 0
+fi
 while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) prefix="$2"; shift 2 ;;
@@ -41,13 +63,19 @@ for v in prefix lib headers tilerun backend_dir manifest_dir; do
     exit 2
   fi
 done
+check_prefix "$prefix" || exit 2
 case "$prefix" in /*) ;; *) prefix="$PWD/$prefix" ;; esac  # tilerun.pc needs it absolute
+check_prefix "$prefix" || exit 2
 if [ -z "$version" ]; then
   version=$(sed -n 's/^#define TILERUN_VERSION "\(.*\)"$/\1/p' "$headers/version.h")
 fi
 major=${version%%.*}
 
 echo "tilerun: installing $version into $prefix" >&2
+if ! mkdir -p "$prefix" 2>/dev/null || [ ! -w "$prefix" ]; then
+  echo "install: cannot write into '$prefix' (not a folder, or no permission: run as root, or choose --prefix)" >&2
+  exit 1
+fi
 install -d "$prefix/lib/pkgconfig" "$prefix/include/tilerun" "$prefix/bin" "$prefix/lib/tilerun/backends" \
   "$prefix/share/tilerun/manifest"
 install -m 0755 "$lib" "$prefix/lib/libtilerun.so.$version"
@@ -57,6 +85,9 @@ install -m 0644 "$headers"/*.h "$prefix/include/tilerun/"
 install -m 0755 "$tilerun" "$prefix/bin/tilerun"
 install -m 0644 "$backend_dir/cpu.yaml" "$prefix/lib/tilerun/backends/cpu.yaml"
 install -m 0755 "$backend_dir/libtilerun_cpu.so" "$prefix/lib/tilerun/backends/libtilerun_cpu.so"
+# the manifest folder is tilerun's: a file an earlier version installed and this one does not
+# would declare its ops again
+rm -f "$prefix/share/tilerun/manifest/"*.yaml
 install -m 0644 "$manifest_dir"/*.yaml "$prefix/share/tilerun/manifest/"
 # dlpack.h comes from Debian's libdlpack-dev (/usr/include); the rpath lets a program built
 # against a prefix outside the loader's path run without LD_LIBRARY_PATH.

@@ -921,6 +921,21 @@ class MisuseCpuTest(unittest.TestCase):
                         str(caught.exception))
         with self.assertRaisesRegex(RuntimeError, "without _enter"):
             add._leave()
+        # what is no tensor at all (a float, a list) is named too
+        for bad, kind in ((1.0, "float"), ([[1.0] * 4], "list")):
+            with self.assertRaises(TypeError) as caught:
+                add(a, bad)
+            self.assertEqual(str(caught.exception), "AddFwdOp: input 'b' cannot be borrowed: tilerun: a tensor "
+                             "must be None or support DLPack (__dlpack__); got " + kind)
+
+    def test_a_dtype_param_takes_a_dtype_name(self):
+        x = np.array([[1.0, 2.0, 3.0]], np.float32)
+        by_name = tilerun.op("SoftmaxFwdOp", dtype="float64")(x)
+        self.assertEqual(by_name.dtype, np.float64)
+        np.testing.assert_allclose(by_name, tilerun.op("SoftmaxFwdOp", dtype=np.float64)(x))
+        with self.assertRaisesRegex(tilerun.SignatureParamError, "param 'dtype' expects dtype \\| None, got "
+                                    "'float33' \\(str\\)"):
+            tilerun.op("SoftmaxFwdOp", dtype="float33")
 
     def test_names_that_are_not_strings(self):
         rt = tilerun.default_runtime()

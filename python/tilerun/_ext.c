@@ -644,7 +644,9 @@ static int borrow_named(const ext_op *self, borrowed *b, PyObject *obj, int outp
   const int writable = output || (i < 64 && (self->mutated >> i) & 1);
   const int rc = borrow(b, obj, writable, out, route_out);
   if (rc == 0) return 0;
-  if (rc != -2 && !PyErr_ExceptionMatches(PyExc_BufferError)) return -1;
+  /* a producer's BufferError, or the package's TypeError for what is no tensor (a float, a list):
+   * named with the op and the tensor */
+  if (rc != -2 && !PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
   PyObject *type = NULL, *value = NULL, *tb = NULL;
   if (rc != -2) { /* the producer's error, taken before anything below may run */
     PyErr_Fetch(&type, &value, &tb);

@@ -56,3 +56,23 @@ backends=$(env -u TILERUN_MANIFEST_DIR -u TILERUN_BACKEND_PATH ASAN_OPTIONS=dete
   fail "tilerun backends: $backends"
 echo "$backends" | grep -q "cpu" || fail "tilerun backends did not find the installed CPU backend: $backends"
 echo "install_test: passed ($(echo "$exported" | wc -l) exported functions)"
+
+# a prefix tilerun.pc cannot carry through $(pkg-config ...), or that is no folder, is refused by name
+cd "$root"
+for bad in "" "-x" "~/x" "$TEST_TMPDIR/with space" "$TEST_TMPDIR/a#b"; do
+  if msg=$(tools/install_files.sh --check-prefix "$bad" 2>&1); then fail "--check-prefix '$bad' passed"; fi
+  echo "$msg" | grep -qF "install: --prefix '$bad': " || fail "--check-prefix '$bad' said: $msg"
+done
+tools/install_files.sh --check-prefix "$TEST_TMPDIR/fine" || fail "--check-prefix refused a plain folder"
+: >"$TEST_TMPDIR/a-file"
+if msg=$(tools/install_files.sh --prefix "$TEST_TMPDIR/a-file" --lib python/libtilerun.so --headers include/tilerun \
+         --tilerun tools/tilerun --backend-dir backends/cpu --manifest-dir manifest/spec 2>&1); then
+  fail "an install over a file succeeded"
+fi
+[ "$(echo "$msg" | grep -c "cannot write into '$TEST_TMPDIR/a-file'")" = 1 ] || fail "an install over a file said: $msg"
+# installing again replaces the manifest: a file the new one does not have goes
+cp "$prefix/share/tilerun/manifest/norm.yaml" "$prefix/share/tilerun/manifest/old_norm.yaml"
+tools/install_files.sh --prefix "$prefix" --lib python/libtilerun.so --headers include/tilerun \
+  --tilerun tools/tilerun --backend-dir backends/cpu --manifest-dir manifest/spec 2>/dev/null
+[ ! -e "$prefix/share/tilerun/manifest/old_norm.yaml" ] || fail "a stale manifest file survived the install"
+echo "install_test: prefix checks passed"
