@@ -81,11 +81,15 @@ struct tr_registry {
   ARRAY(tr_plat_lib *) libs;
   tr_interface_finder find_interface; /* what the API table's find_interface asks; NULL: none */
   void *find_ctx;
+  tr_op_known_fn op_known;     /* whether the manifest declares an op; NULL: not checked */
+  void *op_known_ctx;
   tr_load_check_fn load_check; /* run after each init that registered kernel types; NULL: none */
   void *load_check_ctx;
   int owner;           /* the backend now registering (its pass), for rollback */
   int last_owner;      /* the last pass, for a rollback after init */
   const char *backend; /* its name, for messages */
+  int refused;         /* a registration of this pass was refused */
+  char refusal[512];   /* the first one's message */
   tr_warn_fn warn;
   void *warn_ctx;
 };
@@ -130,7 +134,7 @@ static tr_status *check_name(const tr_registry *reg, const char *what, const cha
 
 /* ---- the API table's functions ---- */
 
-static tr_status *api_register_detector(void *host, const char *target, tr_detect_fn detect, void *ctx) {
+static tr_status *register_detector(void *host, const char *target, tr_detect_fn detect, void *ctx) {
   tr_registry *reg = host;
   if (reg == NULL) return TR_STATUS(TR_VALUE, "register_detector: 'host' is NULL (pass the API table's host)");
   TR_RETURN_IF_ERROR(check_name(reg, "target", target));
@@ -160,7 +164,7 @@ static tr_status *api_register_detector(void *host, const char *target, tr_detec
   return NULL;
 }
 
-static tr_status *api_register_kernel_builder(void *host, const char *op, const char *target,
+static tr_status *register_kernel_builder(void *host, const char *op, const char *target,
                                               tr_build_kernel_fn build, void *ctx) {
   tr_registry *reg = host;
   if (reg == NULL) return TR_STATUS(TR_VALUE, "register_kernel_builder: 'host' is NULL (pass the API table's host)");
@@ -215,7 +219,7 @@ static tr_status *checked_build(void *ctx, const tr_build_request *req, tr_kerne
   return NULL;
 }
 
-static tr_status *api_register_device_facts(void *host, const char *device_type,
+static tr_status *register_device_facts(void *host, const char *device_type,
                                             tr_read_facts_fn read, void *ctx) {
   tr_registry *reg = host;
   if (reg == NULL) return TR_STATUS(TR_VALUE, "register_device_facts: 'host' is NULL (pass the API table's host)");
@@ -239,7 +243,7 @@ static tr_status *api_register_device_facts(void *host, const char *device_type,
   return NULL;
 }
 
-static tr_status *api_register_device_type(void *host, const char *device_type, int32_t dl_type) {
+static tr_status *register_device_type(void *host, const char *device_type, int32_t dl_type) {
   tr_registry *reg = host;
   if (reg == NULL) return TR_STATUS(TR_VALUE, "register_device_type: 'host' is NULL (pass the API table's host)");
   TR_RETURN_IF_ERROR(check_name(reg, "device type", device_type));
@@ -268,7 +272,7 @@ static tr_status *api_register_device_type(void *host, const char *device_type, 
   return NULL;
 }
 
-static tr_status *api_register_allocator(void *host, const char *device_type, tr_alloc_fn alloc,
+static tr_status *register_allocator(void *host, const char *device_type, tr_alloc_fn alloc,
                                          tr_free_fn free_fn, tr_copy_fn copy, void *ctx) {
   tr_registry *reg = host;
   if (reg == NULL) return TR_STATUS(TR_VALUE, "register_allocator: 'host' is NULL (pass the API table's host)");
@@ -312,7 +316,7 @@ static tr_status *check_type_sizes(const tr_registry *reg, const char *op, const
   return NULL;
 }
 
-static tr_status *api_register_kernel_type(void *host, const char *op, const tr_kernel_type *type) {
+static tr_status *register_kernel_type(void *host, const char *op, const tr_kernel_type *type) {
   tr_registry *reg = host;
   if (reg == NULL) return TR_STATUS(TR_VALUE, "register_kernel_type: 'host' is NULL (pass the API table's host)");
   if (op == NULL || type == NULL) {
@@ -343,6 +347,65 @@ static tr_status *api_register_kernel_type(void *host, const char *op, const tr_
     return OOM();
   }
   return NULL;
+}
+
+/* ---- the API table's register functions: in init only; a refusal fails the whole init ---- */
+
+static tr_status *outside_init(const tr_registry *reg, const char *fn) {
+  if (reg == NULL || reg->owner != 0) return NULL;
+  return TR_STATUS(TR_BACKEND, "%s was called outside a backend's init: registrations are taken only while the "
+                   "backend's init runs (the table's host and find_interface may be kept; the register functions "
+                   "may not be called later)", fn);
+}
+
+static tr_status *noted(tr_registry *reg, tr_status *refused) {
+  if (refused != NULL && reg != NULL && reg->owner != 0 && !reg->refused) {
+    reg->refused = 1;
+    snprintf(reg->refusal, sizeof(reg->refusal), "%s: %s", tr_code_name(tr_status_code(refused)),
+             tr_status_message(refused));
+  }
+  return refused;
+}
+
+static tr_status *api_register_detector(void *host, const char *target, tr_detect_fn detect, void *ctx) {
+  tr_status *outside = outside_init(host, "register_detector");
+  return outside ? outside : noted(host, register_detector(host, target, detect, ctx));
+}
+static tr_status *api_register_kernel_builder(void *host, const char *op, const char *target,
+                                              tr_build_kernel_fn build, void *ctx) {
+  tr_status *outside = outside_init(host, "register_kernel_builder");
+  if (outside != NULL) return outside;
+  tr_status *refused = noted(host, register_kernel_builder(host, op, target, build, ctx));
+  tr_registry *reg = host;
+  if (refused == NULL && reg->op_known != NULL && !reg->op_known(reg->op_known_ctx, op)) {
+    char line[512];
+    snprintf(line, sizeof(line), "backend '%s': a kernel builder for '%s', an op the manifest does not declare "
+             "(misspelt?), is never called", reg->backend, op);
+    reg->warn(reg->warn_ctx, line);
+  }
+  return refused;
+}
+static tr_status *api_register_device_facts(void *host, const char *device_type, tr_read_facts_fn read, void *ctx) {
+  tr_status *outside = outside_init(host, "register_device_facts");
+  return outside ? outside : noted(host, register_device_facts(host, device_type, read, ctx));
+}
+static tr_status *api_register_device_type(void *host, const char *device_type, int32_t dl_type) {
+  tr_status *outside = outside_init(host, "register_device_type");
+  return outside ? outside : noted(host, register_device_type(host, device_type, dl_type));
+}
+static tr_status *api_register_allocator(void *host, const char *device_type, tr_alloc_fn alloc,
+                                         tr_free_fn free_fn, tr_copy_fn copy, void *ctx) {
+  tr_status *outside = outside_init(host, "register_allocator");
+  return outside ? outside : noted(host, register_allocator(host, device_type, alloc, free_fn, copy, ctx));
+}
+static tr_status *api_register_kernel_type(void *host, const char *op, const tr_kernel_type *type) {
+  tr_status *outside = outside_init(host, "register_kernel_type");
+  return outside ? outside : noted(host, register_kernel_type(host, op, type));
+}
+
+void tr_registry_set_op_check(tr_registry *reg, tr_op_known_fn known, void *ctx) {
+  reg->op_known = known;
+  reg->op_known_ctx = ctx;
 }
 
 static const tr_kernel_interface *api_find_interface(void *host, const char *op, const char *name) {
@@ -473,8 +536,8 @@ static _Atomic int g_in_hand_at = -1;  /* the record published, or -1 */
 /* Publishes what backend code runs from now until hand_back (`path` may be NULL). */
 static void hand_to(const char *backend, const char *path, const char *what, const char *target) {
   int at = atomic_load(&g_in_hand_at) == 0 ? 1 : 0;
-  snprintf(g_in_hand[at], sizeof(g_in_hand[at]), "backend '%s'%s%s%s: %s%s%s", backend, path ? " (" : "",
-           path ? path : "", path ? ")" : "", what, target ? " " : "", target ? target : "");
+  snprintf(g_in_hand[at], sizeof(g_in_hand[at]), "backend '%s'%s%s%s: %s%s%s%s", backend, path ? " (" : "",
+           path ? path : "", path ? ")" : "", what, target ? " '" : "", target ? target : "", target ? "'" : "");
   g_in_hand_since[at] = tr_plat_now_ns();
   atomic_store(&g_in_hand_at, at);
 }
@@ -514,10 +577,15 @@ static tr_status *run_init(tr_registry *reg, const char *name, const char *libra
   api.register_kernel_type = api_register_kernel_type;
   api.find_interface = api_find_interface;
   hand_to(name, library, "its init", NULL); /* library: NULL for a builtin */
+  reg->refused = 0;
   tr_status *failed = init(&api);
   hand_back();
   tr_status *copy = NULL;
-  if (failed != NULL) {
+  if (failed == NULL && reg->refused) { /* went on after a refusal: nothing of it is kept */
+    rollback(reg, reg->owner);
+    copy = TR_STATUS(TR_BACKEND, "its init returned success after a registration was refused (%s); a refused "
+                     "registration fails the whole backend", reg->refusal);
+  } else if (failed != NULL) {
     rollback(reg, reg->owner);
     copy = TR_STATUS(TR_BACKEND, "its init failed: %s: %s", tr_code_name(tr_status_code(failed)),
                      tr_status_message(failed));
@@ -557,7 +625,11 @@ int tr_registry_load_plugin(tr_registry *reg, const char *name, const char *libr
   if (why == NULL) {
     const uint32_t *abi = tr_plat_lib_symbol(lib, TR_BACKEND_ABI_SYMBOL);
     void *init = tr_plat_lib_symbol(lib, TR_BACKEND_INIT_SYMBOL);
-    if (abi != NULL && *abi > TR_BACKEND_ABI) {
+    if (abi != NULL && *abi > 65535) { /* no ABI will get there: the symbol is not what it should be */
+      why = TR_STATUS(TR_BACKEND, "%s: its '%s' reads as %u, no ABI version: declare it `const uint32_t %s = "
+                      "TR_BACKEND_ABI;` (tilerun/backend.h)", library, TR_BACKEND_ABI_SYMBOL, (unsigned)*abi,
+                      TR_BACKEND_ABI_SYMBOL);
+    } else if (abi != NULL && *abi > TR_BACKEND_ABI) {
       why = TR_STATUS(TR_BACKEND, "%s was built for backend ABI %u; this tilerun supports ABI %d "
                       "(ABI too new: update tilerun)", library, (unsigned)*abi, TR_BACKEND_ABI);
     } else if (abi != NULL && *abi == 0) {

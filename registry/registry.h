@@ -39,6 +39,12 @@ typedef const tr_kernel_interface *(*tr_interface_finder)(void *ctx, const char 
  * without one, find_interface answers NULL. Set it before loading; not thread-safe. */
 void tr_registry_set_interface_finder(tr_registry *registry, tr_interface_finder find, void *ctx);
 
+/* Says whether the manifest declares `op`: a kernel builder registered for an op it does not (a
+ * misspelt name) is warned about, as it would never be called. Without one, nothing is checked.
+ * Set it before loading; not thread-safe. */
+typedef int (*tr_op_known_fn)(void *ctx, const char *op);
+void tr_registry_set_op_check(tr_registry *registry, tr_op_known_fn known, void *ctx);
+
 /* Checks what the registry holds once a backend's init has returned successfully, when that
  * backend registered kernel types: the runtime builds the in-tree select table from it (the
  * selector's construction checks, table 5 rows 1-5 of the selection spec). A failure fails that

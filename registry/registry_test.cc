@@ -79,6 +79,18 @@ static tr_status *init_same_target(const tr_backend_api *api) {
 static tr_status *init_same_builder(const tr_backend_api *api) {
   return api->register_kernel_builder(api->host, "RMSNormFwdOp", "torch_cpu", build_nothing, nullptr);
 }
+static tr_status *init_ignores_refusal(const tr_backend_api *api) {
+  tr_status *refused = api->register_detector(api->host, "Bad Target", claim_all, nullptr);
+  tr_status_destroy(&refused);  // ignored: the init goes on and reports success
+  return api->register_detector(api->host, "fine", claim_all, nullptr);
+}
+static void *g_kept_host;
+static decltype(tr_backend_api::register_kernel_builder) g_kept_register;
+static tr_status *init_keeps_table(const tr_backend_api *api) {
+  g_kept_host = api->host;
+  g_kept_register = api->register_kernel_builder;
+  return api->register_detector(api->host, "keeper", claim_all, nullptr);
+}
 static tr_status *init_facts_cuda(const tr_backend_api *api) {
   return api->register_device_facts(api->host, "cuda", nullptr, nullptr);
 }
@@ -122,6 +134,13 @@ TEST_CASE("plugins that fail to load are skipped, warned about once, and recorde
         lib("abi_too_new") + " was built for backend ABI 99; this tilerun supports ABI 1 (ABI too "
         "new: update tilerun)");
   CHECK(std::string(tr_registry_failure_at(r.reg, 2)->backend) == "abi");
+  {
+    Reg g;  // an ABI symbol of another type reads as a number no ABI will reach
+    CHECK(tr_registry_load_plugin(g.reg, "garbage", lib("abi_garbage").c_str(), "") == 0);
+    CHECK(std::string(tr_registry_failure_at(g.reg, 0)->reason) ==
+          lib("abi_garbage") + ": its 'tilerun_backend_abi' reads as 1684234849, no ABI version: declare it `const "
+          "uint32_t tilerun_backend_abi = TR_BACKEND_ABI;` (tilerun/backend.h)");
+  }
   CHECK(tr_registry_load_plugin(r.reg, "zero", lib("abi_zero").c_str(), "") == 0);
   REQUIRE(tr_registry_failure_count(r.reg) == 4);
   CHECK(std::string(tr_registry_failure_at(r.reg, 3)->reason) ==
@@ -214,6 +233,23 @@ TEST_CASE("registration rules: one detector per target, one builder per (op, tar
         "builder, registered by backend 'cpu' (loaded first); registering the same (op, target) twice is an error");
   tr_status *annotated = tr_registry_annotate(r.reg, TR_STATUS(TR_VALUE, "boom"));
   CHECK(tr_test::error_of(annotated) == "ValueError: boom; 4 backends failed to load (see tr_load_failure_reason)");
+}
+
+TEST_CASE("an init that goes on after a refused registration fails whole; registering after init is refused") {
+  Reg r;
+  CHECK(tr_registry_load_builtin(r.reg, "sloppy", init_ignores_refusal) == 0);
+  CHECK(std::string(tr_registry_failure_at(r.reg, 0)->reason) ==
+        "its init returned success after a registration was refused (BackendError: backend 'sloppy': target "
+        "'Bad Target' must be a lowercase letter followed by at most 30 lowercase letters, digits or '_'); a "
+        "refused registration fails the whole backend");
+  CHECK(r.targets().empty());  // 'fine' rolled back with it
+  REQUIRE(tr_registry_load_builtin(r.reg, "keeper", init_keeps_table) == 1);
+  CHECK(r.targets() == std::vector<std::string>{"keeper"});
+  CHECK(tr_test::error_of(g_kept_register(g_kept_host, "RMSNormFwdOp", "keeper", build_nothing, nullptr)) ==
+        "BackendError: register_kernel_builder was called outside a backend's init: registrations are taken only "
+        "while the backend's init runs (the table's host and find_interface may be kept; the register functions "
+        "may not be called later)");
+  CHECK(r.targets("RMSNormFwdOp").empty());
 }
 
 TEST_CASE("device facts: registered reads, invalid facts, unregistered types") {

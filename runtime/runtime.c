@@ -73,6 +73,8 @@ static tr_status *options_check(const tr_runtime_options *o) {
   return NULL;
 }
 
+static int manifest_declares(void *manifest, const char *op) { return tr_manifest_find(manifest, op) != NULL; }
+
 tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   TR__NOT_NULL("tr_runtime_new", out);
   *out = NULL;
@@ -123,6 +125,7 @@ tr_status *tr_runtime_new(const tr_runtime_options *options, tr_runtime **out) {
   if (status == NULL) {
     tr_registry_set_interface_finder(rt->registry, tr_select_intree_interface, NULL);
     tr_registry_set_load_check(rt->registry, tr_select_intree_load_check, NULL);
+    tr_registry_set_op_check(rt->registry, manifest_declares, rt->manifest);
   }
   if (status == NULL && o->backend_dirs != NULL) {
     rt->backend_dirs = calloc(o->n_backend_dirs + 1, sizeof(char *));

@@ -972,6 +972,91 @@ TEST_CASE("a kernel built with no call function is a BackendError naming target 
   tr_runtime_destroy(&rt);
 }
 
+// A kernel that changes what it was handed: g_meddle 1 its output's shape values, 2 its output's
+// data pointer, 3 its output's dtype, 4 its first input's ndim.
+static int g_meddle;
+static float g_elsewhere[16];
+static tr_status *meddling_call(void *, DLTensor *const *in, size_t, DLTensor *const *out, size_t) {
+  if (g_meddle == 1) out[0]->shape[0] = 3;
+  if (g_meddle == 2) out[0]->data = g_elsewhere;
+  if (g_meddle == 3) out[0]->dtype.bits = 64;
+  if (g_meddle == 4) in[0]->ndim = 0;
+  return nullptr;
+}
+static tr_status *build_meddling(void *, const tr_build_request *, tr_kernel *out) {
+  out->call = meddling_call;
+  return nullptr;
+}
+static tr_status *init_meddling(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "meddler", claim_cpu, nullptr));
+  return api->register_kernel_builder(api->host, "AddFwdOp", "meddler", build_meddling, nullptr);
+}
+
+TEST_CASE("a kernel that changes a tensor's DLTensor is a BackendError naming it; the caller's tensors come back "
+          "as they were") {
+  tr_runtime *rt = tr_test::runtime_with_builtin("meddler", init_meddling);
+  tr_op *op = nullptr;
+  tr_test::ok(tr_op_new(rt, "AddFwdOp", nullptr, 0, nullptr, &op));
+  HostTensor a({4}), b({4});
+  const DLTensor *in[] = {&a.t, &b.t};
+  const std::string changed = "BackendError: target 'meddler': its kernel for AddFwdOp changed its ";
+  const std::string what = " (its DLTensor: data, shape, strides, dtype or device); a kernel writes the elements of "
+                           "its tensors, never their description";
+  for (int m = 1; m <= 4; m++) {
+    INFO("meddle " << m);
+    g_meddle = m;
+    Outputs out;
+    CHECK(tr_test::error_of(tr_op_call(op, in, 2, out.items, 1)) ==
+          changed + (m == 4 ? "input 'a'" : "output 'c'") + what);
+    CHECK(out.items[0] == nullptr);  // no output with a shape it does not have
+    HostTensor c({4});
+    DLTensor before = c.t;
+    int64_t dims_before = c.t.shape[0];
+    DLTensor *into[] = {&c.t};
+    CHECK(tr_test::error_of(tr_op_call_into(op, in, 2, into, 1)) ==
+          changed + (m == 4 ? "input 'a'" : "output 'c'") + what);
+    CHECK(c.t.data == before.data);  // the caller's own structs as they were
+    CHECK(c.t.dtype.bits == 32);
+    CHECK(c.t.shape[0] == dims_before);
+    CHECK(a.t.ndim == 1);
+  }
+  g_meddle = 0;
+  Outputs out;
+  tr_test::ok(tr_op_call(op, in, 2, out.items, 1));  // a kernel that keeps them runs
+  tr_op_destroy(&op);
+  tr_runtime_destroy(&rt);
+}
+
+static tr_status *init_misspelt(const tr_backend_api *api) {
+  TR_RETURN_IF_ERROR(api->register_detector(api->host, "speller", claim_cpu, nullptr));
+  TR_RETURN_IF_ERROR(api->register_kernel_builder(api->host, "AddFwdop", "speller", build_meddling, nullptr));
+  return api->register_kernel_builder(api->host, "AddFwdOp", "speller", build_meddling, nullptr);
+}
+
+TEST_CASE("a builder for an op the manifest does not declare (misspelt) is warned about once, naming it") {
+  const char *no_dirs[] = {"/nonexistent"};
+  const char *names[] = {"speller"};
+  tr_backend_init_fn inits[] = {init_misspelt};
+  tr_test::Warnings warnings;
+  tr_runtime_options o{};
+  o.manifest_dir = "manifest/spec";
+  o.backend_dirs = no_dirs;
+  o.n_backend_dirs = 1;
+  o.builtin_names = names;
+  o.builtin_inits = inits;
+  o.n_builtins = 1;
+  o.warn = tr_test::Warnings::sink;
+  o.warn_ctx = &warnings;
+  tr_runtime *rt = nullptr;
+  tr_test::ok(tr_runtime_new(&o, &rt));
+  const char *targets[4];
+  CHECK(tr_registered_targets(rt, "AddFwdOp", targets, 4) == 1);  // loading ran; the backend loaded
+  CHECK(warnings.lines == std::vector<std::string>{"backend 'speller': a kernel builder for 'AddFwdop', an op the "
+                                                   "manifest does not declare (misspelt?), is never called"});
+  CHECK(tr_load_failure_count(rt) == 0);
+  tr_runtime_destroy(&rt);
+}
+
 TEST_CASE("a kernel's ValueError reaches the caller unchanged, even with a backend that failed to load") {
   Env env(true);  // "broken" failed to load: errors of settling and building say so ...
   REQUIRE(tr_load_failure_count(env.rt) == 1);

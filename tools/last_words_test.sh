@@ -25,7 +25,7 @@ echo "$err" | grep -qF "tilerun: backend 'ending' ($lib): its init crashed the p
 # the detector runs when a call settles its target: a run of one op on cpu asks it
 err=$(TR_ENDING_MODE=detect tools/tilerun run --ops AddFwdOp --smallest --device cpu 2>&1 >/dev/null); rc=$?
 [ "$rc" != 0 ] && [ "$rc" != 70 ] || fail "a crash in a detector: status $rc, want the crash's ($err)"
-echo "$err" | grep -qF "tilerun: backend 'ending': the detector of target ending crashed the process (SIGSEGV)" ||
+echo "$err" | grep -qF "tilerun: backend 'ending': the detector of target 'ending' crashed the process (SIGSEGV)" ||
   fail "a crash in a detector said: $err"
 
 # an init that does not return for 12 s: named after 10 s, and the command goes on when it returns

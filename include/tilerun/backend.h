@@ -3,8 +3,10 @@
  * registers its detector, its kernel builders, and (when it needs them) device facts, a DLPack
  * device type and an allocator for its own kind of device, and kernel types that join an
  * in-tree op's selection (tilerun/kernel_type.h, included at the end). Registering and running
- * kernels needs these headers alone (every host function is reached through the table); only a
- * status of the backend's own making (TR_STATUS) needs tilerun's core library linked in.
+ * kernels needs these headers alone (every host function is reached through the table); a status
+ * of the backend's own making (TR_STATUS) and the core's helpers (tr_value_*, tr_dtype_*,
+ * tr_status_*) need tilerun's core linked in: statically in the repository, or the installed
+ * libtilerun.so ($(pkg-config --libs tilerun); docs/writing-a-backend.md).
  *
  * The C form of ../shared/spec/backend-protocol.txt: `detect`, `build_kernel`,
  * `register_detector`, `register_kernel_builder` and `register_device_facts` are the functions of
@@ -134,13 +136,14 @@ typedef void (*tr_free_fn)(void *ctx, const tr_device *device, void *ptr);
  * strided: how the host makes a strided input contiguous and writes a copied input back. */
 typedef tr_status *(*tr_copy_fn)(void *ctx, const DLTensor *src, DLTensor *dst);
 
-/* The table a backend's init receives, valid during init only (`host` and the functions may be
- * kept for later calls of find_interface). Every register_* fails with a BackendError naming
+/* The table a backend's init receives, valid during init only (`host` and find_interface may be
+ * kept for later calls of find_interface; a register_* called after init returned is a
+ * BackendError saying so). Every register_* fails with a BackendError naming
  * what clashed: a detector for a target twice, the same (op, target) twice, facts for a device
  * type twice, facts for `cuda` (tilerun reads those itself), a device type or allocator twice, a
  * kernel type too short (struct_size). The status returned is the backend's to free or to return
- * from init. When init returns an error (or a registration fails and init passes it on),
- * everything the backend registered is rolled back and the backend is reported in
+ * from init. When init returns an error, or a registration was refused (whether or not init
+ * passes it on), everything the backend registered is rolled back and the backend is reported in
  * the load failures (tr_load_failure_count, _backend, _reason). Calls come from the thread
  * running init, one at a time. A NULL `host` is a ValueError naming it (find_interface: NULL).
  *
