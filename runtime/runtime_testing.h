@@ -60,12 +60,16 @@ struct Outputs {
 };
 
 // A runtime over the manifest in `manifest_dir` whose only backends are the built-in ones given
-// (no plugin folder is read). The runtime copies the names and functions, so they may be
+// (no plugin folder is read), its warnings into `warnings` where given. The runtime copies the names and functions, so they may be
 // temporaries.
 inline tr_runtime *runtime_with_builtins(std::vector<const char *> names, std::vector<tr_backend_init_fn> inits,
-                                         const char *manifest_dir = "manifest/spec") {
+                                         const char *manifest_dir = "manifest/spec", Warnings *warnings = nullptr) {
   const char *no_dirs[] = {"/nonexistent"};
   tr_runtime_options o{};
+  if (warnings != nullptr) {
+    o.warn = Warnings::sink;
+    o.warn_ctx = warnings;
+  }
   o.manifest_dir = manifest_dir;
   o.backend_dirs = no_dirs;
   o.n_backend_dirs = 1;

@@ -1034,21 +1034,8 @@ static tr_status *init_misspelt(const tr_backend_api *api) {
 }
 
 TEST_CASE("a builder for an op the manifest does not declare (misspelt) is warned about once, naming it") {
-  const char *no_dirs[] = {"/nonexistent"};
-  const char *names[] = {"speller"};
-  tr_backend_init_fn inits[] = {init_misspelt};
   tr_test::Warnings warnings;
-  tr_runtime_options o{};
-  o.manifest_dir = "manifest/spec";
-  o.backend_dirs = no_dirs;
-  o.n_backend_dirs = 1;
-  o.builtin_names = names;
-  o.builtin_inits = inits;
-  o.n_builtins = 1;
-  o.warn = tr_test::Warnings::sink;
-  o.warn_ctx = &warnings;
-  tr_runtime *rt = nullptr;
-  tr_test::ok(tr_runtime_new(&o, &rt));
+  tr_runtime *rt = tr_test::runtime_with_builtins({"speller"}, {init_misspelt}, "manifest/spec", &warnings);
   const char *targets[4];
   CHECK(tr_registered_targets(rt, "AddFwdOp", targets, 4) == 1);  // loading ran; the backend loaded
   CHECK(warnings.lines == std::vector<std::string>{"backend 'speller': a kernel builder for 'AddFwdop', an op the "
