@@ -463,40 +463,30 @@ static tr_status *output_mismatch(const tr_op *op, const kernel_entry *e, size_t
 
 /* ---- the call ---- */
 
-static int same_tensor(const DLTensor *a, const DLTensor *b) {
-  return a->data == b->data && a->ndim == b->ndim && a->shape == b->shape && a->strides == b->strides &&
-         a->byte_offset == b->byte_offset && a->dtype.code == b->dtype.code && a->dtype.bits == b->dtype.bits &&
-         a->dtype.lanes == b->dtype.lanes && a->device.device_type == b->device.device_type &&
-         a->device.device_id == b->device.device_id;
-}
-
-/* After a kernel ran: each tensor's DLTensor as it was handed (restored where the kernel changed
- * it, so the caller's own structs come back as they were), and each output's shape as the
- * signature inferred; otherwise a BackendError naming the target, the op and the tensor. */
-static tr_status *kernel_kept_tensors(const tr_op *op, const kernel_entry *e, DLTensor *const *args,
-                                      const DLTensor *given_in, size_t n_decl, DLTensor *const *outputs,
-                                      const DLTensor *given_out) {
-  const char *which = NULL, *role = NULL;
-  for (size_t i = 0; i < n_decl; i++) {
-    if (args[i] == NULL || same_tensor(args[i], &given_in[i])) continue;
-    *args[i] = given_in[i];
-    if (which == NULL) which = tr_op_def_input_name(op->def, i), role = "input";
-  }
+/* After a kernel ran: each output's DLTensor as it was handed (restored where the kernel changed
+ * it, so a caller's own struct comes back as it was) and its shape as the signature inferred;
+ * otherwise a BackendError naming the target, the op and the output. The inputs a kernel reads
+ * are copies or the caller's own, whose description it has no use for either; only the outputs'
+ * come back to the caller as the result's, so only they are checked (a few compares a call). */
+static tr_status *kernel_kept_outputs(const tr_op *op, const kernel_entry *e, DLTensor *const *outputs,
+                                      const DLTensor *given) {
+  const char *which = NULL;
   for (int32_t o = 0; o < e->n_outputs; o++) {
-    if (outputs[o] == NULL) continue;
-    int changed = !same_tensor(outputs[o], &given_out[o]);
-    if (changed) *outputs[o] = given_out[o];
+    DLTensor *t = outputs[o];
+    if (t == NULL) continue;
+    int changed = memcmp(t, &given[o], sizeof(*t)) != 0;
+    if (changed) *t = given[o];
     for (int32_t d = 0; d < e->outputs[o].rank; d++) { /* the shape validated (call_into) or made */
-      if (outputs[o]->shape[d] == e->outputs[o].shape[d]) continue;
-      outputs[o]->shape[d] = e->outputs[o].shape[d];
+      if (t->shape[d] == e->outputs[o].shape[d]) continue;
+      t->shape[d] = e->outputs[o].shape[d];
       changed = 1;
     }
-    if (changed && which == NULL) which = tr_op_def_output_name(op->def, (size_t)o), role = "output";
+    if (changed && which == NULL) which = tr_op_def_output_name(op->def, (size_t)o);
   }
   if (which == NULL) return NULL;
-  return TR_STATUS(TR_BACKEND, "target '%s': its kernel for %s changed its %s '%s' (its DLTensor: data, shape, "
-                   "strides, dtype or device); a kernel writes the elements of its tensors, never their description",
-                   op->target ? op->target : "?", tr_op_def_name(op->def), role, which);
+  return TR_STATUS(TR_BACKEND, "target '%s': its kernel for %s changed its output '%s' (its DLTensor: data, shape, "
+                   "strides, dtype or device); a kernel writes the elements of its outputs, never their description",
+                   op->target ? op->target : "?", tr_op_def_name(op->def), which);
 }
 
 static tr_status *launch(tr_op *op, kernel_entry *e, const DLTensor *const *inputs, size_t n_inputs,
@@ -525,19 +515,16 @@ static tr_status *launch(tr_op *op, kernel_entry *e, const DLTensor *const *inpu
     if (!written_as_given && !read_in_place) status = tr__contiguous(op->rt, op, i, in, &copies[i], &arg);
     args[i] = (DLTensor *)arg;
   }
-  /* what the kernel is handed, as handed: a kernel writes tensors' elements, never their DLTensor
-   * (a changed output shape, dtype or data pointer would reach the caller as the result's) */
-  DLTensor given_in[TR_SIG_MAX_INPUTS], given_out[TR_SIG_MAX_OUTPUTS];
-  for (size_t i = 0; i < n_decl; i++) {
-    if (args[i] != NULL) given_in[i] = *args[i];
-  }
+  /* the outputs as handed: a kernel writes their elements, never their DLTensor (a changed shape,
+   * dtype or data pointer would reach the caller as the result's) */
+  DLTensor given[TR_SIG_MAX_OUTPUTS];
   for (int32_t o = 0; o < e->n_outputs; o++) {
-    if (outputs[o] != NULL) given_out[o] = *outputs[o];
+    if (outputs[o] != NULL) given[o] = *outputs[o];
   }
   if (status == NULL) {
     status = e->kernel.call(e->kernel.self, args, n_decl, outputs, (size_t)e->n_outputs);
   }
-  if (status == NULL) status = kernel_kept_tensors(op, e, args, given_in, n_decl, outputs, given_out);
+  if (status == NULL) status = kernel_kept_outputs(op, e, outputs, given);
   for (size_t i = 0; i < n_decl; i++) {
     if (copies[i] == NULL) continue;
     if (status == NULL && tr_op_def_input_mutated(def, i)) status = tr__copy_back(op->rt, &copies[i]->dl_tensor, inputs[i]);
