@@ -286,7 +286,7 @@ tr_status *tr__check_constraint(const tr_op_def *op, const constraint_decl *c, t
   tr_expr_env env = tr__eval_env(ctx);
   tr_expr_num holds = tr_expr_int(0);
   tr_status *failed = tr_expr_eval(c->expr, &env, &holds);
-  if (failed == NULL && (holds.is_int ? holds.i != 0 : holds.f != 0)) return NULL;
+  if (failed == NULL && tr_expr_num_truthy(holds)) return NULL;
   char values[512];
   tr__expr_values(c->expr, ctx, values, sizeof(values));
   tr_status *status = TR_STATUS(c->params_only ? TR_SIGNATURE_PARAM : TR_SIGNATURE_SHAPE,

@@ -350,8 +350,6 @@ static tr_status *unavailable(const tr_expr *expr, const node *n) {
                    expr->text + n->name_at);
 }
 
-static int truthy(tr_expr_num v) { return v.is_int ? v.i != 0 : v.f != 0; }
-
 /* -1, 0 or 1 as an integer compares with a float, exactly (Python compares them so); 2 when f is
  * NaN (unordered). */
 static int compare_int_float(int64_t i, double f) {
@@ -464,15 +462,15 @@ static tr_status *eval_node(const tr_expr *expr, int32_t i, const tr_expr_env *e
       return env->call(env->ctx, (tr_expr_fn)n->fn, n->ref, out) ? NULL : unavailable(expr, n);
     case N_AND:
       TR_RETURN_IF_ERROR(eval_node(expr, n->a, env, &a));
-      if (!truthy(a)) { *out = tr_expr_int(0); return NULL; }
+      if (!tr_expr_num_truthy(a)) { *out = tr_expr_int(0); return NULL; }
       TR_RETURN_IF_ERROR(eval_node(expr, n->b, env, &b));
-      *out = tr_expr_int(truthy(b));
+      *out = tr_expr_int(tr_expr_num_truthy(b));
       return NULL;
     case N_OR:
       TR_RETURN_IF_ERROR(eval_node(expr, n->a, env, &a));
-      if (truthy(a)) { *out = tr_expr_int(1); return NULL; }
+      if (tr_expr_num_truthy(a)) { *out = tr_expr_int(1); return NULL; }
       TR_RETURN_IF_ERROR(eval_node(expr, n->b, env, &b));
-      *out = tr_expr_int(truthy(b));
+      *out = tr_expr_int(tr_expr_num_truthy(b));
       return NULL;
     default: break;
   }
@@ -482,7 +480,7 @@ static tr_status *eval_node(const tr_expr *expr, int32_t i, const tr_expr_env *e
     return NULL;
   }
   if (n->op == N_NOT) {
-    *out = tr_expr_int(!truthy(a));
+    *out = tr_expr_int(!tr_expr_num_truthy(a));
     return NULL;
   }
   TR_RETURN_IF_ERROR(eval_node(expr, n->b, env, &b));

@@ -57,6 +57,8 @@ static inline tr_expr_num tr_expr_float(double f) {
 }
 /* The value as a double (exact for integers up to 2^53). */
 static inline double tr_expr_num_double(tr_expr_num n) { return n.is_int ? (double)n.i : n.f; }
+/* Whether the value counts as true (nonzero), as Python's bool() of a number. */
+static inline int tr_expr_num_truthy(tr_expr_num n) { return n.is_int ? n.i != 0 : n.f != 0; }
 
 /* Supplies values while evaluating: a plain name's value, or a function of a name's ref. Return
  * 1 on success, 0 when the value is unavailable (then evaluation fails naming the name). */

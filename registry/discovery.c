@@ -264,8 +264,8 @@ tr_status *tr_backend_search_path(char ***out_dirs, size_t *out_count) {
     tr_discovery_free_dirs(&dirs, n);
     return TR_STATUS(TR_OUT_OF_MEMORY, "backend search path");
   }
-  /* a folder named twice (the same text, or one folder under two names) is searched once: its
-   * descriptors would each be a duplicate of themselves */
+  /* a folder named twice (the same text, or one folder under two names) is searched once: a
+   * second read would find only descriptors the first one shadows */
   size_t kept = 0;
   for (size_t i = 0; i < n; i++) {
     int seen = 0;

@@ -21,13 +21,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 here=$(cd "$(dirname "$0")/.." && pwd)
-"$here/tools/install_files.sh" --check-prefix "$prefix" || exit 2
-case "$prefix" in /*) ;; *) prefix="$PWD/$prefix" ;; esac  # relative: to where it was run from
-"$here/tools/install_files.sh" --check-prefix "$prefix" || exit 2  # the folder it ran from may hold a space
-if ! mkdir -p "$prefix" 2>/dev/null || [ ! -w "$prefix" ]; then  # before the build, not after
-  echo "install.sh: cannot write into '$prefix' (not a folder, or no permission: run as root, or choose --prefix)" >&2
-  exit 1
-fi
+# checked, made absolute (relative: to where it was run from) and writable before the build
+prefix=$("$here/tools/install_files.sh" --check-prefix "$prefix") || exit $?
 cd "$here"
 ./tools/ensure-deps.sh
 bazel build -c opt //python:libtilerun.so //tools:tilerun //backends/cpu:installed

@@ -37,10 +37,24 @@ check_prefix() {
   fi
 }
 
+# Sets `prefix` to the absolute folder to install into, made if missing; exits 2 for a prefix
+# check_prefix refuses (as given, and made absolute: the folder this runs from may hold a space),
+# 1 for one that cannot be written.
+settle_prefix() {
+  check_prefix "$1" || exit 2
+  case "$1" in /*) prefix="$1" ;; *) prefix="$PWD/$1" ;; esac  # tilerun.pc needs it absolute
+  check_prefix "$prefix" || exit 2
+  if ! mkdir -p "$prefix" 2>/dev/null || [ ! -w "$prefix" ]; then
+    echo "install: cannot write into '$prefix' (not a folder, or no permission: run as root, or choose --prefix)" >&2
+    exit 1
+  fi
+}
+
 prefix="" lib="" headers="" tilerun="" backend_dir="" manifest_dir="" version=""
-if [ "${1:-}" = "--check-prefix" ]; then  # tools/install.sh asks before it builds
+if [ "${1:-}" = "--check-prefix" ]; then  # tools/install.sh asks before it builds: the prefix to use
   [ $# -eq 2 ] || { echo "install_files.sh: --check-prefix takes one DIR" >&2; exit 2; }
-  check_prefix "$2" || exit 2
+  settle_prefix "$2"
+  echo "$prefix"
   exit 0
 fi
 while [ $# -gt 0 ]; do
@@ -63,19 +77,13 @@ for v in prefix lib headers tilerun backend_dir manifest_dir; do
     exit 2
   fi
 done
-check_prefix "$prefix" || exit 2
-case "$prefix" in /*) ;; *) prefix="$PWD/$prefix" ;; esac  # tilerun.pc needs it absolute
-check_prefix "$prefix" || exit 2
+settle_prefix "$prefix"
 if [ -z "$version" ]; then
   version=$(sed -n 's/^#define TILERUN_VERSION "\(.*\)"$/\1/p' "$headers/version.h")
 fi
 major=${version%%.*}
 
 echo "tilerun: installing $version into $prefix" >&2
-if ! mkdir -p "$prefix" 2>/dev/null || [ ! -w "$prefix" ]; then
-  echo "install: cannot write into '$prefix' (not a folder, or no permission: run as root, or choose --prefix)" >&2
-  exit 1
-fi
 install -d "$prefix/lib/pkgconfig" "$prefix/include/tilerun" "$prefix/bin" "$prefix/lib/tilerun/backends" \
   "$prefix/share/tilerun/manifest"
 install -m 0755 "$lib" "$prefix/lib/libtilerun.so.$version"
