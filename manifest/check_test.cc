@@ -97,6 +97,32 @@ TEST_CASE("fill: the largest value benchmarks put in an integer input") {
   CHECK(has == 0);
 }
 
+TEST_CASE("fill: one that is not a number is a ValueError naming op, input and expression") {
+  const std::string text =
+      "NanFwdOp:\n"
+      "  family: test\n"
+      "  ref_api: none\n"
+      "  signature:\n"
+      "    inputs:\n"
+      "      idx: {dtype: int32, shape: \"[L]\", fill: \"1e308 * 10 - 1e308 * 10\"}\n"
+      "    outputs:\n"
+      "      y: {dtype: int32, shape: \"[L]\"}\n";
+  tr_manifest *m = nullptr;
+  tr_test::ok(tr_manifest_load_string("nan.yaml", text.data(), text.size(), &m));
+  {
+    Bound nan(tr_manifest_find(m, "NanFwdOp"), Params());
+    tr_tensor_spec idx = spec("cpu", "int32", {4});
+    tr_call_check out;
+    REQUIRE(nan.check({&idx}, &out) == "");
+    int has = 0;
+    int64_t max = 0;
+    CHECK(tr_test::error_of(tr_op_def_input_fill(nan.op, 0, nan.settled, &out, &has, &max)) ==
+          "ValueError: NanFwdOp: input 'idx': its fill '1e308 * 10 - 1e308 * 10' is not a number");
+    CHECK(has == 0);
+  }
+  tr_manifest_destroy(&m);
+}
+
 TEST_CASE("int params stand for dims: GQA decode") {
   Bound gqa(op("GQADecodeFwdOp"), Params().i("heads", 32).i("heads_kv", 8).i("dim", 128));
   tr_tensor_spec q = spec("cuda:0", "bfloat16", {4, 32, 128});

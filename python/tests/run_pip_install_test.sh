@@ -27,6 +27,17 @@ grep -q "no built libtilerun.so under $work/empty" "$work/refused.log" &&
   cat "$work/refused.log" >&2
   exit 1
 }
+# An editable install is refused with the reason (it would install a package without its files).
+if TILERUN_TREE="$root" "$work/venv/bin/pip" install --no-build-isolation --no-index --no-cache-dir \
+    --disable-pip-version-check -q -e "$work/src/python" >"$work/editable.log" 2>&1; then
+  echo "FAIL: pip install -e succeeded" >&2
+  exit 1
+fi
+grep -q "tilerun setup.py: editable installs (pip install -e) are not supported: the package bundles the library, the manifest and the CPU backend as built files; use pip install ./python (again after a change)" "$work/editable.log" || {
+  echo "FAIL: the editable install's refusal does not say why:" >&2
+  cat "$work/editable.log" >&2
+  exit 1
+}
 TILERUN_TREE="$root" "$work/venv/bin/pip" install --no-build-isolation --no-index --no-cache-dir \
   --disable-pip-version-check -q "$work/src/python" >&2
 # A sanitized build (--config=asan) needs its runtimes loaded first, as run_python_test.sh does.
